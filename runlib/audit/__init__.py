@@ -1,0 +1,65 @@
+"""audit(spec) -> findings: every check over the spec and its plan; `audit.ignore` applied with its reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runlib.audit.registry import SEVERITIES, Context, Finding
+from runlib.plan import Plan, derive
+from runlib.spec import LoadedSpec, RunSpec, SourceMap, load_spec
+
+
+@dataclass(frozen=True)
+class Ignored:
+    finding: Finding
+    reason: str
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    spec: RunSpec
+    plan: Plan
+    findings: list[Finding]  # sorted: errors, warnings, infos; each by code
+    ignored: list[Ignored]
+    file: str = "<spec>"
+
+    def count(self, severity: str) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+    def exit_code(self, strict: bool = False) -> int:
+        if self.count("error") or (strict and self.count("warning")):
+            return 1
+        return 0
+
+
+def run_checks(spec: RunSpec, plan: Plan, source_map: SourceMap | None = None, select: set[str] | None = None) -> list[Finding]:
+    from runlib.audit.checks import all_checks
+
+    findings: list[Finding] = []
+    for check in all_checks():
+        if select is not None and check.code not in select:
+            continue
+        ctx = Context(spec, plan, source_map, check.code, check.severity, list(findings))
+        findings.extend(check.run(ctx))
+    return findings
+
+
+def audit(spec: RunSpec, source_map: SourceMap | None = None, file: str = "<spec>", select: set[str] | None = None) -> AuditResult:
+    plan = derive(spec)
+    raw = run_checks(spec, plan, source_map, select)
+    reasons = {code.upper(): reason for code, reason in spec.audit.ignore.items() if reason.strip()}
+    kept = [f for f in raw if f.code not in reasons or f.code == "AUDIT001"]
+    ignored = [Ignored(f, reasons[f.code]) for f in raw if f.code in reasons and f.code != "AUDIT001"]
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    kept.sort(key=lambda f: (order[f.severity], f.code, f.path))
+    return AuditResult(spec, plan, kept, ignored, file)
+
+
+def audit_loaded(loaded: LoadedSpec) -> AuditResult:
+    return audit(loaded.spec, loaded.source_map, loaded.source_map.file)
+
+
+def audit_spec_file(path: str | Path) -> AuditResult:
+    """Load and audit a spec file; raises SpecError for a spec that does not load."""
+    return audit_loaded(load_spec(path))

@@ -1,0 +1,109 @@
+"""What a check is, what it reports, and the context it reads.
+
+A check is a module under runlib/audit/checks/ with:
+  CODE, NAME, SEVERITY        stable code ("PREC001"), kebab-case name, default severity
+  a docstring                 first line "CODE: summary", then sections "Why it matters:",
+                              "Flagged:", "Preferred:", "How to fix:" (shown by `runlib explain CODE`)
+  check(ctx) -> Iterator[Finding]
+  PASS, FAIL                  cases as data: patches over the base spec (cases_base.yaml) on which the
+                              check must stay silent / must fire (run by one parametrized test)
+A check reads the spec and the plan; it never does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Literal
+
+from runlib.plan import Plan
+from runlib.spec import RunSpec, SourceMap
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+DELETE = "__delete__"  # in a case patch: remove the key
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: str
+    severity: Severity
+    path: str  # spec path, e.g. "phases[2].seq_len"
+    message: str  # what was found, with the numbers
+    fix: str  # how to fix it
+    value: Any = None  # the corrected value, when there is exactly one
+    line: int | None = None
+    col: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "path": self.path,
+            "line": self.line,
+            "col": self.col,
+            "message": self.message,
+            "fix": self.fix,
+            "value": self.value,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """A check's test case: a patch over the base spec, and for a fail case the expected severity."""
+
+    patch: dict[str, Any]
+    severity: Severity | None = None
+
+
+def case(patch: dict[str, Any], severity: Severity | None = None) -> Case:
+    return Case(patch, severity)
+
+
+@dataclass
+class Context:
+    """What a check reads: the spec, its plan, and where each path sits in the file."""
+
+    spec: RunSpec
+    plan: Plan
+    source_map: SourceMap | None = None
+    code: str = ""
+    severity: Severity = "error"
+    prior: list[Finding] = field(default_factory=list)  # findings of the checks run before (AUDIT001 reads them)
+
+    def finding(self, path: str, message: str, fix: str, value: Any = None, severity: Severity | None = None) -> Finding:
+        line = col = None
+        if self.source_map is not None:
+            pos = self.source_map.position(path)
+            if pos:
+                line, col = pos
+        return Finding(self.code, severity or self.severity, path, message, fix, value, line, col)
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    code: str
+    name: str
+    severity: Severity
+    doc: str
+    run: Callable[[Context], Iterator[Finding]]
+    passes: tuple[Case, ...]
+    fails: tuple[Case, ...]
+    module: str
+
+    @classmethod
+    def from_module(cls, module: ModuleType) -> CheckInfo:
+        def as_case(c: Any) -> Case:
+            return c if isinstance(c, Case) else Case(dict(c))
+
+        return cls(
+            code=module.CODE,
+            name=module.NAME,
+            severity=module.SEVERITY,
+            doc=(module.__doc__ or "").strip(),
+            run=module.check,
+            passes=tuple(as_case(c) for c in getattr(module, "PASS", ())),
+            fails=tuple(as_case(c) for c in getattr(module, "FAIL", ())),
+            module=module.__name__,
+        )

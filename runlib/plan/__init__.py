@@ -1,0 +1,5 @@
+"""The plan: every quantity derived from a spec, by pure functions (no I/O, no torch)."""
+
+from runlib.plan.derive import Plan, PhasePlan, SourcePlan, derive
+
+__all__ = ["Plan", "PhasePlan", "SourcePlan", "derive"]

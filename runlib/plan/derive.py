@@ -1,0 +1,249 @@
+"""derive(spec) -> Plan: the numbers a planner needs, all from the spec, all pure arithmetic."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from runlib.plan import flops as F
+from runlib.plan import scaling
+from runlib.plan.effective import PhaseSettings, all_phase_settings, devices
+from runlib.plan.hardware import Accelerator, resolve
+from runlib.plan.memory import MemoryBreakdown, phase_memory, state_bytes_per_param
+from runlib.plan.params import ParamCounts, count_params, head_dim
+from runlib.plan.schedule import Schedule, build_schedule
+from runlib.plan.timeline import PhaseSpan, build_timeline, step_at_tokens, tokens_at_step
+from runlib.spec.models import RunSpec
+from runlib.spec.units import Duration
+
+VOCAB_PAD_MULTIPLE = 128  # Megatron's make_vocab_size_divisible_by default (vocab_utils.py)
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    name: str
+    kind: str
+    settings: PhaseSettings
+    span: PhaseSpan
+    lr_start: float
+    lr_end: float
+    source_tokens: dict[str, float]
+    flops_per_token: float
+    flops: float
+    memory: MemoryBreakdown
+    hours: float  # wall-clock hours of the phase at the assumed MFU
+
+    @property
+    def tokens(self) -> int:
+        return self.span.tokens
+
+    @property
+    def steps(self) -> int:
+        return self.span.steps
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.span.segments[-1].tokens_per_step
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    name: str
+    tokens_available: int | None
+    tokens_used: float
+    epochs: float | None  # None: availability unknown; inf: none available
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    size_bytes: float
+    write_seconds: float
+    interval_tokens: float | None
+    interval_steps: float | None
+    interval_hours: float | None
+    job_mtbf_hours: float | None
+    young_optimum_hours: float | None  # sqrt(2 * write time * MTBF), Young 1974
+    count: int  # checkpoints written over the run (intervals + phase ends)
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: RunSpec
+    accelerator: Accelerator
+    vocab_rows: int
+    tokenizer_ids: int  # learned vocab + reserved + domain tokens: the ids the model must embed
+    params: ParamCounts
+    devices: int
+    phases: list[PhasePlan]
+    sources: list[SourcePlan]
+    schedule: Schedule
+    flops_total: float
+    flops_kaplan: float
+    flops_causal: float
+    gpu_hours: float
+    wall_days: float
+    checkpoint: CheckpointPlan
+    references: scaling.References
+    warmup_tokens: float
+    decay_tokens: float | None
+
+    @property
+    def tokens_total(self) -> int:
+        return self.phases[-1].span.end_tokens if self.phases else 0
+
+    @property
+    def steps_total(self) -> int:
+        return self.phases[-1].span.end_step if self.phases else 0
+
+    @property
+    def data_parallel(self) -> int:
+        return self.phases[0].settings.data_parallel if self.phases else 1
+
+    @property
+    def flops_per_token(self) -> float:
+        return self.flops_total / self.tokens_total if self.tokens_total else 0.0
+
+    def duration_tokens(self, duration: Duration) -> float:
+        """A duration in tokens on this run's timeline."""
+        if duration.unit == "percent":
+            return duration.amount / 100.0 * self.spec.tokens
+        if duration.unit == "steps":
+            return tokens_at_step([p.span for p in self.phases], duration.amount)
+        return duration.amount
+
+    def duration_steps(self, duration: Duration) -> float:
+        if duration.unit == "steps":
+            return duration.amount
+        return step_at_tokens([p.span for p in self.phases], self.duration_tokens(duration))
+
+    def peak_flops(self) -> float:
+        dtype = self.spec.precision.compute
+        peak = self.accelerator.peak_tflops.get(dtype) or self.accelerator.peak_tflops.get("fp32") or 0.0
+        return peak * 1e12
+
+
+def tokenizer_ids(spec: RunSpec) -> int:
+    tok = spec.tokenizer
+    return (tok.vocab_size or 0) + tok.reserved_tokens + len(set(tok.domain_tokens))
+
+
+def vocab_rows(spec: RunSpec) -> int:
+    if spec.model.vocab_size:
+        return spec.model.vocab_size
+    return math.ceil(tokenizer_ids(spec) / VOCAB_PAD_MULTIPLE) * VOCAB_PAD_MULTIPLE
+
+
+def derive(spec: RunSpec) -> Plan:
+    accelerator = resolve(spec.hardware.accelerator, spec.hardware.memory_gib, spec.hardware.peak_tflops)
+    rows = vocab_rows(spec)
+    settings = all_phase_settings(spec)
+    max_seq = max([s.seq_len for s in settings] + [spec.model.seq_len])
+    params = count_params(spec.model, rows, max_seq)
+    spans = build_timeline(spec, settings)
+    run_tokens = spans[-1].end_tokens if spans else spec.tokens
+
+    def to_tokens(d: Duration | None) -> float | None:
+        if d is None:
+            return None
+        if d.unit == "percent":
+            return d.amount / 100.0 * spec.tokens
+        if d.unit == "steps":
+            return tokens_at_step(spans, d.amount)
+        return d.amount
+
+    warmup = to_tokens(spec.schedule.warmup) or 0.0
+    decay = to_tokens(spec.schedule.decay)
+    schedule = build_schedule(spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens)
+
+    peak = (accelerator.peak_tflops.get(spec.precision.compute) or accelerator.peak_tflops.get("fp32") or 0.0) * 1e12
+    throughput = peak * spec.hardware.mfu * devices(spec)  # model FLOP/s of the whole job
+    attn_width = spec.model.heads * head_dim(spec.model)
+    phases: list[PhasePlan] = []
+    used: dict[str, float] = {name: 0.0 for name in spec.data.sources}
+    for s, span in zip(settings, spans):
+        per_token = F.flops_per_token(params.matmul, spec.model.layers, attn_width, s.seq_len)
+        weights_total = sum(s.phase.mixture.values()) or 1.0
+        source_tokens = {k: span.tokens * w / weights_total for k, w in s.phase.mixture.items()}
+        for k, v in source_tokens.items():
+            used[k] = used.get(k, 0.0) + v
+        phase_flops = per_token * span.tokens
+        phases.append(
+            PhasePlan(
+                name=s.phase.name,
+                kind=s.phase.kind,
+                settings=s,
+                span=span,
+                lr_start=schedule.lr_at(span.start_tokens),
+                lr_end=schedule.lr_at(span.end_tokens),
+                source_tokens=source_tokens,
+                flops_per_token=per_token,
+                flops=phase_flops,
+                memory=phase_memory(spec.model, spec.precision, params, rows, s, accelerator.runtime_overhead_gib),
+                hours=phase_flops / throughput / 3600 if throughput > 0 else math.inf,
+            )
+        )
+
+    sources = []
+    for name, used_tokens in used.items():
+        available = spec.data.sources[name].tokens if name in spec.data.sources else None
+        if available is None:
+            epochs = None
+        elif available == 0:
+            epochs = math.inf if used_tokens > 0 else 0.0
+        else:
+            epochs = used_tokens / available
+        sources.append(SourcePlan(name, available, used_tokens, epochs))
+
+    flops_total = sum(p.flops for p in phases)
+    first_seq = settings[0].seq_len if settings else spec.model.seq_len
+    flops_causal = sum(
+        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len) * p.tokens for p in phases
+    )
+    gpu_hours = flops_total / (peak * spec.hardware.mfu) / 3600 if peak > 0 else math.inf
+    n_devices = devices(spec)
+    wall_days = gpu_hours / n_devices / 24
+
+    hours_per_token = flops_total / run_tokens / throughput / 3600 if run_tokens and throughput > 0 else math.inf
+    checkpoint = _checkpoint_plan(spec, params, spans, hours_per_token, to_tokens)
+    references = scaling.references(params, run_tokens, flops_total, spec.model, first_seq)
+    return Plan(
+        spec=spec,
+        accelerator=accelerator,
+        vocab_rows=rows,
+        tokenizer_ids=tokenizer_ids(spec),
+        params=params,
+        devices=n_devices,
+        phases=phases,
+        sources=sources,
+        schedule=schedule,
+        flops_total=flops_total,
+        flops_kaplan=F.flops_per_token_kaplan(params.non_embedding) * run_tokens,
+        flops_causal=flops_causal,
+        gpu_hours=gpu_hours,
+        wall_days=wall_days,
+        checkpoint=checkpoint,
+        references=references,
+        warmup_tokens=warmup,
+        decay_tokens=decay,
+    )
+
+
+def checkpoint_bytes_per_param(spec: RunSpec) -> int:
+    """Weights at their highest precision (the fp32 master if kept) + Adam moments."""
+    weights, master, _, optimizer = state_bytes_per_param(spec.precision)
+    return max(weights, master) + optimizer
+
+
+def _checkpoint_plan(spec: RunSpec, params: ParamCounts, spans: list[PhaseSpan], hours_per_token: float, to_tokens) -> CheckpointPlan:
+    size = params.total * checkpoint_bytes_per_param(spec)
+    write_seconds = size / (spec.hardware.nodes * spec.hardware.checkpoint_write_gb_per_s * 1e9)
+    run_tokens = spans[-1].end_tokens if spans else 0
+    interval_tokens = to_tokens(spec.checkpoint.every)
+    interval_steps = step_at_tokens(spans, interval_tokens) if interval_tokens is not None else None
+    interval_hours = interval_tokens * hours_per_token if interval_tokens is not None else None
+    job_mtbf = spec.hardware.node_mtbf_hours / spec.hardware.nodes if spec.hardware.node_mtbf_hours else None
+    young = math.sqrt(2 * (write_seconds / 3600) * job_mtbf) if job_mtbf else None
+    count = len(spans)
+    if interval_tokens and interval_tokens > 0:
+        count += int(run_tokens // interval_tokens)
+    return CheckpointPlan(size, write_seconds, interval_tokens, interval_steps, interval_hours, job_mtbf, young, count)

@@ -1,0 +1,62 @@
+"""The learning-rate schedule as a pure function of tokens seen, across all phases.
+
+Evaluated in tokens (OLMo's `units: tokens`, allenai/OLMo PR #411) so that a batch ramp or a phase
+with another batch does not move it. Warmup is linear from 0; then
+  wsd       constant at the peak, then linear to the floor over the final `decay` (Hägele et al. 2024, arXiv 2405.18392)
+  cosine    half-cosine from the peak to the floor over `decay` (default: until the run's end)
+  linear    linear from the peak to the floor over `decay` (default: until the run's end)
+  constant  the peak until the end
+and the floor (min_lr_ratio * peak) after the decay ends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    kind: str
+    peak_lr: float
+    floor_lr: float
+    warmup_tokens: float
+    decay_start_tokens: float  # where the LR starts to fall below the peak
+    decay_end_tokens: float  # where it reaches the floor (may lie beyond the run's end)
+    run_tokens: float
+
+    def lr_at(self, tokens: float) -> float:
+        if self.warmup_tokens > 0 and tokens < self.warmup_tokens:
+            return self.peak_lr * max(tokens, 0.0) / self.warmup_tokens
+        if self.kind == "constant" or tokens <= self.decay_start_tokens:
+            return self.peak_lr
+        if tokens >= self.decay_end_tokens:
+            return self.floor_lr
+        progress = (tokens - self.decay_start_tokens) / (self.decay_end_tokens - self.decay_start_tokens)
+        if self.kind == "cosine":
+            return self.floor_lr + (self.peak_lr - self.floor_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.peak_lr - (self.peak_lr - self.floor_lr) * progress
+
+    def tokens_at_floor(self) -> float:
+        """Tokens of the run trained with the LR at its floor."""
+        if self.kind == "constant":
+            return 0.0
+        return max(0.0, self.run_tokens - max(self.decay_end_tokens, self.warmup_tokens))
+
+
+def build_schedule(
+    kind: str, peak_lr: float, min_lr_ratio: float, warmup_tokens: float, decay_tokens: float | None, run_tokens: float
+) -> Schedule:
+    """decay_tokens: wsd: the final decay's length; cosine/linear: length after warmup (None: to the end)."""
+    if kind == "wsd":
+        decay = decay_tokens or 0.0
+        # warmup + decay longer than the run (SCHED001): the decay starts when warmup ends
+        decay_start, decay_end = max(run_tokens - decay, warmup_tokens), run_tokens
+    elif kind in ("cosine", "linear"):
+        decay_start = warmup_tokens
+        decay_end = warmup_tokens + decay_tokens if decay_tokens is not None else run_tokens
+    else:
+        decay_start = decay_end = math.inf
+    if decay_end <= decay_start:
+        decay_end = decay_start + 1e-9  # zero-length decay: a step down to the floor
+    return Schedule(kind, peak_lr, peak_lr * min_lr_ratio, warmup_tokens, decay_start, decay_end, run_tokens)

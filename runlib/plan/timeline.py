@@ -1,0 +1,182 @@
+"""The token timeline: every phase's start and end in tokens and in optimizer steps.
+
+One timeline runs across all phases. Within a phase the tokens per step are
+micro_batch * grad_accum * dp * seq_len, or, where a batch ramp applies, the ramp's global batch
+for the tokens seen so far (a step that starts before a ramp threshold keeps the old batch). A
+phase runs whole steps: its step count is the nearest whole number to its nominal tokens, and the
+difference is reported as drift (never silently floored).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from runlib.plan.effective import PhaseSettings
+from runlib.spec.models import RunSpec
+from runlib.spec.units import Duration
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A stretch of a phase with constant tokens per step."""
+
+    start_tokens: int
+    start_step: int
+    tokens_per_step: int
+    steps: int
+
+    @property
+    def end_tokens(self) -> int:
+        return self.start_tokens + self.tokens_per_step * self.steps
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpan:
+    index: int
+    nominal_tokens: float
+    segments: tuple[Segment, ...]
+
+    @property
+    def start_tokens(self) -> int:
+        return self.segments[0].start_tokens
+
+    @property
+    def end_tokens(self) -> int:
+        return self.segments[-1].end_tokens
+
+    @property
+    def tokens(self) -> int:
+        return self.end_tokens - self.start_tokens
+
+    @property
+    def start_step(self) -> int:
+        return self.segments[0].start_step
+
+    @property
+    def steps(self) -> int:
+        return sum(s.steps for s in self.segments)
+
+    @property
+    def end_step(self) -> int:
+        return self.start_step + self.steps
+
+    @property
+    def drift_tokens(self) -> float:
+        return self.tokens - self.nominal_tokens
+
+
+def ramp_points(spec: RunSpec) -> list[tuple[float, object]]:
+    """(threshold tokens, BatchSize) in spec order; percent thresholds are of the run's tokens."""
+    if not spec.batch.ramp:
+        return []
+    points = []
+    for stage in spec.batch.ramp:
+        after = stage.after
+        if after.unit == "percent":
+            threshold = after.amount / 100.0 * spec.tokens
+        elif after.unit == "steps":
+            threshold = after.amount * stage.global_batch.amount  # a step threshold counts steps of that stage's batch
+            if stage.global_batch.unit == "sequences":
+                threshold *= spec.model.seq_len
+        else:
+            threshold = after.amount
+        points.append((threshold, stage.global_batch))
+    return points
+
+
+def _tokens_per_step_at(position: float, settings: PhaseSettings, ramp: list[tuple[float, object]]) -> tuple[int, float]:
+    """Tokens per step at `position` and the next ramp threshold after it (inf if none)."""
+    steady = max(1, settings.steady_tokens_per_step)
+    if settings.batch_overridden or not ramp:
+        return steady, math.inf
+    thresholds = sorted(t for t, _ in ramp)
+    i = bisect.bisect_right(thresholds, position)
+    next_threshold = thresholds[i] if i < len(thresholds) else math.inf
+    if i == 0:
+        return steady, next_threshold
+    batch = max((p for p in ramp if p[0] <= position), key=lambda p: p[0])[1]
+    return max(1, batch.tokens(settings.seq_len)), next_threshold  # type: ignore[attr-defined]
+
+
+def nominal_phase_tokens(duration: Duration, run_tokens: int, tokens_per_step: int) -> float:
+    if duration.unit == "percent":
+        return duration.amount / 100.0 * run_tokens
+    if duration.unit == "steps":
+        return duration.amount * tokens_per_step
+    return duration.amount
+
+
+def phase_span(start_tokens: int, start_step: int, settings: PhaseSettings, run_tokens: int, ramp) -> PhaseSpan:
+    duration = settings.phase.tokens
+    position, step = start_tokens, start_step
+    segments: list[Segment] = []
+    if duration.unit == "steps":
+        remaining_steps = int(duration.amount)
+        nominal = 0.0
+        while remaining_steps > 0 and len(segments) < 1000:
+            tps, next_threshold = _tokens_per_step_at(position, settings, ramp)
+            n = remaining_steps if math.isinf(next_threshold) else min(remaining_steps, math.ceil((next_threshold - position) / tps))
+            n = max(1, n)
+            segments.append(Segment(position, step, tps, n))
+            position, step, remaining_steps = position + n * tps, step + n, remaining_steps - n
+            nominal += n * tps
+        if not segments:
+            segments.append(Segment(position, step, max(1, settings.steady_tokens_per_step), 0))
+        return PhaseSpan(settings.index, nominal, tuple(segments))
+
+    nominal = nominal_phase_tokens(duration, run_tokens, settings.steady_tokens_per_step)
+    target = start_tokens + nominal
+    while len(segments) < 1000:
+        tps, next_threshold = _tokens_per_step_at(position, settings, ramp)
+        if next_threshold < target:
+            n = max(1, math.ceil((next_threshold - position) / tps))
+            segments.append(Segment(position, step, tps, n))
+            position, step = position + n * tps, step + n
+            if position >= target:
+                break
+            continue
+        n = round((target - position) / tps)
+        if not segments and nominal > 0:
+            n = max(1, n)  # a phase with tokens runs at least one step
+        segments.append(Segment(position, step, tps, max(0, n)))
+        break
+    return PhaseSpan(settings.index, nominal, tuple(segments))
+
+
+def build_timeline(spec: RunSpec, settings: list[PhaseSettings]) -> list[PhaseSpan]:
+    ramp = ramp_points(spec)
+    spans: list[PhaseSpan] = []
+    tokens, step = 0, 0
+    for s in settings:
+        span = phase_span(tokens, step, s, spec.tokens, ramp)
+        spans.append(span)
+        tokens, step = span.end_tokens, span.end_step
+    return spans
+
+
+def tokens_at_step(spans: list[PhaseSpan], step: float) -> float:
+    """Tokens seen after `step` optimizer steps (extrapolating the last batch past the end)."""
+    last = None
+    for span in spans:
+        for seg in span.segments:
+            last = seg
+            if step <= seg.start_step + seg.steps:
+                return seg.start_tokens + (step - seg.start_step) * seg.tokens_per_step
+    if last is None:
+        return 0.0
+    return last.start_tokens + (step - last.start_step) * last.tokens_per_step
+
+
+def step_at_tokens(spans: list[PhaseSpan], tokens: float) -> float:
+    """Optimizer steps taken when `tokens` have been seen (fractional inside a step)."""
+    last = None
+    for span in spans:
+        for seg in span.segments:
+            last = seg
+            if tokens <= seg.end_tokens and seg.tokens_per_step > 0:
+                return seg.start_step + (tokens - seg.start_tokens) / seg.tokens_per_step
+    if last is None or last.tokens_per_step <= 0:
+        return 0.0
+    return last.start_step + (tokens - last.start_tokens) / last.tokens_per_step

@@ -1,0 +1,457 @@
+"""The run spec as pydantic models: one class per section, the contract of design/spec-reference.yaml.
+
+The schema decides what can be parsed into typed values (types, enums, unknown keys); whether the
+run makes sense is the auditor's job (runlib.audit), so out-of-range but meaningful numbers (a
+warmup longer than the run, min_lr above the peak) load and are reported there with a code and a fix.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runlib.spec.units import BatchSizeField, Count, DurationField
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+class SpecModel(BaseModel):
+    """Base of every spec section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+
+class HardwareSpec(SpecModel):
+    accelerator: str
+    """Catalog key (cpu, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, mi300x); `runlib explain hardware` lists them."""
+
+    nodes: int = Field(1, ge=1)
+    """Number of machines."""
+
+    devices_per_node: int = Field(1, ge=1)
+    """Accelerators per machine."""
+
+    mfu: float = Field(0.4, gt=0, le=1)
+    """Planning assumption: model FLOPs utilization used for time estimates."""
+
+    node_mtbf_hours: float | None = Field(None, gt=0)
+    """Mean time between failures of one node, in hours (enables checkpoint-interval advice)."""
+
+    memory_gib: float | None = Field(None, gt=0)
+    """Memory per device in GiB; overrides the catalog (for hardware not in it)."""
+
+    peak_tflops: dict[Literal["fp32", "fp16", "bf16", "fp8"], float] | None = None
+    """Dense peak TFLOP/s per dtype; overrides the catalog."""
+
+    checkpoint_write_gb_per_s: float = Field(2.0, gt=0)
+    """Checkpoint write bandwidth per node, GB/s (for the checkpoint write time); planning assumption."""
+
+
+class BudgetSpec(SpecModel):
+    gpu_hours: Count | None = Field(None, ge=0)
+    """Device-hours available (all devices together)."""
+
+    days: float | None = Field(None, ge=0)
+    """Wall-clock days available."""
+
+    flops: float | None = Field(None, ge=0)
+    """Training FLOPs available."""
+
+
+class ModelSpec(SpecModel):
+    layers: int = Field(ge=1)
+    """Number of transformer blocks."""
+
+    d_model: int = Field(ge=1)
+    """Hidden size (residual stream width)."""
+
+    heads: int = Field(ge=1)
+    """Attention (query) heads."""
+
+    kv_heads: int | None = Field(None, ge=1)
+    """Key/value heads (grouped-query attention); omitted or = heads for multi-head attention."""
+
+    head_dim: int | None = Field(None, ge=1)
+    """Per-head width; default d_model / heads."""
+
+    d_ff: int = Field(ge=1)
+    """Hidden size of the MLP."""
+
+    activation: Literal["swiglu", "gelu"] = "swiglu"
+    """swiglu: gated MLP with three matrices; gelu: two matrices."""
+
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """Normalization; layernorm carries a bias when `bias` is true."""
+
+    bias: bool = False
+    """Biases in linear layers (and layernorm)."""
+
+    position: Literal["rope", "learned"] = "rope"
+    """Rotary position embedding, or a learned absolute position table of max(seq_len) rows."""
+
+    rope_theta: float = Field(10000.0, gt=0)
+    """RoPE base of the first phase; a phase may change it."""
+
+    qk_norm: bool = False
+    """RMSNorm on queries and keys (OLMo 2 style: over the full q and k projections)."""
+
+    tie_embeddings: bool = False
+    """The output head shares the input embedding matrix."""
+
+    vocab_size: int | None = Field(None, ge=1)
+    """Embedding rows; omitted: the tokenizer's size padded to a multiple of 128."""
+
+    seq_len: int = Field(ge=1)
+    """Context length of the first phase; a phase may change it."""
+
+
+class TokenizerSpec(SpecModel):
+    vocab_size: int | None = Field(None, ge=1)
+    """Learned BPE vocabulary (byte-level) before reserved tokens; required unless `pretrained` is given."""
+
+    reserved_tokens: int = Field(256, ge=0)
+    """Special tokens kept for post-training (roles, tools, FIM, separators); the end-of-document token is one of them."""
+
+    digits: Literal["single", "triplets", "none"] = "single"
+    """How runs of digits are split before BPE."""
+
+    domain_tokens: list[str] = []
+    """Strings forced into the vocabulary whole."""
+
+    drop_tokens: list[str] = []
+    """Tokens that must never be produced (e.g. sensitive strings)."""
+
+    train_on: dict[str, float] = {}
+    """Sample mixture of sources for tokenizer training (source name -> weight)."""
+
+    train_bytes: Count | None = Field(None, ge=1)
+    """Bytes of text sampled for tokenizer training."""
+
+    min_frequency: int = Field(2, ge=1)
+    """Minimum pair frequency for a BPE merge."""
+
+    pretrained: str | None = None
+    """Path of an existing tokenizer.json to use instead of training one."""
+
+
+class InputSpec(SpecModel):
+    format: Literal["jsonl", "parquet", "text", "warc", "builtin"]
+    """jsonl (plain or .gz) | parquet | text (a directory of plain-text files) | warc | builtin (text already on the machine)."""
+
+    path: str | None = None
+    """Glob of input files (all formats but builtin)."""
+
+    name: str | None = None
+    """Builtin source kind (format: builtin), e.g. python_docs, python_code, arithmetic."""
+
+    text_field: str = "text"
+    """Field holding the document text (jsonl, parquet)."""
+
+    max_docs: int | None = Field(None, ge=1)
+    """Read at most this many documents (a cap for small runs)."""
+
+
+class MinhashSpec(SpecModel):
+    ngram: int = Field(5, ge=1)
+    """Shingle size in words."""
+    bands: int = Field(14, ge=1)
+    """LSH bands."""
+    rows: int = Field(8, ge=1)
+    """Rows per band."""
+
+
+class DedupSpec(SpecModel):
+    exact: bool = True
+    """Drop documents whose normalized text hashes equal (SHA-256)."""
+    minhash: MinhashSpec | None = None
+    """Near-duplicate removal by MinHash LSH."""
+
+
+class CurateSpec(SpecModel):
+    normalize: Literal["NFC", "NFKC", "none"] = "NFC"
+    """Unicode normalization form."""
+    languages: list[str] = []
+    """Keep only these languages (ISO 639-1); empty: all."""
+    min_chars: int = Field(0, ge=0)
+    """Drop documents shorter than this many characters."""
+    max_chars: Count | None = Field(None, ge=1)
+    """Drop documents longer than this many characters."""
+    quality: list[Literal["gopher", "c4", "fineweb"]] = []
+    """Heuristic quality rule sets, published thresholds."""
+    dedup: DedupSpec = DedupSpec()
+    """Deduplication."""
+    pii: Literal["mask", "drop", "keep"] = "keep"
+    """Personal data: mask it, drop the document, or keep it."""
+
+
+class FimSpec(SpecModel):
+    rate: float = Field(ge=0, le=1)
+    """Fraction of documents turned into fill-in-the-middle examples."""
+    spm_rate: float = Field(0.5, ge=0, le=1)
+    """Of those, the fraction in suffix-prefix-middle order (the rest prefix-suffix-middle)."""
+
+
+Domain = Literal["web", "code", "math", "books", "wiki", "papers", "dialogue", "curated", "synthetic"]
+
+
+class SourceSpec(SpecModel):
+    domain: Domain
+    """What the text is; drives domain checks (e.g. FIM only on code)."""
+    input: InputSpec
+    """Where the raw documents come from."""
+    tokens: Count | None = Field(None, ge=0)
+    """Tokens available after curation: declared for planning, measured once curated."""
+    curate: CurateSpec = CurateSpec()
+    """Curation steps for this source."""
+    fim: FimSpec | None = None
+    """Fill-in-the-middle on this source's documents."""
+
+
+class DataSpec(SpecModel):
+    sources: dict[str, SourceSpec]
+    """Each source is a channel: its own mixture weight, loss curve and held-out set."""
+    heldout_docs: int = Field(200, ge=0)
+    """Documents per source kept out of training for per-channel perplexity."""
+    packing: Literal["document", "stream", "none"] = "document"
+    """document: attention never crosses documents; stream: plain concatenation; none: one document per sequence, padded."""
+    boundary_targets: Literal["masked", "kept"] = "masked"
+    """masked: the target after a document's EOS is ignored; kept: it is trained on."""
+    loss_normalization: Literal["global_tokens", "micro_batch_mean"] = "global_tokens"
+    """global_tokens: sum of token losses / scored tokens of the whole optimizer step; micro_batch_mean: mean per micro-batch."""
+    token_dtype: Literal["auto", "uint16", "uint32"] = "auto"
+    """Storage of token ids on disk; auto picks the smallest that holds the largest id."""
+    mean_doc_tokens: Count | None = Field(None, ge=1)
+    """Typical document length in tokens (planning: packing occupancy); measured once tokenized."""
+
+
+Sharding = Literal["none", "zero1", "zero2", "fsdp"]
+Recompute = Literal["none", "selective", "full"]
+
+
+class ParallelismSpec(SpecModel):
+    tensor: int = Field(1, ge=1)
+    """Tensor-parallel degree (sequence parallelism assumed when > 1)."""
+    pipeline: int = Field(1, ge=1)
+    """Pipeline-parallel degree."""
+    context: int = Field(1, ge=1)
+    """Context-parallel degree (the sequence split across devices)."""
+    sharding: Sharding = "none"
+    """Sharding of model states over the data-parallel degree: none | zero1 | zero2 | fsdp (= zero3)."""
+    activation_checkpointing: Recompute = "none"
+    """Activation recomputation."""
+    offload: bool = False
+    """Optimizer states and master weights kept in host memory."""
+
+
+class ParallelismOverride(SpecModel):
+    tensor: int | None = Field(None, ge=1)
+    """Tensor-parallel degree in this phase."""
+    pipeline: int | None = Field(None, ge=1)
+    """Pipeline-parallel degree in this phase."""
+    context: int | None = Field(None, ge=1)
+    """Context-parallel degree in this phase."""
+    sharding: Sharding | None = None
+    """Sharding in this phase."""
+    activation_checkpointing: Recompute | None = None
+    """Activation recomputation in this phase."""
+    offload: bool | None = None
+    """Offload in this phase."""
+
+
+class RampStage(SpecModel):
+    after: DurationField
+    """Tokens seen from which this global batch applies ('<count> tokens' or '<p>%')."""
+    global_batch: BatchSizeField
+    """Global batch from then on."""
+
+
+class BatchSpec(SpecModel):
+    micro_batch: int = Field(ge=1)
+    """Sequences per data-parallel rank per micro-step."""
+    grad_accum: int = Field(1, ge=1)
+    """Micro-steps per optimizer step on each rank (steady state)."""
+    global_batch: BatchSizeField | None = None
+    """Optional declaration, checked against micro_batch * grad_accum * dp (* seq_len for tokens)."""
+    ramp: list[RampStage] | None = None
+    """The global batch by tokens seen; grad_accum follows and must stay whole."""
+
+
+class BatchOverride(SpecModel):
+    micro_batch: int | None = Field(None, ge=1)
+    """Sequences per data-parallel rank per micro-step in this phase."""
+    grad_accum: int | None = Field(None, ge=1)
+    """Micro-steps per optimizer step in this phase."""
+    global_batch: BatchSizeField | None = None
+    """Declared global batch in this phase."""
+
+
+class OptimizerSpec(SpecModel):
+    kind: Literal["adamw", "adam"] = "adamw"
+    """adamw: decoupled weight decay; adam: L2 penalty through the gradient."""
+    lr: float
+    """Peak learning rate."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """Adam beta1, beta2."""
+    eps: float = Field(1e-8, gt=0)
+    """Adam epsilon."""
+    weight_decay: float = Field(0.1, ge=0)
+    """Weight decay (not applied to norms and biases)."""
+    grad_clip: float | None = Field(1.0, ge=0)
+    """Clip the global gradient norm to this value; 0 or omitted: no clipping."""
+    z_loss: float = Field(0.0, ge=0)
+    """Coefficient of the z-loss (log Z squared) on the output logits."""
+
+
+class ScheduleSpec(SpecModel):
+    kind: Literal["wsd", "cosine", "linear", "constant"] = "cosine"
+    """LR shape after warmup: warmup-stable-decay, cosine, linear, or constant."""
+    warmup: DurationField
+    """Linear warmup from 0 to the peak LR."""
+    decay: DurationField | None = None
+    """wsd: length of the final decay; cosine/linear: length of the decay after warmup (omitted: until the run's end)."""
+    min_lr_ratio: float = Field(0.0, ge=0)
+    """Floor as a fraction of the peak."""
+
+
+class PrecisionSpec(SpecModel):
+    compute: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
+    """Matmul/activation dtype."""
+    master_weights: Literal["fp32", "none"] = "fp32"
+    """fp32: an fp32 copy of the weights takes the updates; none: parameters stay in the compute dtype."""
+    grads: Literal["fp32", "bf16"] = "fp32"
+    """Gradient reduction/accumulation dtype."""
+    optimizer_states: Literal["fp32", "bf16"] = "fp32"
+    """Adam moment dtype."""
+    loss_scaling: Literal["none", "static", "dynamic"] = "none"
+    """Loss scaling (needed with fp16)."""
+    loss_scale: float | None = Field(None, gt=0)
+    """Initial (dynamic) or fixed (static) loss scale."""
+
+
+class PhaseSpec(SpecModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    """Phase name; names its training stage and checkpoints."""
+    kind: Literal["foundation", "enrichment", "long_context", "anneal"]
+    """What the phase is for; anneal carries the schedule's decay."""
+    tokens: DurationField
+    """Training tokens of the phase: '<count> tokens', '<count> steps' or '<p>%' of the run."""
+    mixture: dict[str, float]
+    """Source name -> sampling weight (weights sum to 1)."""
+    seq_len: int | None = Field(None, ge=1)
+    """Context length in this phase (default: model.seq_len); applies to this phase only."""
+    rope_theta: float | None = Field(None, gt=0)
+    """RoPE base in this phase (default: model.rope_theta); applies to this phase only."""
+    parallelism: ParallelismOverride | None = None
+    """Parallelism overrides for this phase only."""
+    batch: BatchOverride | None = None
+    """Batch overrides for this phase (the batch ramp does not apply to a phase with a batch override)."""
+
+
+class CheckpointSpec(SpecModel):
+    every: DurationField | None = None
+    """Interval between checkpoints (a checkpoint is always written at the end of each phase as well)."""
+    keep: int = Field(3, ge=1)
+    """Checkpoints retained."""
+    state: list[Literal["model", "optimizer", "scheduler", "rng", "data", "scaler"]] = [
+        "model",
+        "optimizer",
+        "scheduler",
+        "rng",
+        "data",
+    ]
+    """What a checkpoint holds; resuming exactly needs all of model, optimizer, scheduler, rng, data (+ scaler with fp16)."""
+
+
+class SpikeSpec(SpecModel):
+    zscore: float = Field(5.0, gt=0)
+    """A loss this many standard deviations above the recent mean is a spike."""
+    window: int = Field(200, ge=2)
+    """Steps in the running statistics."""
+    action: Literal["log", "skip", "rollback"] = "log"
+    """log it, skip the batch, or roll back to the last checkpoint and skip the offending data."""
+    rollback: DurationField | None = None
+    """How far before the spike to roll back."""
+    max_retries: int = Field(3, ge=0)
+    """Rollbacks allowed before the run stops."""
+
+
+class MonitorSpec(SpecModel):
+    eval_every: DurationField | None = None
+    """Held-out loss per source at this interval."""
+    log_every: DurationField | None = None
+    """Training metrics at this interval."""
+    spike: SpikeSpec | None = None
+    """Loss-spike policy."""
+
+
+class EvalTaskSpec(SpecModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    """Task name."""
+    kind: Literal["multiple_choice", "answer_loglik"]
+    """multiple_choice: options scored by log-likelihood (acc, acc_norm); answer_loglik: log-likelihood of the gold answer."""
+    path: str
+    """JSONL file of examples."""
+
+
+class EvalSpec(SpecModel):
+    after_each_phase: bool = True
+    """Evaluate after every phase (else after the last only)."""
+    tasks: list[EvalTaskSpec] = []
+    """Downstream tasks."""
+
+
+class TrackingSpec(SpecModel):
+    experiment: str | None = None
+    """MLflow experiment (default: the run name); the tracking URI is machine-local, not part of the spec."""
+
+
+class AuditSpec(SpecModel):
+    ignore: dict[str, str] = {}
+    """CODE: reason. A finding may be silenced only with a written reason."""
+
+
+class RunSpec(SpecModel):
+    """A whole pre-training run: hardware, model, tokenizer, data, batch, schedule, phases."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """Names artifacts, reports and MLflow runs."""
+    description: str = ""
+    """Free text."""
+    seed: int = 0
+    """Seed of data order and initialization."""
+    hardware: HardwareSpec
+    """Where it runs."""
+    budget: BudgetSpec = BudgetSpec()
+    """Limits the plan must fit."""
+    model: ModelSpec
+    """Model shape."""
+    tokenizer: TokenizerSpec
+    """Tokenizer to train or use."""
+    data: DataSpec
+    """Sources, curation, packing and loss."""
+    parallelism: ParallelismSpec = ParallelismSpec()
+    """Parallel layout; the data-parallel degree is derived."""
+    batch: BatchSpec
+    """Batch arithmetic."""
+    optimizer: OptimizerSpec
+    """Optimizer."""
+    schedule: ScheduleSpec
+    """Learning-rate schedule, on one token timeline across all phases."""
+    precision: PrecisionSpec = PrecisionSpec()
+    """Numeric formats."""
+    tokens: Count = Field(ge=1)
+    """Total training tokens; phases may be given in % of it."""
+    phases: list[PhaseSpec]
+    """Run in order; the LR schedule and the token count run across all of them."""
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    """Checkpointing."""
+    monitor: MonitorSpec = MonitorSpec()
+    """Monitoring during training."""
+    eval: EvalSpec = EvalSpec()
+    """Evaluation after phases."""
+    tracking: TrackingSpec = TrackingSpec()
+    """MLflow tracking."""
+    audit: AuditSpec = AuditSpec()
+    """Audit settings."""
