@@ -219,12 +219,44 @@ def load_spec_text(text: str, file: str = "<spec>") -> LoadedSpec:
     return validate_data(data, smap)
 
 
+def _cross_field_problems(spec: RunSpec) -> list[tuple[str, str]]:
+    """Problems without which the spec has no meaning, but which one field's type cannot express."""
+    from runlib.plan.hardware import CATALOG
+
+    problems = []
+    hw = spec.hardware
+    if hw.accelerator not in CATALOG and (hw.memory_gib is None or not hw.peak_tflops):
+        guess = [k for k in CATALOG if k.startswith(hw.accelerator.lower())] or difflib.get_close_matches(
+            hw.accelerator, list(CATALOG), n=1, cutoff=0.5
+        )
+        hint = f"did you mean {' or '.join(repr(g) for g in guess)}? " if guess else ""
+        problems.append(
+            (
+                "hardware.accelerator",
+                f"unknown accelerator {hw.accelerator!r}: {hint}known: {', '.join(CATALOG)}; "
+                "for other hardware give hardware.memory_gib and hardware.peak_tflops",
+            )
+        )
+    if spec.tokenizer.vocab_size is None and spec.tokenizer.pretrained is None:
+        problems.append(("tokenizer", "give tokenizer.vocab_size (to train one) or tokenizer.pretrained (a tokenizer.json)"))
+    if spec.model.vocab_size is None and spec.tokenizer.vocab_size is None:
+        problems.append(("model.vocab_size", "model.vocab_size is required when the tokenizer's size is unknown (pretrained)"))
+    return problems
+
+
 def validate_data(data: dict[str, Any], smap: SourceMap | None = None) -> LoadedSpec:
     smap = smap or SourceMap("<spec>")
     try:
         spec = RunSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(validation_diagnostics(exc, data, smap)) from None
+    problems = _cross_field_problems(spec)
+    if problems:
+        diagnostics = []
+        for path, message in problems:
+            line, col = smap.position(path) or (None, None)
+            diagnostics.append(Diagnostic(smap.file, line, col, "SPEC002", path, message))
+        raise SpecError(diagnostics)
     return LoadedSpec(spec, data, smap)
 
 

@@ -1,0 +1,3 @@
+from runlib.cli import main
+
+raise SystemExit(main())

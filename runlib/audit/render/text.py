@@ -1,0 +1,77 @@
+"""The terminal view: the derived numbers, then the findings grouped by severity; fits 80 columns."""
+
+from __future__ import annotations
+
+import textwrap
+
+from runlib.audit import AuditResult
+from runlib.audit.registry import SEVERITIES
+from runlib.plan.memory import GIB
+from runlib.spec.units import format_count
+
+WIDTH = 80
+
+
+def _lr(x: float) -> str:
+    return "0" if x == 0 else f"{x:.2g}"
+
+
+def _hours(h: float) -> str:
+    return format_count(h) if h == h and h != float("inf") else "n/a"
+
+
+def derived_lines(result: AuditResult) -> list[str]:
+    plan, spec = result.plan, result.spec
+    p = plan.params
+    lines = [
+        f"{spec.name}  ({result.file})",
+        f"  params      {format_count(p.total)} total, {format_count(p.non_embedding)} non-embedding, "
+        f"{format_count(p.embedding)} embedding",
+        f"  tokens      {format_count(plan.tokens_total)} in {plan.steps_total:,} steps "
+        f"({plan.references.tokens_per_param:.1f} per param; Chinchilla ~20)",
+        f"  compute     {plan.flops_total:.3g} FLOPs (PaLM convention), {plan.flops_per_token:.3g} per token",
+        f"  hardware    {plan.devices} x {plan.accelerator.key}, dp {plan.data_parallel}, MFU {spec.hardware.mfu:g}",
+        f"  time        {_hours(plan.gpu_hours)} GPU-hours, {plan.wall_days:.3g} days",
+        f"  references  batch {format_count(plan.references.optimal_batch_tokens)} tokens, "
+        f"lr {plan.references.optimal_lr:.2g} (DeepSeek fit)",
+        "",
+        f"  {'phase':<12} {'tokens':>7} {'steps':>8} {'tok/step':>8} {'seq':>6} {'lr':>13} {'GiB/dev':>8}",
+    ]
+    for ph in plan.phases:
+        lr = f"{_lr(ph.lr_start)}>{_lr(ph.lr_end)}"
+        lines.append(
+            f"  {ph.name[:12]:<12} {format_count(ph.tokens):>7} {ph.steps:>8,} {format_count(ph.tokens_per_step):>8} "
+            f"{ph.settings.seq_len:>6} {lr:>13} {ph.memory.total / GIB:>8.1f}"
+        )
+    lines += ["", f"  {'source':<12} {'available':>10} {'used':>10} {'epochs':>7}"]
+    for s in plan.sources:
+        avail = format_count(s.tokens_available) if s.tokens_available is not None else "unknown"
+        epochs = f"{s.epochs:.2f}" if s.epochs is not None and s.epochs != float("inf") else ("inf" if s.epochs else "-")
+        lines.append(f"  {s.name[:12]:<12} {avail:>10} {format_count(s.tokens_used):>10} {epochs:>7}")
+    return lines
+
+
+def finding_lines(result: AuditResult) -> list[str]:
+    lines = []
+    for severity in SEVERITIES:
+        group = [f for f in result.findings if f.severity == severity]
+        if not group:
+            continue
+        lines += ["", f"{severity}s ({len(group)})" if severity != "info" else f"info ({len(group)})"]
+        for f in group:
+            where = f"{result.file}:{f.line}:{f.col}" if f.line else result.file
+            lines.append(f"{where}: {f.code} {f.path}")
+            lines += textwrap.wrap(f.message, WIDTH, initial_indent="  ", subsequent_indent="  ")
+            lines += textwrap.wrap(f"fix: {f.fix}", WIDTH, initial_indent="  ", subsequent_indent="       ")
+    if result.ignored:
+        lines += ["", f"silenced by audit.ignore ({len(result.ignored)})"]
+        for i in result.ignored:
+            lines += textwrap.wrap(f"{i.finding.code} {i.finding.path}: {i.reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+def render(result: AuditResult) -> str:
+    lines = derived_lines(result) + finding_lines(result)
+    e, w, i = (result.count(s) for s in SEVERITIES)
+    lines += ["", f"{e} error(s), {w} warning(s), {i} info. Run `runlib explain CODE` for a check's documentation."]
+    return "\n".join(lines) + "\n"

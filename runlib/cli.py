@@ -1,0 +1,104 @@
+"""The one entry point: `runlib audit|explain|schema ...` (also `python -m runlib`).
+
+Exit status: 0 fine, 1 the audit found errors (or warnings with --strict), 2 bad input or usage.
+Heavy imports (matplotlib) happen only in the commands that need them; torch never here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+
+from runlib.errors import UserError
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from runlib.audit import audit_spec_file
+
+    result = audit_spec_file(args.spec)
+    if args.format == "json":
+        from runlib.audit.render.json_view import render
+
+        print(render(result))
+    elif args.format == "text":
+        from runlib.audit.render.text import render
+
+        sys.stdout.write(render(result))
+    else:
+        from runlib.audit.render.report import default_report_dir, write_report
+        from runlib.audit.render.text import render
+
+        out = Path(args.out) if args.out else default_report_dir(result)
+        path = write_report(result, out, args.format)
+        sys.stdout.write(render(result))
+        print(f"report: {path}")
+    return result.exit_code(strict=args.strict)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from runlib.audit.checks import all_checks, get_check
+
+    if not args.code:
+        for c in all_checks():
+            print(f"{c.code:<9} {c.severity:<8} {c.name}")
+        return 0
+    check = get_check(args.code)
+    if check is None:
+        codes = [c.code for c in all_checks()]
+        guess = difflib.get_close_matches(args.code.upper(), codes, n=1)
+        hint = f"; did you mean {guess[0]}?" if guess else "; `runlib explain` lists them"
+        raise UserError(f"runlib explain: unknown check code {args.code!r}{hint}")
+    print(f"{check.code} ({check.name}), default severity: {check.severity}\n")
+    print(check.doc)
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from runlib.spec.schema_export import schema_json
+
+    text = schema_json()
+    if args.out:
+        from runlib.util.atomic import write_text_atomic
+
+        write_text_atomic(Path(args.out), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="runlib", description="Audit and run LLM pre-training specs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("audit", help="derive every quantity of a spec and check it for inconsistencies")
+    p.add_argument("spec", help="run spec (YAML)")
+    p.add_argument("--format", choices=["text", "json", "markdown", "html"], default="text")
+    p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    p.add_argument("--out", help="report directory for markdown/html (default reports/<run name>)")
+    p.set_defaults(func=_cmd_audit)
+
+    p = sub.add_parser("explain", help="print a check's documentation (no code: list all checks)")
+    p.add_argument("code", nargs="?")
+    p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("schema", help="print the JSON schema of the run spec")
+    p.add_argument("--out", help="write it to this file instead")
+    p.set_defaults(func=_cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,127 @@
+"""Spec loading: the reference spec as written, and every kind of bad input reported at once with line:col."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from runlib.errors import SpecError
+from runlib.spec import load_spec, load_spec_text
+from runlib.spec.schema_export import schema_json
+from tests.conftest import REFERENCE_SPEC, ROOT
+
+
+def test_reference_spec_loads_exactly_as_written():
+    spec = load_spec(REFERENCE_SPEC).spec
+    assert spec.name == "acme-7b-v1"
+    assert spec.optimizer.eps == 1e-8 and isinstance(spec.optimizer.eps, float)  # YAML 1.2 float
+    assert spec.optimizer.z_loss == 1e-4
+    assert spec.tokens == 4 * 10**12
+    assert spec.tokenizer.train_bytes == 10 * 10**9
+    assert spec.batch.global_batch.tokens(4096) == 4 * 2**20
+    assert spec.batch.ramp[1].after.amount == 100e9
+    assert spec.schedule.warmup.unit == "tokens" and spec.schedule.decay.unit == "percent"
+    assert spec.phases[2].seq_len == 32768 and spec.phases[2].parallelism.context == 4
+    assert spec.budget.gpu_hours == 200_000
+
+
+def errors_of(text: str) -> list:
+    with pytest.raises(SpecError) as info:
+        load_spec_text(text, "spec.yaml")
+    return info.value.diagnostics
+
+
+def test_unknown_key_did_you_mean(base_text):
+    diags = errors_of(base_text.replace("  d_ff: 2048", "  d_fff: 2048"))
+    assert {x.path for x in diags} == {"model.d_fff", "model.d_ff"}  # unknown, and the required one missing
+    d = next(x for x in diags if x.path == "model.d_fff")
+    assert d.code == "SPEC002" and d.path == "model.d_fff"
+    assert "did you mean 'd_ff'" in d.message
+    assert d.line == base_text.splitlines().index("  d_ff: 2048") + 1 and d.col == 3
+
+
+def test_all_problems_at_once(base_text):
+    text = base_text.replace("layers: 12", "layers: twelve").replace("activation: swiglu", "activation: swigl")
+    text = text.replace("seed: 0", "seed: 0\nbogus: 1")
+    diags = errors_of(text)
+    paths = {d.path for d in diags}
+    assert {"model.layers", "model.activation", "bogus"} <= paths
+    activation = next(d for d in diags if d.path == "model.activation")
+    assert "did you mean 'swiglu'" in activation.message
+    assert all(d.line for d in diags)
+    assert [d.line for d in diags] == sorted(d.line for d in diags)
+
+
+def test_duplicate_keys_anywhere(base_text):
+    text = base_text.replace("  d_ff: 2048\n", "  d_ff: 2048\n  d_ff: 4096\n")
+    (d,) = errors_of(text)
+    assert d.code == "SPEC001" and "duplicate key 'd_ff'" in d.message
+    assert d.line == base_text.splitlines().index("  d_ff: 2048") + 2
+
+
+def test_duplicate_keys_in_flow_mapping():
+    diags = errors_of("a: {x: 1, x: 2}\n")
+    assert diags[0].code == "SPEC001" and diags[0].line == 1
+
+
+def test_syntax_error_has_position():
+    (d,) = errors_of("name: x\nmodel: [1, 2\n")
+    assert d.code == "SPEC001" and d.line is not None and "syntax" in d.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path"),
+    [
+        ("tokens: 2411724800", "tokens: 2.4X", "tokens"),
+        ("warmup: 1%", "warmup: 1 days", "schedule.warmup"),
+        ("micro_batch: 8", "micro_batch: 0", "batch.micro_batch"),
+        ("accelerator: a100-80gb", "accelerator: a100", "hardware.accelerator"),
+        ("name: case-base", "name: Case Base", "name"),
+    ],
+)
+def test_bad_values(base_text, old, new, path):
+    assert old in base_text
+    diags = errors_of(base_text.replace(old, new, 1))
+    assert path in {d.path for d in diags}, diags
+
+
+def test_unknown_accelerator_suggests(base_text):
+    (d,) = errors_of(base_text.replace("accelerator: a100-80gb", "accelerator: h100"))
+    assert "did you mean 'h100" in d.message
+
+
+def test_not_a_mapping():
+    (d,) = errors_of("- 1\n- 2\n")
+    assert d.code == "SPEC002"
+
+
+def test_missing_required_key(base_text):
+    diags = errors_of(base_text.replace("  seq_len: 2048\n", "", 1))
+    assert any(d.path == "model.seq_len" and "missing" in d.message for d in diags)
+
+
+def test_missing_file():
+    with pytest.raises(SpecError) as info:
+        load_spec("does/not/exist.yaml")
+    assert "not found" in str(info.value)
+
+
+def test_cli_invalid_spec_exit_2_no_traceback(tmp_path, base_text):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(base_text.replace("  d_ff: 2048", "  d_fff: 2048"))
+    proc = subprocess.run([sys.executable, "-m", "runlib", "audit", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"{bad}:" in proc.stderr and "SPEC002" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_schema_in_sync_with_committed_copy():
+    committed = (ROOT / "specs" / "runspec.schema.json").read_text()
+    assert committed == schema_json(), "run `runlib schema --out specs/runspec.schema.json`"
+
+
+def test_schema_has_field_descriptions():
+    schema = json.loads(schema_json())
+    model = schema["$defs"]["ModelSpec"]["properties"]
+    assert "MLP" in model["d_ff"]["description"]
+    assert schema["additionalProperties"] is False
