@@ -1,0 +1,105 @@
+"""The CLI as users run it: exit statuses, the JSON contract, explain, and mutated spec files."""
+
+import json
+import subprocess
+import sys
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runlib.cli import main
+from tests.conftest import BASE_SPEC, REFERENCE_SPEC, ROOT
+
+PHASE_KEYS = {
+    "name", "kind", "tokens", "steps", "start_tokens", "end_tokens", "start_step", "end_step", "tokens_per_step",
+    "seq_len", "rope_theta", "lr_start", "lr_end", "memory_bytes_per_device", "source_tokens",
+}
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "runlib", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_reference_spec_exits_0_with_full_json():
+    proc = run_cli("audit", str(REFERENCE_SPEC), "--format", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    d = doc["derived"]
+    assert set(d["params"]) >= {"total", "embedding", "non_embedding"}
+    assert d["params"]["total"] == d["params"]["embedding"] + d["params"]["non_embedding"]
+    for key in ("tokens_total", "steps_total", "gpu_hours", "wall_days", "data_parallel"):
+        assert isinstance(d[key], (int, float)), key
+    assert set(d["flops"]) >= {"total", "per_token", "convention"}
+    assert [p["name"] for p in d["phases"]] == ["foundation", "enrich", "long", "anneal"]
+    for p in d["phases"]:
+        assert PHASE_KEYS <= set(p), PHASE_KEYS - set(p)
+    assert d["phases"][2]["seq_len"] == 32768 and d["phases"][2]["rope_theta"] == 4_000_000
+    assert d["tokens_total"] == d["phases"][-1]["end_tokens"]
+    assert {s["name"] for s in d["sources"]} == {"web", "code", "math", "hq"}
+    for s in d["sources"]:
+        assert set(s) >= {"name", "tokens_available", "tokens_used", "epochs"}
+    for f in doc["findings"]:
+        assert set(f) >= {"code", "severity", "path", "line", "message", "fix"}
+        assert f["severity"] != "error"
+
+
+def test_error_exits_1_and_strict_turns_warnings_into_1(tmp_path):
+    text = BASE_SPEC.read_text()
+    bad = tmp_path / "fp16.yaml"
+    bad.write_text(text.replace("compute: bf16", "compute: fp16"))
+    proc = run_cli("audit", str(bad))
+    assert proc.returncode == 1 and "PREC001" in proc.stdout
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if s.startswith("precision:"))
+    assert f"{bad}:{line}:" in proc.stdout  # findings point at the spec line
+    warn = tmp_path / "noclip.yaml"
+    warn.write_text(text.replace("grad_clip: 1.0", "grad_clip: 0"))
+    assert main(["audit", str(warn)]) == 0
+    assert main(["audit", str(warn), "--strict"]) == 1
+
+
+def test_ignore_silences_with_reason_and_reports_it(tmp_path, capsys):
+    text = BASE_SPEC.read_text().replace("grad_clip: 1.0", "grad_clip: 0")
+    spec = tmp_path / "ignored.yaml"
+    spec.write_text(text.replace("audit: {ignore: {}}", 'audit: {ignore: {OPT001: "clipping hurts this ablation"}}'))
+    assert main(["audit", str(spec), "--strict", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ignored"][0]["code"] == "OPT001" and doc["ignored"][0]["reason"] == "clipping hurts this ablation"
+    assert all(f["code"] != "OPT001" for f in doc["findings"])
+
+
+def test_explain(capsys):
+    assert main(["explain", "prec001"]) == 0
+    out = capsys.readouterr().out
+    assert "Why it matters:" in out and "How to fix:" in out
+    assert main(["explain", "PREC01"]) == 2
+    assert "did you mean PREC001" in capsys.readouterr().err
+    assert main(["explain"]) == 0
+    assert "MIX001" in capsys.readouterr().out
+
+
+def test_usage_errors_exit_2():
+    assert main(["audit"]) == 2
+    assert main(["nonsense"]) == 2
+    assert main(["audit", "no/such/file.yaml"]) == 2
+
+
+def test_audit_does_not_import_heavy_modules():
+    code = (
+        "import sys; from runlib.cli import main; main(['audit', 'specs/demo.yaml', '--format', 'json']);"
+        "bad = [m for m in ('torch', 'accelerate', 'mlflow', 'matplotlib', 'snakemake') if m in sys.modules];"
+        "sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["", " ", ":", "-", "{", "]", "\n", "x", "0", "%", "\t", "'"])), min_size=1, max_size=5))
+def test_mutated_spec_files_end_with_0_1_or_2(tmp_path_factory, edits):
+    text = BASE_SPEC.read_text()
+    for position, insert in edits:
+        i = position % (len(text) + 1)
+        text = text[:i] + insert + text[i + 1 :]
+    path = tmp_path_factory.mktemp("mut") / "spec.yaml"
+    path.write_text(text)
+    assert main(["audit", str(path), "--format", "json"]) in (0, 1, 2)
