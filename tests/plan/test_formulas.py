@@ -86,11 +86,11 @@ def test_cosine_schedule_values_and_horizon():
 
 
 def test_timeline_whole_steps_and_ramp():
-    # base: 2,411,724,800 tokens; 256Ki tokens/step (8 dp * 8 micro * 2 accum * 2048), long phase 512Ki
+    # base: 2,411,724,800 tokens; 256Ki tokens/step (8 dp * 8 micro * 2 accum * 2048; long: 4 micro * 4096)
     plan = derive(spec_with({}))
     assert [p.span.drift_tokens for p in plan.phases] == [0, 0, 0, 0]
     assert plan.phases[0].steps == int(0.85 * 2411724800 / 262144)
-    assert plan.phases[2].tokens_per_step == 524288
+    assert plan.phases[2].tokens_per_step == 262144  # micro_batch 4 at twice the length
     ramp = {"batch.ramp": [{"after": "0 tokens", "global_batch": "128Ki tokens"}, {"after": "1B tokens", "global_batch": "256Ki tokens"}]}
     plan = derive(spec_with(ramp))
     seg = plan.phases[0].span.segments

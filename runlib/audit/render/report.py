@@ -1,0 +1,373 @@
+"""The audit report: a directory with audit.md or audit.html and the plots, written atomically.
+
+The numbers come from the JSON view (`json_view.to_dict`), so the report never disagrees with the
+contract other tools read; the plots come from the Plan. The content is built once as a list of
+blocks (headings, paragraphs, tables, figures) and rendered to either format, so markdown and HTML
+always say the same thing.
+
+The directory is built in a temporary sibling (`.tmp-<name>-<random>`) and swapped into place only
+when complete: a crash or a failing plot leaves the previous report (or nothing), never half of one.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from runlib.audit import AuditResult
+from runlib.audit.render import plots
+from runlib.audit.render.json_view import to_dict
+from runlib.spec.units import format_count
+
+Format = Literal["markdown", "html"]
+FILE_NAMES: dict[str, str] = {"markdown": "audit.md", "html": "audit.html"}
+GIB = 2**30
+
+
+def default_report_dir(result: AuditResult) -> Path:
+    return Path("reports") / result.spec.name
+
+
+def write_report(result: AuditResult, out_dir: Path, fmt: Format = "markdown") -> Path:
+    """Write the report directory `out_dir` (plots + audit.md or audit.html); returns out_dir.
+
+    An existing out_dir is replaced only once the new report is complete.
+    """
+    if fmt not in FILE_NAMES:
+        raise ValueError(f"unknown report format {fmt!r}: expected one of {', '.join(FILE_NAMES)}")
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private (0700); a report is meant to be shared
+        plots.write_plots(result.plan, tmp)
+        blocks = build_blocks(result)
+        text = render_markdown(blocks) if fmt == "markdown" else render_html(blocks, f"Audit: {result.spec.name}")
+        (tmp / FILE_NAMES[fmt]).write_text(text, encoding="utf-8")
+        _swap_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _swap_into_place(tmp: Path, out_dir: Path) -> None:
+    """Replace out_dir by the finished tmp directory.
+
+    POSIX rename cannot replace a non-empty directory, so an old report is first renamed aside,
+    then removed once the new one is in place (and put back if the second rename fails).
+    """
+    if not out_dir.exists() and not out_dir.is_symlink():
+        os.replace(tmp, out_dir)
+        return
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        raise FileExistsError(f"{out_dir} exists and is not a report directory")
+    old = Path(tempfile.mkdtemp(prefix=f".old-{out_dir.name}-", dir=out_dir.parent))
+    os.replace(out_dir, old)  # an empty directory may be replaced by rename
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# --- content -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: list[tuple[Any, ...]]  # cells: str, or Code for literal text (codes, spec paths)
+
+
+@dataclass(frozen=True)
+class Code:
+    text: str
+
+
+@dataclass(frozen=True)
+class Image:
+    file: str
+    title: str
+    caption: str
+
+
+Block = Heading | Para | Table | Image
+
+
+def _count(x: float | None, unit: str = "") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{format_count(x)}{unit}"
+
+
+def _float(x: float | None, fmt: str = ".3g") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return format(x, fmt)
+
+
+def _gib(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x / GIB:.1f} GiB"
+
+
+def _epochs(e: float | None, available: Any) -> str:
+    if available is None:
+        return "unknown"
+    if e is None:
+        return "∞ (none available)"
+    return f"{e:.2f}"
+
+
+def _location(f: dict[str, Any]) -> Code:
+    return Code(f"{f['path']}:{f['line']}" if f.get("line") else f["path"] or "(spec)")
+
+
+def build_blocks(result: AuditResult) -> list[Block]:
+    """The report's content, format-neutral."""
+    d = to_dict(result)
+    return [
+        *_header(result, d),
+        *_derived(result, d["derived"]),
+        *_phases(d["derived"]),
+        *_sources(d["derived"]),
+        *_findings(d),
+        *_ignored(d),
+        *_figures(),
+    ]
+
+
+def _header(result: AuditResult, d: dict[str, Any]) -> list[Block]:
+    s = d["summary"]
+    strict = result.exit_code(strict=True)
+    status = f"exit status {d['exit_code']}" + (f" ({strict} with --strict)" if strict != d["exit_code"] else "")
+    verdict = "FAIL" if d["exit_code"] else "PASS"
+    return [
+        Heading(1, f"Audit report: {d['name']}"),
+        Para(f"Spec file: {d['file']} · runlib {d['runlib_version']}"),
+        Para(
+            f"{verdict}: {s['error']} errors, {s['warning']} warnings, {s['info']} info; "
+            f"{len(d['ignored'])} silenced; {status}."
+        ),
+    ]
+
+
+def _derived(result: AuditResult, dv: dict[str, Any]) -> list[Block]:
+    p, fl, refs, acc, sched = dv["params"], dv["flops"], dv["references"], dv["accelerator"], dv["schedule"]
+    budget = result.spec.budget
+    batch = dv["phases"][0]["tokens_per_step"] if dv["phases"] else None
+    tpp = refs["tokens_per_param"]
+    rows: list[tuple[Any, ...]] = [
+        (
+            "Parameters",
+            f"{_count(p['total'])} total; {_count(p['embedding'])} embedding, {_count(p['non_embedding'])} non-embedding",
+        ),
+        ("Training tokens", f"{_count(dv['tokens_total'])} ({dv['tokens_total']:,})"),
+        ("Optimizer steps", f"{dv['steps_total']:,}"),
+        (
+            "Training FLOPs",
+            f"{_float(fl['total'])} ({fl['convention']}); 6ND {_float(fl['kaplan_6nd'])}, causal {_float(fl['megatron_causal'])}",
+        ),
+        (
+            "GPU-hours",
+            _float(dv["gpu_hours"], ",.1f")
+            + (f" (budget {budget.gpu_hours:,})" if budget.gpu_hours is not None else ""),
+        ),
+        (
+            "Wall-clock days",
+            _float(dv["wall_days"], ",.2f") + (f" (budget {budget.days:g})" if budget.days is not None else ""),
+        ),
+        ("Devices", f"{dv['devices']} × {acc['key']} ({acc['memory_gib']:g} GiB), MFU {acc['mfu']:g}"),
+        ("Data-parallel degree", str(dv["data_parallel"])),
+        ("Tokens per parameter", f"{_float(tpp, '.1f')} (Chinchilla ≈ {refs['chinchilla_tokens_per_param']:g})"),
+        (
+            "Compute-optimal size (Besiroglu refit)",
+            f"{_count(refs['optimal_params'])} params, {_count(refs['optimal_tokens'])} tokens",
+        ),
+        (
+            "Compute-optimal batch (DeepSeek)",
+            f"{_count(refs['optimal_batch_tokens'])} tokens; this run {_count(batch)}",
+        ),
+        ("Compute-optimal peak LR (DeepSeek)", f"{_float(refs['optimal_lr'])}; this run {_float(sched['peak_lr'])}"),
+        ("Predicted loss (refit)", _float(refs["predicted_loss"], ".3f")),
+        (
+            "LR schedule",
+            f"{sched['kind']}, peak {_float(sched['peak_lr'])}, floor {_float(sched['floor_lr'])}, warmup {_count(sched['warmup_tokens'])} tokens",
+        ),
+    ]
+    return [Heading(2, "Derived quantities"), Table(("Quantity", "Value"), rows)]
+
+
+def _phases(dv: dict[str, Any]) -> list[Block]:
+    device = dv["accelerator"]["memory_gib"] * GIB
+    rows = []
+    for ph in dv["phases"]:
+        per_step = list(dict.fromkeys(g["tokens_per_step"] for g in ph["segments"]))  # a ramp inside the phase: a -> b
+        mem = ph["memory_bytes_per_device"]
+        share = f" ({mem / device:.0%})" if mem is not None and device else ""
+        rows.append(
+            (
+                ph["name"],
+                ph["kind"],
+                f"{_count(ph['start_tokens'])} – {_count(ph['end_tokens'])}",
+                f"{ph['steps']:,}",
+                " → ".join(_count(t) for t in per_step),
+                str(ph["seq_len"]),
+                f"{ph['rope_theta']:g}",
+                f"{_float(ph['lr_start'])} → {_float(ph['lr_end'])}",
+                _gib(mem) + share,
+            )
+        )
+    headers = ("Phase", "Kind", "Tokens", "Steps", "Tokens/step", "seq_len", "rope_theta", "LR", "Memory/device")
+    if not rows:
+        return [Heading(2, "Phases"), Para("No phases.")]
+    return [Heading(2, "Phases"), Table(headers, rows)]
+
+
+def _sources(dv: dict[str, Any]) -> list[Block]:
+    rows = [
+        (
+            s["name"],
+            _count(s["tokens_available"]) if s["tokens_available"] is not None else "unknown",
+            _count(s["tokens_used"]),
+            _epochs(s["epochs"], s["tokens_available"]),
+        )
+        for s in dv["sources"]
+    ]
+    if not rows:
+        return [Heading(2, "Sources"), Para("No sources.")]
+    return [Heading(2, "Sources"), Table(("Source", "Available tokens", "Used tokens", "Epochs"), rows)]
+
+
+def _findings(d: dict[str, Any]) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Findings")]
+    if not d["findings"]:
+        return [*blocks, Para("No findings.")]
+    for severity, title in (("error", "Errors"), ("warning", "Warnings"), ("info", "Info")):
+        group = [f for f in d["findings"] if f["severity"] == severity]
+        if group:
+            rows = [(Code(f["code"]), _location(f), f["message"], f["fix"]) for f in group]
+            blocks += [Heading(3, f"{title} ({len(group)})"), Table(("Code", "Where", "Message", "Fix"), rows)]
+    return blocks
+
+
+def _ignored(d: dict[str, Any]) -> list[Block]:
+    if not d["ignored"]:
+        return [Heading(2, "Silenced findings"), Para("None: audit.ignore silenced no finding.")]
+    rows = [(Code(f["code"]), f["severity"], _location(f), f["message"], f["reason"]) for f in d["ignored"]]
+    return [Heading(2, "Silenced findings"), Table(("Code", "Severity", "Where", "Message", "Reason"), rows)]
+
+
+def _figures() -> list[Block]:
+    return [Heading(2, "Plots"), *(Image(file, title, caption) for file, title, caption in plots.PLOTS)]
+
+
+# --- renderers -----------------------------------------------------------------------------------
+
+
+def _md_text(text: str) -> str:
+    """Plain markdown text: one line, no live HTML, no table-breaking pipes."""
+    text = " ".join(str(text).split())
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def _md_cell(cell: Any) -> str:
+    if isinstance(cell, Code):
+        text = " ".join(cell.text.split()).replace("|", "\\|")
+        fence = "``" if "`" in text else "`"
+        return f"{fence}{text}{fence}"
+    return _md_text(cell)
+
+
+def render_markdown(blocks: list[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out += ["#" * b.level + " " + _md_text(b.text), ""]
+        elif isinstance(b, Para):
+            out += [_md_text(b.text), ""]
+        elif isinstance(b, Table):
+            out.append("| " + " | ".join(_md_text(h) for h in b.headers) + " |")
+            out.append("|" + "|".join("---" for _ in b.headers) + "|")
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out.append("")
+        elif isinstance(b, Image):
+            out += [
+                f"### {_md_text(b.title)}",
+                "",
+                f"![{_md_text(b.title)}]({b.file})",
+                "",
+                f"*{_md_text(b.caption)}*",
+                "",
+            ]
+    return "\n".join(out).rstrip() + "\n"
+
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1100px; margin: 2em auto;
+       padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6em; border-bottom: 2px solid #ddd; padding-bottom: .2em; }
+h2 { font-size: 1.3em; margin-top: 1.8em; border-bottom: 1px solid #eee; }
+h3 { font-size: 1.1em; }
+table { border-collapse: collapse; margin: .6em 0; font-size: .92em; }
+th, td { border: 1px solid #ddd; padding: .3em .6em; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+tr:nth-child(even) td { background: #fafafa; }
+code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .95em; background: #f2f2f2;
+       padding: 0 .2em; border-radius: 3px; }
+figure { margin: 1.2em 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: .9em; }
+""".strip()
+
+
+def _html_cell(cell: Any) -> str:
+    if isinstance(cell, Code):
+        return f"<code>{html.escape(cell.text)}</code>"
+    return html.escape(str(cell))
+
+
+def render_html(blocks: list[Block], title: str) -> str:
+    """A self-contained page: inline CSS, no script, images by relative file name."""
+    body: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            body.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            body.append(f"<p>{html.escape(b.text)}</p>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
+            rows = "\n".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+            body.append(f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>")
+        elif isinstance(b, Image):
+            body.append(
+                f"<figure>\n<h3>{html.escape(b.title)}</h3>\n"
+                f'<img src="{html.escape(b.file, quote=True)}" alt="{html.escape(b.title, quote=True)}">\n'
+                f"<figcaption>{html.escape(b.caption)}</figcaption>\n</figure>"
+            )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )

@@ -1,0 +1,155 @@
+"""The markdown/HTML report: complete content, valid plots, escaped user text, atomic writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runlib.audit import AuditResult, audit, audit_loaded
+from runlib.audit.cases import BASE_SPEC, case_data
+from runlib.audit.render import plots, report
+from runlib.audit.render.report import default_report_dir, write_report
+from runlib.spec import load_spec, validate_data
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLOT_FILES = [name for name, _, _ in plots.PLOTS]
+DOC = {"markdown": "audit.md", "html": "audit.html"}
+
+
+@pytest.fixture(scope="module")
+def base_result() -> AuditResult:
+    return audit_loaded(load_spec(BASE_SPEC))
+
+
+def patched(patch: dict) -> AuditResult:
+    return audit(validate_data(case_data(patch)).spec)
+
+
+def assert_plots(out: Path) -> None:
+    assert sorted(PLOT_FILES) == sorted(["lr.png", "tokens_per_step.png", "mixture.png", "memory.png", "epochs.png"])
+    for name in PLOT_FILES:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC, name
+        assert len(data) > 5_000, f"{name} is suspiciously small ({len(data)} bytes)"
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "html"])
+def test_report_has_plots_and_every_name(base_result: AuditResult, tmp_path: Path, fmt: str) -> None:
+    out = write_report(base_result, tmp_path / "rep", fmt)
+    assert out == tmp_path / "rep"
+    assert_plots(out)
+    text = (out / DOC[fmt]).read_text(encoding="utf-8")
+    spec = base_result.spec
+    assert spec.name in text
+    for phase in spec.phases:
+        assert phase.name in text
+    for source in spec.data.sources:
+        assert source in text
+    for f in base_result.findings:
+        assert f.code in text
+    for name in PLOT_FILES:
+        assert name in text  # referenced by relative file name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no temp dir left behind
+
+
+def test_html_is_self_contained(base_result: AuditResult, tmp_path: Path) -> None:
+    text = (write_report(base_result, tmp_path / "rep", "html") / "audit.html").read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert "<style>" in text
+    assert "<script" not in text.lower()
+    assert "http://" not in text and "https://" not in text
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "html"])
+def test_findings_and_silenced_findings_are_listed(tmp_path: Path, fmt: str) -> None:
+    fp16 = {"precision.compute": "fp16", "precision.loss_scaling": "none"}
+    result = patched(fp16)
+    assert "PREC001" in [f.code for f in result.findings]
+    text = (write_report(result, tmp_path / "a", fmt) / DOC[fmt]).read_text(encoding="utf-8")
+    assert "PREC001" in text
+    assert "exit status 1" in text
+
+    silenced = patched({**fp16, "audit.ignore": {"PREC001": "deliberate fp16 ablation"}})
+    assert [i.finding.code for i in silenced.ignored] == ["PREC001"]
+    text = (write_report(silenced, tmp_path / "b", fmt) / DOC[fmt]).read_text(encoding="utf-8")
+    assert "PREC001" in text and "deliberate fp16 ablation" in text
+
+
+def test_html_escapes_user_text(tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script>"
+    result = patched({"phases[0].mixture": {"web": 0.7, "code": 0.2, evil: 0.1}})
+    assert any(evil in f.message for f in result.findings)  # the source name reaches a finding message
+    out = write_report(result, tmp_path / "rep", "html")
+    text = (out / "audit.html").read_text(encoding="utf-8")
+    assert evil not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    md = (write_report(result, tmp_path / "md", "markdown") / "audit.md").read_text(encoding="utf-8")
+    assert f"'{evil}'" not in md  # no live HTML in markdown text (code spans are literal anyway)
+    assert_plots(out)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"phases": [{"name": "only", "kind": "foundation", "tokens": "100%", "mixture": {"web": 1.0}}]},
+        {"phases": [{"name": "only", "kind": "foundation", "tokens": "0 tokens", "mixture": {"web": 1.0}}]},
+        {"data.sources.code.tokens": 0, "data.sources.web.tokens": None, "phases[0].mixture": {"web": 0.7, "x": 0.3}},
+        {"phases": []},
+    ],
+    ids=["one-phase", "zero-tokens", "unknown-and-empty-sources", "no-phases"],
+)
+def test_degenerate_plans_still_report(tmp_path: Path, patch: dict) -> None:
+    result = patched(patch)
+    out = write_report(result, tmp_path / "rep", "html")
+    for name in PLOT_FILES:
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    text = (out / "audit.html").read_text(encoding="utf-8")
+    for s in result.plan.sources:
+        assert s.name in text
+    if any(s.tokens_available is None for s in result.plan.sources):
+        assert "unknown" in text
+
+
+def test_failed_write_leaves_nothing(base_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(plan, path):
+        raise RuntimeError("plot failed")
+
+    monkeypatch.setattr(plots, "plot_epochs", boom)  # the last plot: the others are already written
+    with pytest.raises(RuntimeError, match="plot failed"):
+        write_report(base_result, tmp_path / "rep", "markdown")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_rewrite_keeps_previous_report(
+    base_result: AuditResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = write_report(base_result, tmp_path / "rep", "markdown")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def boom(blocks):
+        raise RuntimeError("render failed")
+
+    monkeypatch.setattr(report, "render_markdown", boom)
+    with pytest.raises(RuntimeError, match="render failed"):
+        write_report(base_result, out, "markdown")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_rewrite_replaces_previous_report(base_result: AuditResult, tmp_path: Path) -> None:
+    out = write_report(base_result, tmp_path / "rep", "markdown")
+    (out / "stale.txt").write_text("from an older report")
+    write_report(base_result, out, "html")
+    assert sorted(p.name for p in out.iterdir()) == sorted([*PLOT_FILES, "audit.html"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+
+
+def test_unknown_format_is_rejected(base_result: AuditResult, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="format"):
+        write_report(base_result, tmp_path / "rep", "pdf")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_report_dir(base_result: AuditResult) -> None:
+    assert default_report_dir(base_result) == Path("reports") / "case-base"
