@@ -160,7 +160,7 @@ def derive(spec: RunSpec) -> Plan:
     attn_width = spec.model.heads * head_dim(spec.model)
     phases: list[PhasePlan] = []
     used: dict[str, float] = {name: 0.0 for name in spec.data.sources}
-    for s, span in zip(settings, spans):
+    for s, span in zip(settings, spans, strict=False):
         per_token = F.flops_per_token(params.matmul, spec.model.layers, attn_width, s.seq_len)
         weights_total = sum(s.phase.mixture.values()) or 1.0
         source_tokens = {k: span.tokens * w / weights_total for k, w in s.phase.mixture.items()}

@@ -82,7 +82,7 @@ def test_lr_within_floor_and_peak_and_continuous_across_phases(patch, fractions)
         assert -1e-15 <= lr <= s.peak_lr * (1 + 1e-12)
         if f * plan.tokens_total >= s.warmup_tokens:
             assert lr >= s.floor_lr * (1 - 1e-12)
-    for before, after in zip(plan.phases, plan.phases[1:]):
+    for before, after in zip(plan.phases, plan.phases[1:], strict=False):
         assert before.lr_end == after.lr_start
     eps = max(plan.tokens_total * 1e-9, 1.0)
     for p in plan.phases[1:]:  # no jump at a boundary (a zero-length decay is a deliberate step)
@@ -96,7 +96,7 @@ def test_lr_within_floor_and_peak_and_continuous_across_phases(patch, fractions)
 def test_memory_grows_with_micro_batch(patch, extra):
     small = plan_of(patch)
     larger = plan_of({**patch, "batch.micro_batch": patch["batch.micro_batch"] + extra})
-    for a, b in zip(small.phases, larger.phases):
+    for a, b in zip(small.phases, larger.phases, strict=False):
         if a.settings.batch_overridden:
             continue
         assert b.memory.total > a.memory.total

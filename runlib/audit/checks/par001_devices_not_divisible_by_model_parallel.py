@@ -1,0 +1,104 @@
+"""PAR001: devices not divisible by tensor * pipeline * context.
+
+Why it matters:
+    The data-parallel degree is devices / (tensor * pipeline * context). When that does not divide,
+    frameworks refuse to start (Megatron-LM arguments.py validate_args: world_size % (tp*pp*cp) == 0;
+    torchtitan parallel_dims.py checks that the degrees multiply to the world size) or, in
+    hand-written launchers, the leftover devices sit idle while every plan number is off.
+
+Flagged:
+    hardware: {nodes: 1, devices_per_node: 8}
+    parallelism: {tensor: 3}              # 8 devices / 3 = 2.67 data-parallel replicas
+
+Preferred:
+    hardware: {nodes: 1, devices_per_node: 8}
+    parallelism: {tensor: 2}              # dp = 4
+
+How to fix:
+    Choose tensor, pipeline and context degrees whose product divides nodes * devices_per_node (the
+    finding lists the products that do), or change the device count. Phases that override the
+    parallel layout are checked with their own degrees.
+"""
+
+from collections.abc import Iterator
+
+from runlib.audit.registry import Context, Finding, case
+
+CODE = "PAR001"
+NAME = "devices-not-divisible-by-model-parallel"
+SEVERITY = "error"
+FIELDS = ("tensor", "pipeline", "context")
+
+
+def _who(names: list[str], total: int) -> str:
+    if not names:
+        return "the global layout (no phase uses it)"
+    if total > 1 and len(names) == total:
+        return "all phases"
+    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
+
+
+def _overridden(phase) -> list[str]:
+    par = phase.parallelism
+    return [f for f in FIELDS if par is not None and getattr(par, f) is not None]
+
+
+def _nearby_divisors(n: int, around: int) -> list[int]:
+    """Divisors of n (> 1) between around / 2 and 2 * around, at most 6."""
+    low, high = max(2, around // 2), min(n, 2 * around, around // 2 + 100_000)
+    return [d for d in range(low, high + 1) if n % d == 0][:6]
+
+
+def _problem(devices: int, tensor: int, pipeline: int, context: int) -> tuple[str, str] | None:
+    product = tensor * pipeline * context
+    if product <= 0 or devices % product == 0:
+        return None
+    dp = devices // product
+    idle = devices - dp * product
+    options = _nearby_divisors(devices, product)
+    message = (
+        f"{devices} devices are not divisible by tensor {tensor} x pipeline {pipeline} x context {context} = {product}: "
+        f"the data-parallel degree would be {devices / product:.3g}"
+        + (f" ({idle} devices idle)" if dp >= 1 else " (fewer devices than one model replica needs)")
+    )
+    hint = f" (products that divide {devices}: {', '.join(map(str, options))})" if options else ""
+    fix = f"choose tensor * pipeline * context dividing {devices}{hint}, or use a device count that is a multiple of {product}"
+    return message, fix
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    spec = ctx.spec
+    devices = spec.hardware.nodes * spec.hardware.devices_per_node
+    phases = ctx.plan.phases
+    global_names = []
+    for p in phases:
+        fields = _overridden(p.settings.phase)
+        if not fields:
+            global_names.append(p.name)
+            continue
+        par = p.settings.parallelism
+        problem = _problem(devices, par.tensor, par.pipeline, par.context)
+        if problem:
+            path = f"phases[{p.settings.index}].parallelism" + (f".{fields[0]}" if len(fields) == 1 else "")
+            yield ctx.finding(path, f"phase {p.name!r}: {problem[0]}", problem[1])
+    if global_names or not phases:
+        par = spec.parallelism
+        problem = _problem(devices, par.tensor, par.pipeline, par.context)
+        if problem:
+            above_one = [f for f in FIELDS if getattr(par, f) > 1]
+            path = "parallelism" + (f".{above_one[0]}" if len(above_one) == 1 else "")
+            yield ctx.finding(path, f"{_who(global_names, len(phases))}: {problem[0]}", problem[1])
+
+
+PASS = [
+    {},
+    {"parallelism.tensor": 2, "parallelism.pipeline": 2, "parallelism.context": 2},
+    {"hardware.nodes": 3, "parallelism.tensor": 8},
+    {"parallelism.tensor": 3, **{f"phases[{i}].parallelism": {"tensor": 2} for i in range(4)}},
+]
+FAIL = [
+    case({"parallelism.tensor": 3}, "error"),
+    case({"hardware.nodes": 2, "parallelism.pipeline": 2, "parallelism.context": 3}, "error"),
+    case({"phases[2].parallelism": {"context": 3}}, "error"),
+    case({"hardware.devices_per_node": 2, "parallelism.tensor": 4}, "error"),
+]

@@ -1,0 +1,90 @@
+"""PAR006: tensor parallelism spans more than one node.
+
+Why it matters:
+    Tensor parallelism all-reduces activations several times in every layer, forward and backward;
+    that traffic needs the intra-node links (NVLink, Infinity Fabric). Across nodes it runs over
+    the much slower network and dominates the step time. Narayanan et al. 2021 (arXiv 2104.04473,
+    takeaway #1) use tensor parallelism up to the devices of one server and pipeline (and data)
+    parallelism across servers.
+
+Flagged:
+    hardware: {nodes: 4, devices_per_node: 8}
+    parallelism: {tensor: 16}
+
+Preferred:
+    hardware: {nodes: 4, devices_per_node: 8}
+    parallelism: {tensor: 8, pipeline: 2}
+
+How to fix:
+    Keep tensor <= devices_per_node (the finding gives it) and move the rest of the model split to
+    pipeline (or use sharding: fsdp), or use nodes with more devices.
+"""
+
+from collections.abc import Iterator
+
+from runlib.audit.registry import Context, Finding, case
+
+CODE = "PAR006"
+NAME = "tensor-parallel-across-nodes"
+SEVERITY = "warning"
+
+
+def _who(names: list[str], total: int) -> str:
+    if not names:
+        return "the global layout (no phase uses it)"
+    if total > 1 and len(names) == total:
+        return "all phases"
+    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
+
+
+def _problem(tensor: int, per_node: int) -> tuple[str, str] | None:
+    if tensor <= per_node:
+        return None
+    message = (
+        f"tensor {tensor} > {per_node} devices per node: each tensor-parallel group spans "
+        f"{-(-tensor // per_node)} nodes and its per-layer all-reduces cross the network"
+    )
+    pipeline = -(-tensor // per_node)
+    fix = f"use tensor <= {per_node} and split the rest over pipeline (e.g. tensor {per_node}, pipeline {pipeline}) or fsdp sharding"
+    return message, fix
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    per_node = ctx.spec.hardware.devices_per_node
+    phases = ctx.plan.phases
+    global_names = []
+    for p in phases:
+        par = p.settings.phase.parallelism
+        if par is None or par.tensor is None:
+            global_names.append(p.name)
+            continue
+        problem = _problem(p.settings.parallelism.tensor, per_node)
+        if problem:
+            yield ctx.finding(
+                f"phases[{p.settings.index}].parallelism.tensor",
+                f"phase {p.name!r}: {problem[0]}",
+                problem[1],
+                value=per_node,
+            )
+    if global_names or not phases:
+        problem = _problem(ctx.spec.parallelism.tensor, per_node)
+        if problem:
+            yield ctx.finding(
+                "parallelism.tensor", f"{_who(global_names, len(phases))}: {problem[0]}", problem[1], value=per_node
+            )
+
+
+PASS = [
+    {},
+    {"hardware.nodes": 2, "hardware.devices_per_node": 4, "parallelism.tensor": 4},
+    {
+        "hardware.nodes": 2,
+        "hardware.devices_per_node": 4,
+        "parallelism.tensor": 8,
+        **{f"phases[{i}].parallelism": {"tensor": 4} for i in range(4)},
+    },
+]
+FAIL = [
+    case({"hardware.nodes": 4, "hardware.devices_per_node": 2, "parallelism.tensor": 4}, "warning"),
+    case({"hardware.nodes": 2, "hardware.devices_per_node": 4, "phases[2].parallelism": {"tensor": 8}}, "warning"),
+]

@@ -1,0 +1,82 @@
+"""SCHED001: warmup as long as the run, or warmup + decay longer than the run.
+
+Why it matters:
+    A warmup that does not end before the run ends never reaches the peak LR; with WSD, a final
+    decay that overlaps the warmup never trains at the peak either and is cut short. Megatron-LM
+    asserts lr_warmup_steps < lr_decay_steps (megatron/core/optimizer_param_scheduler.py),
+    torchtitan warns and clamps warmup and warmup + decay to the run (components/optimizer/
+    lr_scheduler.py), LitGPT warns on warmup >= max_steps, and prime-rl crashed on
+    warmup_steps == max_steps (PrimeIntellect-ai/prime-rl issue #968). The WSD clause applies to
+    WSD only: a cosine or linear decay longer than the run is SCHED002's finding.
+
+Flagged:
+    schedule: {kind: wsd, warmup: 50%, decay: 60%}
+
+Preferred:
+    schedule: {kind: wsd, warmup: 1%, decay: 10%}
+
+How to fix:
+    Shorten the warmup (typically 0.1-2% of the run) and, with WSD, the decay so that warmup +
+    decay fits in the run; the finding gives both durations in tokens and steps.
+"""
+
+from collections.abc import Iterator
+
+from runlib.audit.registry import Context, Finding, case
+from runlib.spec.units import Duration, format_count
+
+CODE = "SCHED001"
+NAME = "warmup-or-decay-too-long"
+SEVERITY = "error"
+
+
+def _both(ctx: Context, tokens: float) -> str:
+    """A token amount on this run's timeline, in tokens and in steps."""
+    steps = ctx.plan.duration_steps(Duration(tokens, "tokens"))
+    return f"{format_count(tokens)} tokens ({f'{steps:,.1f}'.removesuffix('.0')} steps)"
+
+
+def _stated(ctx: Context, duration: Duration | None, tokens: float) -> str:
+    if duration is None or duration.unit == "tokens":
+        return _both(ctx, tokens)
+    return f"{duration} = {_both(ctx, tokens)}"
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    plan = ctx.plan
+    schedule = ctx.spec.schedule
+    run = plan.schedule.run_tokens
+    if run <= 0:
+        return
+    one_step = max((seg.tokens_per_step for p in plan.phases for seg in p.span.segments), default=0)
+    warmup = plan.warmup_tokens or 0.0
+    if warmup >= run - one_step and warmup > 0:
+        yield ctx.finding(
+            "schedule.warmup",
+            f"warmup {_stated(ctx, schedule.warmup, warmup)} is not shorter than the run, {_both(ctx, run)}: "
+            "the LR never reaches its peak",
+            f"shorten the warmup to a small part of the run, e.g. 1% = {_both(ctx, 0.01 * run)}",
+        )
+        return
+    decay = plan.decay_tokens
+    if schedule.kind == "wsd" and decay is not None and warmup + decay > run + one_step:
+        fitting = max(0.0, run - warmup)
+        yield ctx.finding(
+            "schedule.decay",
+            f"warmup {schedule.warmup} + decay {schedule.decay} = {_both(ctx, warmup + decay)} exceeds the run, "
+            f"{_both(ctx, run)}: the decay starts while the LR is still warming up and never trains at the peak",
+            f"shorten the decay to at most the run minus the warmup, {_both(ctx, fitting)}; 10-20% of the run is typical",
+        )
+
+
+PASS = [
+    {},
+    {"schedule.warmup": "10%", "schedule.decay": "90%"},
+    {"schedule.kind": "cosine", "schedule.decay": "150%"},
+    {"schedule.warmup": "99%", "schedule.decay": "1%"},
+]
+FAIL = [
+    case({"schedule.warmup": "100%"}, "error"),
+    case({"schedule.warmup": "3000000000 tokens", "schedule.kind": "cosine", "schedule.decay": "__delete__"}, "error"),
+    case({"schedule.warmup": "50%", "schedule.decay": "60%"}, "error"),
+]

@@ -1,0 +1,99 @@
+"""SCHED002: a cosine or linear decay does not end at the run's end.
+
+Why it matters:
+    A cosine or linear schedule is tuned to its horizon. Ending the decay past the run's end
+    leaves the model at a high LR that was never annealed (Chinchilla, Hoffmann et al. 2022, arXiv
+    2203.15556: a cosine cycle longer than the run under-trains; Hägele et al. 2024, arXiv
+    2405.18392); ending it early trains the rest of the run at the floor. The classic cause is a
+    decay length copied from another run: nanoGPT's lr_decay_iters "should be ~= max_iters" is a
+    comment only (train.py), and NeMo-RL shipped a wrong Megatron train_iters (NVIDIA-NeMo/RL PR
+    #939). Tolerance: 1% of the run.
+
+Flagged:
+    schedule: {kind: cosine, warmup: 1%, decay: 50%}      # the LR reaches its floor halfway
+
+Preferred:
+    schedule: {kind: cosine, warmup: 1%}                  # decay omitted: until the run's end
+
+How to fix:
+    Omit schedule.decay (cosine and linear then decay until the run's end) or set it to the run
+    minus the warmup, which the finding gives.
+"""
+
+from collections.abc import Iterator
+
+from runlib.audit.registry import Context, Finding, case
+from runlib.spec.units import Duration, format_count
+
+CODE = "SCHED002"
+NAME = "decay-horizon-off-run-end"
+SEVERITY = "warning"
+TOLERANCE = 0.01  # of the run's tokens
+
+
+def _both(ctx: Context, tokens: float) -> str:
+    steps = ctx.plan.duration_steps(Duration(tokens, "tokens"))
+    return f"{format_count(tokens)} tokens ({f'{steps:,.1f}'.removesuffix('.0')} steps)"
+
+
+def _in_unit(ctx: Context, tokens: float, start_tokens: float, unit: str) -> str:
+    """`tokens` starting at `start_tokens`, written in the spec's unit."""
+    plan = ctx.plan
+    if unit == "percent" and ctx.spec.tokens > 0:
+        return f"{tokens / ctx.spec.tokens * 100:.6g}%"
+    if unit == "steps":
+        steps = plan.duration_steps(Duration(start_tokens + tokens, "tokens")) - plan.duration_steps(
+            Duration(start_tokens, "tokens")
+        )
+        return f"{round(steps)} steps"
+    return f"{round(tokens)} tokens"
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    schedule = ctx.plan.schedule
+    spec_schedule = ctx.spec.schedule
+    if spec_schedule.kind not in ("cosine", "linear") or spec_schedule.decay is None:
+        return
+    run = schedule.run_tokens
+    if run <= 0:
+        return
+    end = schedule.decay_end_tokens
+    gap = end - run
+    if abs(gap) <= TOLERANCE * run:
+        return
+    peak = schedule.peak_lr
+    final_lr = schedule.lr_at(run)
+    share = f" ({final_lr / peak:.0%} of the peak)" if peak > 0 else ""
+    if gap > 0:
+        message = (
+            f"the {spec_schedule.kind} decay (warmup {spec_schedule.warmup} + decay {spec_schedule.decay}) ends at "
+            f"{_both(ctx, end)}, {gap / run:.1%} past the run's end at {_both(ctx, run)}: the run ends at LR "
+            f"{final_lr:.3g}{share} instead of its floor {schedule.floor_lr:.3g}"
+        )
+    else:
+        message = (
+            f"the {spec_schedule.kind} decay (warmup {spec_schedule.warmup} + decay {spec_schedule.decay}) ends at "
+            f"{_both(ctx, end)}, {-gap / run:.1%} of the run before its end at {_both(ctx, run)}: the LR sits at its "
+            f"floor {schedule.floor_lr:.3g} for the last {_both(ctx, run - end)}"
+        )
+    warmup = schedule.warmup_tokens
+    value = _in_unit(ctx, max(0.0, run - warmup), warmup, spec_schedule.decay.unit)
+    yield ctx.finding(
+        "schedule.decay",
+        message,
+        f"omit schedule.decay ({spec_schedule.kind} then decays until the run's end) or set decay: {value} (the run minus the warmup)",
+        value=value,
+    )
+
+
+PASS = [
+    {},
+    {"schedule.kind": "cosine", "schedule.decay": "__delete__"},
+    {"schedule.kind": "cosine", "schedule.decay": "99.5%"},
+    {"schedule.kind": "wsd", "schedule.decay": "50%"},
+]
+FAIL = [
+    case({"schedule.kind": "cosine", "schedule.decay": "50%"}, "warning"),
+    case({"schedule.kind": "linear", "schedule.decay": "150%"}, "warning"),
+    case({"schedule.kind": "cosine", "schedule.decay": "4000 steps"}, "warning"),
+]
