@@ -16,7 +16,7 @@ from runlib.plan.timeline import PhaseSpan, build_timeline, step_at_tokens, toke
 from runlib.spec.models import RunSpec
 from runlib.spec.units import Duration
 
-VOCAB_PAD_MULTIPLE = 128  # Megatron's make_vocab_size_divisible_by default (vocab_utils.py)
+VOCAB_PAD_MULTIPLE = 128  # Megatron's make_vocab_size_divisible_by default (vocab_utils.py), times tensor
 
 
 @dataclass(frozen=True)
@@ -127,16 +127,18 @@ def tokenizer_ids(spec: RunSpec) -> int:
     return (tok.vocab_size or 0) + tok.reserved_tokens + len(set(tok.domain_tokens))
 
 
-def vocab_rows(spec: RunSpec) -> int:
+def vocab_rows(spec: RunSpec, max_tensor: int = 1) -> int:
+    """model.vocab_size, or the tokenizer's ids padded to a multiple of lcm(128, 64 * tensor)."""
     if spec.model.vocab_size:
         return spec.model.vocab_size
-    return math.ceil(tokenizer_ids(spec) / VOCAB_PAD_MULTIPLE) * VOCAB_PAD_MULTIPLE
+    multiple = math.lcm(VOCAB_PAD_MULTIPLE, 64 * max_tensor)
+    return math.ceil(tokenizer_ids(spec) / multiple) * multiple
 
 
 def derive(spec: RunSpec) -> Plan:
     accelerator = resolve(spec.hardware.accelerator, spec.hardware.memory_gib, spec.hardware.peak_tflops)
-    rows = vocab_rows(spec)
     settings = all_phase_settings(spec)
+    rows = vocab_rows(spec, max([s.parallelism.tensor for s in settings] + [spec.parallelism.tensor]))
     max_seq = max([s.seq_len for s in settings] + [spec.model.seq_len])
     params = count_params(spec.model, rows, max_seq)
     spans = build_timeline(spec, settings)
@@ -153,6 +155,10 @@ def derive(spec: RunSpec) -> Plan:
 
     warmup = to_tokens(spec.schedule.warmup) or 0.0
     decay = to_tokens(spec.schedule.decay)
+    if spec.schedule.kind == "wsd" and spec.schedule.decay is not None and spec.schedule.decay.unit == "steps":
+        # a WSD decay runs over the run's last N steps: count them back from the end
+        end_step = spans[-1].end_step if spans else 0
+        decay = run_tokens - tokens_at_step(spans, max(0.0, end_step - spec.schedule.decay.amount))
     schedule = build_schedule(spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens)
 
     peak = (accelerator.peak_tflops.get(spec.precision.compute) or accelerator.peak_tflops.get("fp32") or 0.0) * 1e12

@@ -299,7 +299,7 @@ class OptimizerSpec(SpecModel):
     weight_decay: float = Field(0.1, ge=0)
     """Weight decay (not applied to norms and biases)."""
     grad_clip: float | None = Field(1.0, ge=0)
-    """Clip the global gradient norm to this value; 0 or omitted: no clipping."""
+    """Clip the global gradient norm to this value (default 1.0); 0 or null: no clipping."""
     z_loss: float = Field(0.0, ge=0)
     """Coefficient of the z-loss (log Z squared) on the output logits."""
 

@@ -42,7 +42,9 @@ def check(ctx: Context) -> Iterator[Finding]:
             yield ctx.finding(
                 f"phases[{i}].mixture",
                 f"phase {phase.name!r} mixture weights sum to {total:.6g}, not 1",
-                f"use the normalized weights {normalized}" if normalized else "give at least one source a positive weight",
+                f"use the normalized weights {normalized}"
+                if normalized
+                else "give at least one source a positive weight",
                 value=normalized,
             )
 

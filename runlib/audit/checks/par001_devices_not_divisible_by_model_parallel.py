@@ -22,20 +22,13 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import who
 from runlib.audit.registry import Context, Finding, case
 
 CODE = "PAR001"
 NAME = "devices-not-divisible-by-model-parallel"
 SEVERITY = "error"
 FIELDS = ("tensor", "pipeline", "context")
-
-
-def _who(names: list[str], total: int) -> str:
-    if not names:
-        return "the global layout (no phase uses it)"
-    if total > 1 and len(names) == total:
-        return "all phases"
-    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
 
 
 def _overridden(phase) -> list[str]:
@@ -87,7 +80,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         if problem:
             above_one = [f for f in FIELDS if getattr(par, f) > 1]
             path = "parallelism" + (f".{above_one[0]}" if len(above_one) == 1 else "")
-            yield ctx.finding(path, f"{_who(global_names, len(phases))}: {problem[0]}", problem[1])
+            yield ctx.finding(path, f"{who(global_names, len(phases))}: {problem[0]}", problem[1])
 
 
 PASS = [

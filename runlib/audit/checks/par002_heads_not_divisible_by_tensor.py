@@ -23,19 +23,12 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import overrides_parallelism, split_by_override, who
 from runlib.audit.registry import Context, Finding, case
 
 CODE = "PAR002"
 NAME = "heads-not-divisible-by-tensor"
 SEVERITY = "error"
-
-
-def _who(names: list[str], total: int) -> str:
-    if not names:
-        return "the global layout (no phase uses it)"
-    if total > 1 and len(names) == total:
-        return "all phases"
-    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
 
 
 def _ok(heads: int, kv: int, tensor: int) -> bool:
@@ -59,12 +52,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     model = ctx.spec.model
     heads, kv = model.heads, model.kv_heads or model.heads
     phases = ctx.plan.phases
-    global_names = []
-    for p in phases:
-        par = p.settings.phase.parallelism
-        if par is None or par.tensor is None:
-            global_names.append(p.name)
-            continue
+    own, global_names = split_by_override(ctx, overrides_parallelism("tensor"))
+    for p in own:
         problem = _problem(heads, kv, p.settings.parallelism.tensor)
         if problem:
             yield ctx.finding(
@@ -73,7 +62,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     if global_names or not phases:
         problem = _problem(heads, kv, ctx.spec.parallelism.tensor)
         if problem:
-            yield ctx.finding("parallelism.tensor", f"{_who(global_names, len(phases))}: {problem[0]}", problem[1])
+            yield ctx.finding("parallelism.tensor", f"{who(global_names, len(phases))}: {problem[0]}", problem[1])
 
 
 PASS = [

@@ -21,19 +21,12 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import overrides_parallelism, split_by_override, who
 from runlib.audit.registry import Context, Finding, case
 
 CODE = "PAR003"
 NAME = "layers-not-divisible-by-pipeline"
 SEVERITY = "error"
-
-
-def _who(names: list[str], total: int) -> str:
-    if not names:
-        return "the global layout (no phase uses it)"
-    if total > 1 and len(names) == total:
-        return "all phases"
-    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
 
 
 def _problem(layers: int, pipeline: int) -> tuple[str, str] | None:
@@ -53,12 +46,8 @@ def _problem(layers: int, pipeline: int) -> tuple[str, str] | None:
 def check(ctx: Context) -> Iterator[Finding]:
     layers = ctx.spec.model.layers
     phases = ctx.plan.phases
-    global_names = []
-    for p in phases:
-        par = p.settings.phase.parallelism
-        if par is None or par.pipeline is None:
-            global_names.append(p.name)
-            continue
+    own, global_names = split_by_override(ctx, overrides_parallelism("pipeline"))
+    for p in own:
         problem = _problem(layers, p.settings.parallelism.pipeline)
         if problem:
             yield ctx.finding(
@@ -67,7 +56,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     if global_names or not phases:
         problem = _problem(layers, ctx.spec.parallelism.pipeline)
         if problem:
-            yield ctx.finding("parallelism.pipeline", f"{_who(global_names, len(phases))}: {problem[0]}", problem[1])
+            yield ctx.finding("parallelism.pipeline", f"{who(global_names, len(phases))}: {problem[0]}", problem[1])
 
 
 PASS = [{}, {"parallelism.pipeline": 4}, {"hardware.nodes": 3, "parallelism.pipeline": 3}]

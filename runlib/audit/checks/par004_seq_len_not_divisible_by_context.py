@@ -22,19 +22,12 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import who
 from runlib.audit.registry import Context, Finding, case
 
 CODE = "PAR004"
 NAME = "seq-len-not-divisible-by-context"
 SEVERITY = "error"
-
-
-def _who(names: list[str], total: int) -> str:
-    if not names:
-        return "the global layout (no phase uses it)"
-    if total > 1 and len(names) == total:
-        return "all phases"
-    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
 
 
 def _problem(seq_len: int, context: int) -> tuple[str, str, int] | None:
@@ -71,7 +64,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     if global_names or not phases:
         problem = _problem(spec.model.seq_len, spec.parallelism.context)
         if problem:
-            yield ctx.finding("parallelism.context", f"{_who(global_names, len(phases))}: {problem[0]}", problem[1])
+            yield ctx.finding("parallelism.context", f"{who(global_names, len(phases))}: {problem[0]}", problem[1])
 
 
 PASS = [

@@ -22,19 +22,12 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import overrides_parallelism, split_by_override, who
 from runlib.audit.registry import Context, Finding, case
 
 CODE = "PAR006"
 NAME = "tensor-parallel-across-nodes"
 SEVERITY = "warning"
-
-
-def _who(names: list[str], total: int) -> str:
-    if not names:
-        return "the global layout (no phase uses it)"
-    if total > 1 and len(names) == total:
-        return "all phases"
-    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
 
 
 def _problem(tensor: int, per_node: int) -> tuple[str, str] | None:
@@ -52,12 +45,8 @@ def _problem(tensor: int, per_node: int) -> tuple[str, str] | None:
 def check(ctx: Context) -> Iterator[Finding]:
     per_node = ctx.spec.hardware.devices_per_node
     phases = ctx.plan.phases
-    global_names = []
-    for p in phases:
-        par = p.settings.phase.parallelism
-        if par is None or par.tensor is None:
-            global_names.append(p.name)
-            continue
+    own, global_names = split_by_override(ctx, overrides_parallelism("tensor"))
+    for p in own:
         problem = _problem(p.settings.parallelism.tensor, per_node)
         if problem:
             yield ctx.finding(
@@ -70,7 +59,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         problem = _problem(ctx.spec.parallelism.tensor, per_node)
         if problem:
             yield ctx.finding(
-                "parallelism.tensor", f"{_who(global_names, len(phases))}: {problem[0]}", problem[1], value=per_node
+                "parallelism.tensor", f"{who(global_names, len(phases))}: {problem[0]}", problem[1], value=per_node
             )
 
 

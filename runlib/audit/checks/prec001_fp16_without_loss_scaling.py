@@ -38,6 +38,10 @@ def check(ctx: Context) -> Iterator[Finding]:
 
 PASS = [
     {},
-    {"precision.compute": "fp16", "precision.loss_scaling": "dynamic", "checkpoint.state": ["model", "optimizer", "scheduler", "rng", "data", "scaler"]},
+    {
+        "precision.compute": "fp16",
+        "precision.loss_scaling": "dynamic",
+        "checkpoint.state": ["model", "optimizer", "scheduler", "rng", "data", "scaler"],
+    },
 ]
 FAIL = [case({"precision.compute": "fp16", "precision.loss_scaling": "none"}, "error")]

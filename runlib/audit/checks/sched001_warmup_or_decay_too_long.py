@@ -22,24 +22,19 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import tokens_and_steps
 from runlib.audit.registry import Context, Finding, case
-from runlib.spec.units import Duration, format_count
+from runlib.spec.units import Duration
 
 CODE = "SCHED001"
 NAME = "warmup-or-decay-too-long"
 SEVERITY = "error"
 
 
-def _both(ctx: Context, tokens: float) -> str:
-    """A token amount on this run's timeline, in tokens and in steps."""
-    steps = ctx.plan.duration_steps(Duration(tokens, "tokens"))
-    return f"{format_count(tokens)} tokens ({f'{steps:,.1f}'.removesuffix('.0')} steps)"
-
-
 def _stated(ctx: Context, duration: Duration | None, tokens: float) -> str:
     if duration is None or duration.unit == "tokens":
-        return _both(ctx, tokens)
-    return f"{duration} = {_both(ctx, tokens)}"
+        return tokens_and_steps(ctx, tokens)
+    return f"{duration} = {tokens_and_steps(ctx, tokens)}"
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -53,9 +48,9 @@ def check(ctx: Context) -> Iterator[Finding]:
     if warmup >= run - one_step and warmup > 0:
         yield ctx.finding(
             "schedule.warmup",
-            f"warmup {_stated(ctx, schedule.warmup, warmup)} is not shorter than the run, {_both(ctx, run)}: "
+            f"warmup {_stated(ctx, schedule.warmup, warmup)} is not shorter than the run, {tokens_and_steps(ctx, run)}: "
             "the LR never reaches its peak",
-            f"shorten the warmup to a small part of the run, e.g. 1% = {_both(ctx, 0.01 * run)}",
+            f"shorten the warmup to a small part of the run, e.g. 1% = {tokens_and_steps(ctx, 0.01 * run)}",
         )
         return
     decay = plan.decay_tokens
@@ -63,9 +58,9 @@ def check(ctx: Context) -> Iterator[Finding]:
         fitting = max(0.0, run - warmup)
         yield ctx.finding(
             "schedule.decay",
-            f"warmup {schedule.warmup} + decay {schedule.decay} = {_both(ctx, warmup + decay)} exceeds the run, "
-            f"{_both(ctx, run)}: the decay starts while the LR is still warming up and never trains at the peak",
-            f"shorten the decay to at most the run minus the warmup, {_both(ctx, fitting)}; 10-20% of the run is typical",
+            f"warmup {schedule.warmup} + decay {schedule.decay} = {tokens_and_steps(ctx, warmup + decay)} exceeds the run, "
+            f"{tokens_and_steps(ctx, run)}: the decay starts while the LR is still warming up and never trains at the peak",
+            f"shorten the decay to at most the run minus the warmup, {tokens_and_steps(ctx, fitting)}; 10-20% of the run is typical",
         )
 
 

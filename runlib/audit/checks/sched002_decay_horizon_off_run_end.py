@@ -22,18 +22,14 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import tokens_and_steps
 from runlib.audit.registry import Context, Finding, case
-from runlib.spec.units import Duration, format_count
+from runlib.spec.units import Duration
 
 CODE = "SCHED002"
 NAME = "decay-horizon-off-run-end"
 SEVERITY = "warning"
 TOLERANCE = 0.01  # of the run's tokens
-
-
-def _both(ctx: Context, tokens: float) -> str:
-    steps = ctx.plan.duration_steps(Duration(tokens, "tokens"))
-    return f"{format_count(tokens)} tokens ({f'{steps:,.1f}'.removesuffix('.0')} steps)"
 
 
 def _in_unit(ctx: Context, tokens: float, start_tokens: float, unit: str) -> str:
@@ -67,14 +63,14 @@ def check(ctx: Context) -> Iterator[Finding]:
     if gap > 0:
         message = (
             f"the {spec_schedule.kind} decay (warmup {spec_schedule.warmup} + decay {spec_schedule.decay}) ends at "
-            f"{_both(ctx, end)}, {gap / run:.1%} past the run's end at {_both(ctx, run)}: the run ends at LR "
+            f"{tokens_and_steps(ctx, end)}, {gap / run:.1%} past the run's end at {tokens_and_steps(ctx, run)}: the run ends at LR "
             f"{final_lr:.3g}{share} instead of its floor {schedule.floor_lr:.3g}"
         )
     else:
         message = (
             f"the {spec_schedule.kind} decay (warmup {spec_schedule.warmup} + decay {spec_schedule.decay}) ends at "
-            f"{_both(ctx, end)}, {-gap / run:.1%} of the run before its end at {_both(ctx, run)}: the LR sits at its "
-            f"floor {schedule.floor_lr:.3g} for the last {_both(ctx, run - end)}"
+            f"{tokens_and_steps(ctx, end)}, {-gap / run:.1%} of the run before its end at {tokens_and_steps(ctx, run)}: the LR sits at its "
+            f"floor {schedule.floor_lr:.3g} for the last {tokens_and_steps(ctx, run - end)}"
         )
     warmup = schedule.warmup_tokens
     value = _in_unit(ctx, max(0.0, run - warmup), warmup, spec_schedule.decay.unit)

@@ -21,18 +21,13 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import tokens_and_steps
 from runlib.audit.registry import Context, Finding, case
-from runlib.spec.units import Duration, format_count
 
 CODE = "SCHED005"
 NAME = "wsd-decay-length-unusual"
 SEVERITY = "warning"
 LOW, HIGH = 0.01, 0.30
-
-
-def _both(ctx: Context, tokens: float) -> str:
-    steps = ctx.plan.duration_steps(Duration(tokens, "tokens"))
-    return f"{format_count(tokens)} tokens ({f'{steps:,.1f}'.removesuffix('.0')} steps)"
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -50,18 +45,18 @@ def check(ctx: Context) -> Iterator[Finding]:
         message = "WSD without a decay (schedule.decay omitted or 0): the LR never anneals from its peak"
     elif share < LOW:
         message = (
-            f"WSD decay {stated} = {_both(ctx, decay)} is {share:.2%} of the run, under 1%: "
+            f"WSD decay {stated} = {tokens_and_steps(ctx, decay)} is {share:.2%} of the run, under 1%: "
             "the LR barely anneals, leaving most of the cooldown's loss drop unrealized"
         )
     else:
         message = (
-            f"WSD decay {stated} = {_both(ctx, decay)} is {share:.0%} of the run, over 30%: "
+            f"WSD decay {stated} = {tokens_and_steps(ctx, decay)} is {share:.0%} of the run, over 30%: "
             "a long stretch trains below the peak LR, giving up WSD's long stable phase"
         )
     yield ctx.finding(
         "schedule.decay",
         message,
-        f"set schedule.decay to 10-20% of the run, between {_both(ctx, 0.1 * run)} and {_both(ctx, 0.2 * run)}, "
+        f"set schedule.decay to 10-20% of the run, between {tokens_and_steps(ctx, 0.1 * run)} and {tokens_and_steps(ctx, 0.2 * run)}, "
         "or to the length of the anneal phase",
     )
 

@@ -24,18 +24,13 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import tokens_and_steps
 from runlib.audit.registry import Context, Finding, case
-from runlib.spec.units import Duration, format_count
 
 CODE = "SCHED006"
 NAME = "decay-not-aligned-with-anneal"
 SEVERITY = "warning"
 TOLERANCE = 0.01  # of the run's tokens
-
-
-def _both(ctx: Context, tokens: float) -> str:
-    steps = ctx.plan.duration_steps(Duration(tokens, "tokens"))
-    return f"{format_count(tokens)} tokens ({f'{steps:,.1f}'.removesuffix('.0')} steps)"
 
 
 def _decay_value(ctx: Context, anneal) -> str:
@@ -80,8 +75,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             else "the WSD decay starts at"
         )
         message = (
-            f"{how} {_both(ctx, decay_start)}, {(start - decay_start) / run:.1%} of the run before anneal phase "
-            f"{anneal.name!r} starts at {_both(ctx, start)}: the LR is already down to {lr:.3g}{share} when the "
+            f"{how} {tokens_and_steps(ctx, decay_start)}, {(start - decay_start) / run:.1%} of the run before anneal phase "
+            f"{anneal.name!r} starts at {tokens_and_steps(ctx, start)}: the LR is already down to {lr:.3g}{share} when the "
             "anneal mixture begins"
         )
         if kind in ("cosine", "linear"):
@@ -95,8 +90,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     elif decay_start > start + tolerance:
         yield ctx.finding(
             "schedule.decay",
-            f"the WSD decay starts at {_both(ctx, decay_start)}, {(decay_start - start) / run:.1%} of the run after "
-            f"anneal phase {anneal.name!r} starts at {_both(ctx, start)}: the anneal phase begins at the peak LR",
+            f"the WSD decay starts at {tokens_and_steps(ctx, decay_start)}, {(decay_start - start) / run:.1%} of the run after "
+            f"anneal phase {anneal.name!r} starts at {tokens_and_steps(ctx, start)}: the anneal phase begins at the peak LR",
             f"set decay: {value} (the anneal phase to the run's end)",
             value=value,
         )

@@ -20,18 +20,13 @@ How to fix:
 
 from collections.abc import Iterator
 
+from runlib.audit.checks._shared import tokens_and_steps
 from runlib.audit.registry import Context, Finding, case
-from runlib.spec.units import Duration, format_count
 
 CODE = "SCHED007"
 NAME = "lr-at-zero-floor"
 SEVERITY = "warning"
 TOLERANCE = 0.01  # of the run's tokens
-
-
-def _both(ctx: Context, tokens: float) -> str:
-    steps = ctx.plan.duration_steps(Duration(tokens, "tokens"))
-    return f"{format_count(tokens)} tokens ({f'{steps:,.1f}'.removesuffix('.0')} steps)"
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -46,8 +41,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     path = "schedule.decay" if spec_schedule.decay is not None else "schedule.min_lr_ratio"
     yield ctx.finding(
         path,
-        f"the LR reaches its floor of 0 at {_both(ctx, run - at_floor)} and stays there for the last "
-        f"{_both(ctx, at_floor)}, {at_floor / run:.1%} of the run: that compute makes no update",
+        f"the LR reaches its floor of 0 at {tokens_and_steps(ctx, run - at_floor)} and stays there for the last "
+        f"{tokens_and_steps(ctx, at_floor)}, {at_floor / run:.1%} of the run: that compute makes no update",
         "end the decay at the run's end (omit schedule.decay for cosine/linear) or set min_lr_ratio > 0 (e.g. 0.1)",
     )
 
