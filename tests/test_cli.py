@@ -11,8 +11,21 @@ from runlib.cli import main
 from tests.conftest import BASE_SPEC, REFERENCE_SPEC, ROOT
 
 PHASE_KEYS = {
-    "name", "kind", "tokens", "steps", "start_tokens", "end_tokens", "start_step", "end_step", "tokens_per_step",
-    "seq_len", "rope_theta", "lr_start", "lr_end", "memory_bytes_per_device", "source_tokens",
+    "name",
+    "kind",
+    "tokens",
+    "steps",
+    "start_tokens",
+    "end_tokens",
+    "start_step",
+    "end_step",
+    "tokens_per_step",
+    "seq_len",
+    "rope_theta",
+    "lr_start",
+    "lr_end",
+    "memory_bytes_per_device",
+    "source_tokens",
 }
 
 
@@ -93,8 +106,18 @@ def test_audit_does_not_import_heavy_modules():
     assert proc.returncode == 0, proc.stderr
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["", " ", ":", "-", "{", "]", "\n", "x", "0", "%", "\t", "'"])), min_size=1, max_size=5))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 10**6), st.sampled_from(["", " ", ":", "-", "{", "]", "\n", "x", "0", "%", "\t", "'"])
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_mutated_spec_files_end_with_0_1_or_2(tmp_path_factory, edits):
     text = BASE_SPEC.read_text()
     for position, insert in edits:

@@ -33,7 +33,9 @@ class AuditResult:
         return 0
 
 
-def run_checks(spec: RunSpec, plan: Plan, source_map: SourceMap | None = None, select: set[str] | None = None) -> list[Finding]:
+def run_checks(
+    spec: RunSpec, plan: Plan, source_map: SourceMap | None = None, select: set[str] | None = None
+) -> list[Finding]:
     from runlib.audit.checks import all_checks
 
     findings: list[Finding] = []
@@ -45,7 +47,9 @@ def run_checks(spec: RunSpec, plan: Plan, source_map: SourceMap | None = None, s
     return findings
 
 
-def audit(spec: RunSpec, source_map: SourceMap | None = None, file: str = "<spec>", select: set[str] | None = None) -> AuditResult:
+def audit(
+    spec: RunSpec, source_map: SourceMap | None = None, file: str = "<spec>", select: set[str] | None = None
+) -> AuditResult:
     plan = derive(spec)
     raw = run_checks(spec, plan, source_map, select)
     reasons = {code.upper(): reason for code, reason in spec.audit.ignore.items() if reason.strip()}

@@ -72,7 +72,9 @@ class Context:
     severity: Severity = "error"
     prior: list[Finding] = field(default_factory=list)  # findings of the checks run before (AUDIT001 reads them)
 
-    def finding(self, path: str, message: str, fix: str, value: Any = None, severity: Severity | None = None) -> Finding:
+    def finding(
+        self, path: str, message: str, fix: str, value: Any = None, severity: Severity | None = None
+    ) -> Finding:
         line = col = None
         if self.source_map is not None:
             pos = self.source_map.position(path)

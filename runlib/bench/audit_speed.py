@@ -92,12 +92,16 @@ def main() -> None:
     parser.add_argument("--specs", type=int, default=300)
     args = parser.parse_args()
     base, cold = cold_start(args.runs)
-    print(f"cold start, median of {args.runs}: python -c pass {base * 1000:.0f} ms; "
-          f"runlib audit specs/demo.yaml {cold * 1000:.0f} ms; above the interpreter {(cold - base) * 1000:.0f} ms "
-          f"(goal < 500 ms)")
+    print(
+        f"cold start, median of {args.runs}: python -c pass {base * 1000:.0f} ms; "
+        f"runlib audit specs/demo.yaml {cold * 1000:.0f} ms; above the interpreter {(cold - base) * 1000:.0f} ms "
+        f"(goal < 500 ms)"
+    )
     rate, rate_text = in_process(args.specs)
-    print(f"in-process over {args.specs} generated specs: {rate:,.0f} audits/s (derive + all checks; goal >= 1,000); "
-          f"{rate_text:,.0f} audits/s from YAML text (parse + validate + audit)")
+    print(
+        f"in-process over {args.specs} generated specs: {rate:,.0f} audits/s (derive + all checks; goal >= 1,000); "
+        f"{rate_text:,.0f} audits/s from YAML text (parse + validate + audit)"
+    )
 
 
 if __name__ == "__main__":

@@ -159,7 +159,9 @@ def derive(spec: RunSpec) -> Plan:
         # a WSD decay runs over the run's last N steps: count them back from the end
         end_step = spans[-1].end_step if spans else 0
         decay = run_tokens - tokens_at_step(spans, max(0.0, end_step - spec.schedule.decay.amount))
-    schedule = build_schedule(spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens)
+    schedule = build_schedule(
+        spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens
+    )
 
     peak = (accelerator.peak_tflops.get(spec.precision.compute) or accelerator.peak_tflops.get("fp32") or 0.0) * 1e12
     throughput = peak * spec.hardware.mfu * devices(spec)  # model FLOP/s of the whole job
@@ -203,7 +205,8 @@ def derive(spec: RunSpec) -> Plan:
     flops_total = sum(p.flops for p in phases)
     first_seq = settings[0].seq_len if settings else spec.model.seq_len
     flops_causal = sum(
-        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len) * p.tokens for p in phases
+        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len) * p.tokens
+        for p in phases
     )
     gpu_hours = flops_total / (peak * spec.hardware.mfu) / 3600 if peak > 0 else math.inf
     n_devices = devices(spec)
@@ -240,7 +243,9 @@ def checkpoint_bytes_per_param(spec: RunSpec) -> int:
     return max(weights, master) + optimizer
 
 
-def _checkpoint_plan(spec: RunSpec, params: ParamCounts, spans: list[PhaseSpan], hours_per_token: float, to_tokens) -> CheckpointPlan:
+def _checkpoint_plan(
+    spec: RunSpec, params: ParamCounts, spans: list[PhaseSpan], hours_per_token: float, to_tokens
+) -> CheckpointPlan:
     size = params.total * checkpoint_bytes_per_param(spec)
     write_seconds = size / (spec.hardware.nodes * spec.hardware.checkpoint_write_gb_per_s * 1e9)
     run_tokens = spans[-1].end_tokens if spans else 0

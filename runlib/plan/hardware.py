@@ -43,9 +43,7 @@ CATALOG: dict[str, Accelerator] = {
         Accelerator(
             "h200", "NVIDIA H200 SXM 141GB", 140.4, {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0, "fp8": 1979.0}
         ),
-        Accelerator(
-            "b200", "NVIDIA B200 180GB", 179.0, {"fp32": 75.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0}
-        ),
+        Accelerator("b200", "NVIDIA B200 180GB", 179.0, {"fp32": 75.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0}),
         Accelerator(
             "mi300x", "AMD Instinct MI300X 192GB", 192.0, {"fp32": 163.4, "fp16": 1307.4, "bf16": 1307.4, "fp8": 2614.9}
         ),

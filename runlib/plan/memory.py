@@ -77,17 +77,23 @@ def state_bytes_per_param(precision: PrecisionSpec) -> tuple[int, int, int, int]
     return 2, master, grads, optimizer  # fp8 keeps 16-bit weights and casts per matmul
 
 
-def activation_bytes_per_layer(model: ModelSpec, seq_len: int, micro_batch: int, tensor: int, context: int, act_bytes: int) -> float:
+def activation_bytes_per_layer(
+    model: ModelSpec, seq_len: int, micro_batch: int, tensor: int, context: int, act_bytes: int
+) -> float:
     s, b, h, f = seq_len / context, micro_batch, model.d_model, model.d_ff
     hd = head_dim(model)
-    values = s * b * (
-        2 * h  # two norm inputs
-        + h  # attention input (norm output)
-        + model.heads * hd
-        + 2 * kv_heads(model) * hd  # q, k, v
-        + h  # attention output (o-proj input)
-        + h  # MLP input
-        + (3 * f if model.activation == "swiglu" else 2 * f)  # MLP hidden
+    values = (
+        s
+        * b
+        * (
+            2 * h  # two norm inputs
+            + h  # attention input (norm output)
+            + model.heads * hd
+            + 2 * kv_heads(model) * hd  # q, k, v
+            + h  # attention output (o-proj input)
+            + h  # MLP input
+            + (3 * f if model.activation == "swiglu" else 2 * f)  # MLP hidden
+        )
     )
     return values * act_bytes / tensor
 
@@ -115,7 +121,9 @@ def phase_memory(
     buffers = 2 * layer_weight_bytes if par.sharding == "fsdp" else 0.0
 
     act_bytes = 4 if precision.compute == "fp32" else 2
-    per_layer = activation_bytes_per_layer(model, settings.seq_len, settings.micro_batch, par.tensor, par.context, act_bytes)
+    per_layer = activation_bytes_per_layer(
+        model, settings.seq_len, settings.micro_batch, par.tensor, par.context, act_bytes
+    )
     in_flight = min(1.0, settings.grad_accum / par.pipeline) if par.pipeline > 1 else 1.0
     if par.activation_checkpointing == "full":
         layer_input = settings.seq_len / par.context * settings.micro_batch * model.d_model * act_bytes / par.tensor

@@ -86,7 +86,9 @@ def ramp_points(spec: RunSpec) -> list[tuple[float, object]]:
     return points
 
 
-def _tokens_per_step_at(position: float, settings: PhaseSettings, ramp: list[tuple[float, object]]) -> tuple[int, float]:
+def _tokens_per_step_at(
+    position: float, settings: PhaseSettings, ramp: list[tuple[float, object]]
+) -> tuple[int, float]:
     """Tokens per step at `position` and the next ramp threshold after it (inf if none)."""
     steady = max(1, settings.steady_tokens_per_step)
     if settings.batch_overridden or not ramp:
@@ -117,7 +119,11 @@ def phase_span(start_tokens: int, start_step: int, settings: PhaseSettings, run_
         nominal = 0.0
         while remaining_steps > 0 and len(segments) < 1000:
             tps, next_threshold = _tokens_per_step_at(position, settings, ramp)
-            n = remaining_steps if math.isinf(next_threshold) else min(remaining_steps, math.ceil((next_threshold - position) / tps))
+            n = (
+                remaining_steps
+                if math.isinf(next_threshold)
+                else min(remaining_steps, math.ceil((next_threshold - position) / tps))
+            )
             n = max(1, n)
             segments.append(Segment(position, step, tps, n))
             position, step, remaining_steps = position + n * tps, step + n, remaining_steps - n

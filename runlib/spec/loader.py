@@ -183,7 +183,9 @@ def _message(error: dict[str, Any], loc: tuple[Any, ...]) -> str:
         msg = msg[len("Value error, ") :]
     got = error.get("input")
     if kind == "literal_error":
-        expected = [e.strip().strip("'") for e in error.get("ctx", {}).get("expected", "").replace(" or ", ",").split(",")]
+        expected = [
+            e.strip().strip("'") for e in error.get("ctx", {}).get("expected", "").replace(" or ", ",").split(",")
+        ]
         guess = difflib.get_close_matches(str(got), [e for e in expected if e], n=1, cutoff=0.5)
         if guess:
             return f"{msg} (got {got!r}); did you mean {guess[0]!r}?"
@@ -196,7 +198,11 @@ def validation_diagnostics(exc: ValidationError, data: Any, smap: SourceMap) -> 
     diagnostics = []
     for error in exc.errors():
         # keep only the loc parts that address data (pydantic adds validator names for unions)
-        loc = tuple(part for part in error["loc"] if isinstance(part, int) or not (str(part).startswith(("function-", "tagged-union["))))
+        loc = tuple(
+            part
+            for part in error["loc"]
+            if isinstance(part, int) or not (str(part).startswith(("function-", "tagged-union[")))
+        )
         path = ""
         for part in loc:
             path = join_path(path, part)
@@ -215,7 +221,9 @@ def validation_diagnostics(exc: ValidationError, data: Any, smap: SourceMap) -> 
 def load_spec_text(text: str, file: str = "<spec>") -> LoadedSpec:
     data, smap = parse_yaml(text, file)
     if not isinstance(data, dict):
-        raise SpecError([Diagnostic(file, 1, 1, "SPEC002", "", "a run spec is a YAML mapping (name:, hardware:, model:, ...)")])
+        raise SpecError(
+            [Diagnostic(file, 1, 1, "SPEC002", "", "a run spec is a YAML mapping (name:, hardware:, model:, ...)")]
+        )
     return validate_data(data, smap)
 
 
@@ -238,9 +246,13 @@ def _cross_field_problems(spec: RunSpec) -> list[tuple[str, str]]:
             )
         )
     if spec.tokenizer.vocab_size is None and spec.tokenizer.pretrained is None:
-        problems.append(("tokenizer", "give tokenizer.vocab_size (to train one) or tokenizer.pretrained (a tokenizer.json)"))
+        problems.append(
+            ("tokenizer", "give tokenizer.vocab_size (to train one) or tokenizer.pretrained (a tokenizer.json)")
+        )
     if spec.model.vocab_size is None and spec.tokenizer.vocab_size is None:
-        problems.append(("model.vocab_size", "model.vocab_size is required when the tokenizer's size is unknown (pretrained)"))
+        problems.append(
+            ("model.vocab_size", "model.vocab_size is required when the tokenizer's size is unknown (pretrained)")
+        )
     return problems
 
 

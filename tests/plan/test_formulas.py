@@ -24,8 +24,16 @@ def test_params_gpt2_small():
     # two layernorms 4*768 = 3,072 -> 7,087,872 * 12 = 85,054,464; + final LN 1,536 = 85,056,000 non-embedding;
     # + wte 50257*768 = 38,597,376 + wpe 1024*768 = 786,432 -> 124,439,808 (the published GPT-2 124M).
     model = ModelSpec(
-        layers=12, d_model=768, heads=12, d_ff=3072, activation="gelu", norm="layernorm", bias=True,
-        position="learned", tie_embeddings=True, seq_len=1024,
+        layers=12,
+        d_model=768,
+        heads=12,
+        d_ff=3072,
+        activation="gelu",
+        norm="layernorm",
+        bias=True,
+        position="learned",
+        tie_embeddings=True,
+        seq_len=1024,
     )
     p = count_params(model, vocab_rows=50257, max_seq_len=1024)
     assert p.per_layer == 7_087_872
@@ -54,7 +62,9 @@ def test_qk_norm_adds_q_and_k_widths():
 def test_flops_palm_and_causal():
     # 6 * 1e9 + 12 * 24 * 2048 * 2048 = 6e9 + 1,207,959,552
     assert flops_per_token(10**9, 24, 2048, 2048) == 6e9 + 12 * 24 * 2048 * 2048
-    assert flops_per_token(10**9, 24, 2048, 2048) - flops_per_token_causal(10**9, 24, 2048, 2048) == 6 * 24 * 2048 * 2048
+    assert (
+        flops_per_token(10**9, 24, 2048, 2048) - flops_per_token_causal(10**9, 24, 2048, 2048) == 6 * 24 * 2048 * 2048
+    )
 
 
 def test_plan_flops_total_is_per_phase_sum():
@@ -91,7 +101,12 @@ def test_timeline_whole_steps_and_ramp():
     assert [p.span.drift_tokens for p in plan.phases] == [0, 0, 0, 0]
     assert plan.phases[0].steps == int(0.85 * 2411724800 / 262144)
     assert plan.phases[2].tokens_per_step == 262144  # micro_batch 4 at twice the length
-    ramp = {"batch.ramp": [{"after": "0 tokens", "global_batch": "128Ki tokens"}, {"after": "1B tokens", "global_batch": "256Ki tokens"}]}
+    ramp = {
+        "batch.ramp": [
+            {"after": "0 tokens", "global_batch": "128Ki tokens"},
+            {"after": "1B tokens", "global_batch": "256Ki tokens"},
+        ]
+    }
     plan = derive(spec_with(ramp))
     seg = plan.phases[0].span.segments
     assert seg[0].tokens_per_step == 131072 and seg[1].tokens_per_step == 262144

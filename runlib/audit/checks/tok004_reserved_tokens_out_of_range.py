@@ -18,6 +18,7 @@ Preferred:
 How to fix:
     Reserve between 100 and 1000 special tokens; 256 is the common choice. Re-check
     model.vocab_size (TOK002/TOK003) after changing it.
+    A pretrained tokenizer (tokenizer.pretrained) is not checked: its special tokens are given.
 """
 
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ LOW, HIGH = 100, 1000
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    if ctx.spec.tokenizer.pretrained is not None:
+        return  # an existing tokenizer's special tokens are what they are; this run does not choose them
     reserved = ctx.spec.tokenizer.reserved_tokens
     if reserved < LOW:
         if reserved == 0:
@@ -57,7 +60,12 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
 
 
-PASS = [{}, {"tokenizer.reserved_tokens": 100}, {"tokenizer.reserved_tokens": 1000}]
+PASS = [
+    {"tokenizer.pretrained": "tokenizers/gpt2.json", "tokenizer.reserved_tokens": 1},
+    {},
+    {"tokenizer.reserved_tokens": 100},
+    {"tokenizer.reserved_tokens": 1000},
+]
 FAIL = [
     case({"tokenizer.reserved_tokens": 99}, "warning"),
     case({"tokenizer.reserved_tokens": 0}, "warning"),

@@ -42,7 +42,12 @@ def derived(plan: Plan) -> dict[str, Any]:
                 "end_step": p.span.end_step,
                 "tokens_per_step": p.tokens_per_step,
                 "segments": [
-                    {"start_tokens": g.start_tokens, "start_step": g.start_step, "tokens_per_step": g.tokens_per_step, "steps": g.steps}
+                    {
+                        "start_tokens": g.start_tokens,
+                        "start_step": g.start_step,
+                        "tokens_per_step": g.tokens_per_step,
+                        "steps": g.steps,
+                    }
                     for g in p.span.segments
                 ],
                 "seq_len": s.seq_len,
@@ -102,7 +107,12 @@ def derived(plan: Plan) -> dict[str, Any]:
         },
         "phases": phases,
         "sources": [
-            {"name": s.name, "tokens_available": s.tokens_available, "tokens_used": _num(s.tokens_used), "epochs": _num(s.epochs)}
+            {
+                "name": s.name,
+                "tokens_available": s.tokens_available,
+                "tokens_used": _num(s.tokens_used),
+                "epochs": _num(s.epochs),
+            }
             for s in plan.sources
         ],
         "checkpoint": {

@@ -46,7 +46,9 @@ def derived_lines(result: AuditResult) -> list[str]:
     lines += ["", f"  {'source':<12} {'available':>10} {'used':>10} {'epochs':>7}"]
     for s in plan.sources:
         avail = format_count(s.tokens_available) if s.tokens_available is not None else "unknown"
-        epochs = f"{s.epochs:.2f}" if s.epochs is not None and s.epochs != float("inf") else ("inf" if s.epochs else "-")
+        epochs = (
+            f"{s.epochs:.2f}" if s.epochs is not None and s.epochs != float("inf") else ("inf" if s.epochs else "-")
+        )
         lines.append(f"  {s.name[:12]:<12} {avail:>10} {format_count(s.tokens_used):>10} {epochs:>7}")
     return lines
 
@@ -66,12 +68,14 @@ def finding_lines(result: AuditResult) -> list[str]:
     if result.ignored:
         lines += ["", f"silenced by audit.ignore ({len(result.ignored)})"]
         for i in result.ignored:
-            lines += textwrap.wrap(f"{i.finding.code} {i.finding.path}: {i.reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
+            lines += textwrap.wrap(
+                f"{i.finding.code} {i.finding.path}: {i.reason}", WIDTH, initial_indent="  ", subsequent_indent="    "
+            )
     return lines
 
 
 def render(result: AuditResult) -> str:
     lines = derived_lines(result) + finding_lines(result)
     e, w, i = (result.count(s) for s in SEVERITIES)
-    lines += ["", f"{e} error(s), {w} warning(s), {i} info. Run `runlib explain CODE` for a check's documentation."]
+    lines += ["", f"{e} error(s), {w} warning(s), {i} info; `runlib explain CODE` documents a check."]
     return "\n".join(lines) + "\n"
