@@ -9,7 +9,7 @@ import pytest
 from runlib.errors import SpecError
 from runlib.spec import load_spec, load_spec_text
 from runlib.spec.schema_export import schema_json
-from tests.conftest import REFERENCE_SPEC, ROOT
+from tests.conftest import REFERENCE_SPEC, ROOT, SHARED_REFERENCE_SPEC
 
 
 def test_reference_spec_loads_exactly_as_written():
@@ -24,6 +24,11 @@ def test_reference_spec_loads_exactly_as_written():
     assert spec.schedule.warmup.unit == "tokens" and spec.schedule.decay.unit == "percent"
     assert spec.phases[2].seq_len == 32768 and spec.phases[2].parallelism.context == 4
     assert spec.budget.gpu_hours == 200_000
+
+
+@pytest.mark.skipif(not SHARED_REFERENCE_SPEC.exists(), reason="no shared/ checkout beside this clone")
+def test_reference_copy_is_current():
+    assert REFERENCE_SPEC.read_text() == SHARED_REFERENCE_SPEC.read_text(), "copy shared/design/spec-reference.yaml"
 
 
 def errors_of(text: str) -> list:
