@@ -151,6 +151,9 @@ class InputSpec(SpecModel):
     max_docs: int | None = Field(None, ge=1)
     """Read at most this many documents (a cap for small runs)."""
 
+    shards: int | None = Field(None, ge=1)
+    """Curation jobs for this source; default: one per input file (builtin sources: 2)."""
+
 
 class MinhashSpec(SpecModel):
     ngram: int = Field(5, ge=1)
