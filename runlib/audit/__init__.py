@@ -48,9 +48,13 @@ def run_checks(
 
 
 def audit(
-    spec: RunSpec, source_map: SourceMap | None = None, file: str = "<spec>", select: set[str] | None = None
+    spec: RunSpec,
+    source_map: SourceMap | None = None,
+    file: str = "<spec>",
+    select: set[str] | None = None,
+    measured_tokens: dict[str, int] | None = None,
 ) -> AuditResult:
-    plan = derive(spec)
+    plan = derive(spec, measured_tokens)
     raw = run_checks(spec, plan, source_map, select)
     reasons = {code.upper(): reason for code, reason in spec.audit.ignore.items() if reason.strip()}
     kept = [f for f in raw if f.code not in reasons or f.code == "AUDIT001"]
@@ -60,10 +64,16 @@ def audit(
     return AuditResult(spec, plan, kept, ignored, file)
 
 
-def audit_loaded(loaded: LoadedSpec) -> AuditResult:
-    return audit(loaded.spec, loaded.source_map, loaded.source_map.file)
+def audit_loaded(loaded: LoadedSpec, use_measured: bool = False) -> AuditResult:
+    measured = None
+    if use_measured:
+        from runlib.workflow.measured import measured_tokens
+
+        measured = measured_tokens(loaded.spec)
+    return audit(loaded.spec, loaded.source_map, loaded.source_map.file, measured_tokens=measured)
 
 
-def audit_spec_file(path: str | Path) -> AuditResult:
-    """Load and audit a spec file; raises SpecError for a spec that does not load."""
-    return audit_loaded(load_spec(path))
+def audit_spec_file(path: str | Path, use_measured: bool = True) -> AuditResult:
+    """Load and audit a spec file, with the token counts of already tokenized sources in place of the
+    declared ones; raises SpecError for a spec that does not load."""
+    return audit_loaded(load_spec(path), use_measured)

@@ -52,6 +52,7 @@ class SourcePlan:
     tokens_available: int | None
     tokens_used: float
     epochs: float | None  # None: availability unknown; inf: none available
+    tokens_basis: str = "declared"  # "measured": counted in the tokenized shards; "declared": the spec's `tokens`
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,9 @@ def vocab_rows(spec: RunSpec, max_tensor: int = 1) -> int:
     return math.ceil(tokenizer_ids(spec) / multiple) * multiple
 
 
-def derive(spec: RunSpec) -> Plan:
+def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan:
+    """measured_tokens: training tokens per source counted in tokenized shards; they replace `tokens`."""
+    measured_tokens = measured_tokens or {}
     accelerator = resolve(spec.hardware.accelerator, spec.hardware.memory_gib, spec.hardware.peak_tflops)
     settings = all_phase_settings(spec)
     rows = vocab_rows(spec, max([s.parallelism.tensor for s in settings] + [spec.parallelism.tensor]))
@@ -193,14 +196,15 @@ def derive(spec: RunSpec) -> Plan:
 
     sources = []
     for name, used_tokens in used.items():
-        available = spec.data.sources[name].tokens if name in spec.data.sources else None
+        basis = "measured" if name in measured_tokens else "declared"
+        available = measured_tokens.get(name, spec.data.sources[name].tokens if name in spec.data.sources else None)
         if available is None:
             epochs = None
         elif available == 0:
             epochs = math.inf if used_tokens > 0 else 0.0
         else:
             epochs = used_tokens / available
-        sources.append(SourcePlan(name, available, used_tokens, epochs))
+        sources.append(SourcePlan(name, available, used_tokens, epochs, basis))
 
     flops_total = sum(p.flops for p in phases)
     first_seq = settings[0].seq_len if settings else spec.model.seq_len

@@ -43,13 +43,13 @@ def derived_lines(result: AuditResult) -> list[str]:
             f"  {ph.name[:12]:<12} {format_count(ph.tokens):>7} {ph.steps:>8,} {format_count(ph.tokens_per_step):>8} "
             f"{ph.settings.seq_len:>6} {lr:>13} {ph.memory.total / GIB:>8.1f}"
         )
-    lines += ["", f"  {'source':<12} {'available':>10} {'used':>10} {'epochs':>7}"]
+    lines += ["", f"  {'source':<12} {'available':>10} {'used':>10} {'epochs':>7}  tokens counted"]
     for s in plan.sources:
         avail = format_count(s.tokens_available) if s.tokens_available is not None else "unknown"
         epochs = (
             f"{s.epochs:.2f}" if s.epochs is not None and s.epochs != float("inf") else ("inf" if s.epochs else "-")
         )
-        lines.append(f"  {s.name[:12]:<12} {avail:>10} {format_count(s.tokens_used):>10} {epochs:>7}")
+        lines.append(f"  {s.name[:12]:<12} {avail:>10} {format_count(s.tokens_used):>10} {epochs:>7}  {s.tokens_basis}")
     return lines
 
 

@@ -1,0 +1,587 @@
+"""The curation stages: `curate_shard` (one shard of one source) and `curate_source` (all its shards).
+
+curate_shard reads the shard's raw documents and runs, in order:
+    normalize          transform  NUL removed, CRLF/CR -> LF, lone surrogates replaced, Unicode NFC/NFKC (curate.normalize)
+    length             filter     empty/whitespace-only, < curate.min_chars or > curate.max_chars characters
+    gopher_quality     filter     curate.quality: [gopher] (Gopher's quality rules, published thresholds)
+    gopher_repetition  filter     curate.quality: [gopher] (Gopher's repetition rules, published thresholds)
+    pii_mask | pii_drop transform | filter   curate.pii: mask | drop (e-mail and public IPv4 addresses)
+    exact_dedup        filter     curate.dedup.exact: SHA-256 of the final text, first occurrence kept
+and writes docs.jsonl ({"id", "text", "sha256"} per line, input order) and stats.json (what it returns).
+
+curate_source concatenates the shards in order, removes exact duplicates across them (cross_shard_dedup),
+then splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into
+heldout.jsonl; the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
+
+Characters are Unicode code points. Curate options not implemented yet (languages, quality c4/fineweb,
+dedup.minhash) are UserErrors naming the field: nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import ipaddress
+import json
+import os
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from runlib.curate.builtin import builtin_documents
+from runlib.curate.counts import validate_counts
+from runlib.curate.readers import read_documents
+from runlib.errors import UserError
+from runlib.spec.models import CurateSpec, RunSpec, SourceSpec
+
+Doc = tuple[str, str]  # (doc_id, text)
+DOCS_FILE = "docs.jsonl"
+STATS_FILE = "stats.json"
+TRAIN_FILE = "train.jsonl"
+HELDOUT_FILE = "heldout.jsonl"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _source(spec: RunSpec, source_name: str) -> SourceSpec:
+    try:
+        return spec.data.sources[source_name]
+    except KeyError:
+        known = ", ".join(spec.data.sources) or "none"
+        raise UserError(f"data.sources: no source {source_name!r} in this spec (sources: {known})") from None
+
+
+def _describe_input(source: SourceSpec) -> str:
+    if source.input.format == "builtin":
+        return f"builtin {source.input.name}"
+    return f"{source.input.format} {source.input.path}"
+
+
+def check_supported(source_name: str, curate: CurateSpec) -> None:
+    """UserError naming every curate option of this source that this version cannot honour yet."""
+    base = f"data.sources.{source_name}.curate"
+    problems = []
+    if curate.languages:
+        problems.append(
+            f"{base}.languages: language filtering is not supported yet; remove the field (every language is kept)"
+        )
+    other = [q for q in curate.quality if q != "gopher"]
+    if other:
+        problems.append(
+            f"{base}.quality: rule set(s) {', '.join(other)} not supported yet (supported: gopher); remove them"
+        )
+    if curate.dedup.minhash is not None:
+        problems.append(
+            f"{base}.dedup.minhash: near-duplicate removal (MinHash) is not supported yet; remove it "
+            "(exact deduplication still runs with dedup.exact: true)"
+        )
+    if problems:
+        raise UserError("\n".join(problems))
+
+
+def _chars(docs: Iterable[Doc]) -> int:
+    return sum(len(text) for _, text in docs)
+
+
+def _row(
+    step: str, kind: str, before: list[Doc], after: list[Doc], chars_in: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    row = {
+        "step": step,
+        "kind": kind,
+        "docs_in": len(before),
+        "docs_out": len(after),
+        "chars_in": _chars(before) if chars_in is None else chars_in,
+        "chars_out": _chars(after),
+    }
+    return row | extra
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def jsonl_line(row: dict[str, Any]) -> str:
+    """One JSON object on one line: UTF-8 text, with the characters str.splitlines() would break on escaped
+    (json escapes the control characters itself; U+0085, U+2028 and U+2029 it leaves raw)."""
+    line = json.dumps(row, ensure_ascii=False)
+    for char, escaped in _LINE_BREAKS.items():
+        if char in line:
+            line = line.replace(char, escaped)
+    return line + "\n"
+
+
+def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(jsonl_line(row))
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------ normalize
+
+
+def normalize_text(text: str, form: str) -> str:
+    """NUL removed, CRLF and lone CR turned into LF, lone surrogates replaced by '?', then NFC/NFKC (form)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a JSON "\ud800" escape: not writable as UTF-8
+        text = text.encode("utf-8", errors="replace").decode("utf-8")
+    if form != "none" and not unicodedata.is_normalized(form, text):
+        text = unicodedata.normalize(form, text)
+    return text
+
+
+# ------------------------------------------------------------------------------------- Gopher rules
+# Rae et al. 2021 (arXiv 2112.11446, Table A1) with the thresholds of datatrove's GopherQualityFilter and
+# GopherRepetitionFilter (shared/research/curation.md 1.1.2). Without NLTK: a word is a whitespace-separated
+# token stripped of surrounding punctuation (tokens of punctuation only are not words); line fractions are
+# over non-empty lines.
+
+_PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u00ab\u00bb\u2026\u2013\u2014"
+GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+GOPHER_TOP_NGRAMS = ((2, 0.20), (3, 0.18), (4, 0.16))
+GOPHER_DUP_NGRAMS = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+_PARAGRAPH_SPLIT = re.compile(r"\n{2,}")
+_LINE_SPLIT = re.compile(r"\n+")
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in (token.strip(_PUNCT) for token in text.split()) if w]
+
+
+def gopher_quality_reason(text: str) -> str | None:
+    """Why Gopher's quality rules drop `text`, or None to keep it."""
+    words = _words(text)
+    n = len(words)
+    if n < 50:
+        return "too_few_words"  # < 50 words
+    if n > 100_000:
+        return "too_many_words"  # > 100 000 words
+    mean = sum(map(len, words)) / n
+    if not 3 <= mean <= 10:
+        return "mean_word_length"  # outside 3..10 characters
+    if text.count("#") / n > 0.1:
+        return "hash_ratio"  # '#' per word > 0.1
+    if (text.count("...") + text.count("\u2026")) / n > 0.1:
+        return "ellipsis_ratio"  # ellipses per word > 0.1
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines:
+        if sum(line.startswith(("\u2022", "-")) for line in lines) / len(lines) > 0.9:
+            return "bullet_lines"  # > 90 % of lines start with a bullet
+        if sum(line.endswith(("...", "\u2026")) for line in lines) / len(lines) > 0.3:
+            return "ellipsis_lines"  # > 30 % of lines end with an ellipsis
+    if sum(any(c.isalpha() for c in w) for w in words) / n < 0.8:
+        return "alpha_words"  # < 80 % of words have a letter
+    if len(GOPHER_STOP_WORDS.intersection(w.lower() for w in words)) < 2:
+        return "stop_words"  # fewer than 2 of the 8 stop words
+    return None
+
+
+def _duplicate_fraction(parts: list[str]) -> tuple[float, int]:
+    """(fraction of parts that repeat an earlier part, characters in those repeats)."""
+    seen: set[str] = set()
+    dup = dup_chars = 0
+    for part in parts:
+        if part in seen:
+            dup += 1
+            dup_chars += len(part)
+        else:
+            seen.add(part)
+    return (dup / len(parts) if parts else 0.0), dup_chars
+
+
+def gopher_repetition_reason(text: str) -> str | None:
+    """Why Gopher's repetition rules drop `text`, or None to keep it."""
+    size = len(text)
+    if not size:
+        return None
+    stripped = text.strip()
+    frac, chars = _duplicate_fraction(_PARAGRAPH_SPLIT.split(stripped))
+    if frac > 0.3:
+        return "dup_paragraphs"
+    if chars / size > 0.2:
+        return "dup_paragraph_chars"
+    frac, chars = _duplicate_fraction(_LINE_SPLIT.split(stripped))
+    if frac > 0.3:
+        return "dup_lines"
+    if chars / size > 0.2:
+        return "dup_line_chars"
+    words = text.split()
+    lengths = [len(w) for w in words]
+    for n, limit in GOPHER_TOP_NGRAMS:
+        if len(words) < n:
+            break
+        gram, count = Counter(zip(*(words[k:] for k in range(n)), strict=False)).most_common(1)[0]
+        if count > 1 and (sum(map(len, gram)) + n - 1) * count / size > limit:
+            return f"top_{n}gram"
+    for n, limit in GOPHER_DUP_NGRAMS:
+        if len(words) < n:
+            break
+        grams = list(zip(*(words[k:] for k in range(n)), strict=False))
+        seen: set[tuple[str, ...]] = set()
+        dup_chars, i = 0, 0
+        while i < len(grams):
+            if grams[i] in seen:  # count a repeat once, then skip past it so overlaps are not double-counted
+                dup_chars += sum(lengths[i : i + n]) + n - 1
+                i += n
+            else:
+                seen.add(grams[i])
+                i += 1
+        if dup_chars / size > limit:
+            return f"dup_{n}gram"
+    return None
+
+
+def _filter_step(step: str, docs: list[Doc], reason_of: Any) -> tuple[list[Doc], dict[str, Any]]:
+    kept: list[Doc] = []
+    reasons: Counter[str] = Counter()
+    for doc in docs:
+        reason = reason_of(doc[1])
+        if reason is None:
+            kept.append(doc)
+        else:
+            reasons[reason] += 1
+    return kept, _row(step, "filter", docs, kept, reasons=dict(sorted(reasons.items())))
+
+
+# ------------------------------------------------------------------------------------------------ PII
+# As FineWeb did (datatrove PIIFormatter, curation.md 1.1.6): e-mail addresses and public IPv4 addresses
+# are replaced by fixed placeholders, cycled per document; phone numbers are left alone.
+
+EMAIL_RE = re.compile(
+    r"\b[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,63}\b",
+    re.IGNORECASE,
+)
+IPV4_RE = re.compile(
+    r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?!\w|\.\d)"
+)
+EMAIL_PLACEHOLDERS = ("email@example.com", "firstname.lastname@example.org")
+IP_PLACEHOLDERS = (
+    "22.214.171.124",
+    "126.96.36.199",
+    "188.8.131.52",
+    "184.108.40.206",
+    "220.127.116.11",
+    "18.104.22.168",
+)
+
+
+def _is_public_ip(text: str) -> bool:
+    try:
+        return ipaddress.IPv4Address(text).is_global
+    except ValueError:
+        return False
+
+
+def find_pii(text: str) -> tuple[int, int]:
+    """(e-mail addresses, public IPv4 addresses) in text."""
+    emails = len(EMAIL_RE.findall(text)) if "@" in text else 0
+    ips = sum(_is_public_ip(m) for m in IPV4_RE.findall(text)) if "." in text else 0
+    return emails, ips
+
+
+def mask_pii(text: str) -> tuple[str, int, int]:
+    """text with e-mail and public IPv4 addresses replaced by placeholders; (text, e-mails, IPs)."""
+    counts = [0, 0]
+
+    def email(_: re.Match[str]) -> str:
+        counts[0] += 1
+        return EMAIL_PLACEHOLDERS[(counts[0] - 1) % len(EMAIL_PLACEHOLDERS)]
+
+    def ip(m: re.Match[str]) -> str:
+        if not _is_public_ip(m.group(0)):
+            return m.group(0)
+        counts[1] += 1
+        return IP_PLACEHOLDERS[(counts[1] - 1) % len(IP_PLACEHOLDERS)]
+
+    if "@" in text:
+        text = EMAIL_RE.sub(email, text)
+    if "." in text:
+        text = IPV4_RE.sub(ip, text)
+    return text, counts[0], counts[1]
+
+
+def _pii_step(mode: str, docs: list[Doc]) -> tuple[list[Doc], dict[str, Any]]:
+    if mode == "drop":
+        kept, row = _filter_step("pii_drop", docs, lambda text: "pii" if any(find_pii(text)) else None)
+        return kept, row
+    out: list[Doc] = []
+    emails = ips = changed = 0
+    for doc_id, text in docs:
+        masked, e, i = mask_pii(text)
+        emails, ips, changed = emails + e, ips + i, changed + bool(e or i)
+        out.append((doc_id, masked))
+    return out, _row(
+        "pii_mask", "transform", docs, out, reasons={"emails": emails, "ips": ips, "docs_changed": changed}
+    )
+
+
+# ---------------------------------------------------------------------------------------- the stages
+
+
+def _read_shard(
+    source_name: str, source: SourceSpec, shard: int, shards: int, files: list[str]
+) -> tuple[list[Doc], Any]:
+    if source.input.format == "builtin":
+        docs, provenance = builtin_documents(source.input.name, source.input.max_docs, source_name)
+        return docs[shard::shards], provenance
+    docs = list(read_documents(source_name, source, files, shards=shards))
+    provenance = {"files": [_file_provenance(f) for f in files]}
+    return docs, provenance
+
+
+def _file_provenance(path: str) -> dict[str, Any]:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"path": path, "bytes": os.path.getsize(path), "sha256": h.hexdigest()}
+
+
+def curate_shard(
+    spec: RunSpec, source_name: str, shard: int, shards: int, files: list[str], out_dir: Path
+) -> dict[str, Any]:
+    """Curate shard `shard` of `shards` of one source into out_dir/docs.jsonl (+ stats.json).
+
+    A builtin source's shard takes documents shard::shards of the builtin list; a file source's shard
+    reads `files` (input.max_docs applies per shard as ceil(max_docs / shards)). Returns
+    {"counts", "steps", "provenance", ...}, also written to out_dir/stats.json for curate_source.
+    """
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
+    source = _source(spec, source_name)
+    curate = source.curate
+    check_supported(source_name, curate)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    raw, provenance = _read_shard(source_name, source, shard, shards, files)
+    steps: list[dict[str, Any]] = []
+
+    docs = [(doc_id, normalize_text(text, curate.normalize)) for doc_id, text in raw]
+    steps.append(_row("normalize", "transform", raw, docs, form=curate.normalize))
+    del raw
+
+    min_chars, max_chars = curate.min_chars, curate.max_chars
+
+    def length_reason(text: str) -> str | None:
+        n = len(text)
+        if n < min_chars:
+            return "too_short"
+        if max_chars is not None and n > max_chars:
+            return "too_long"
+        if not text.strip():
+            return "empty"
+        return None
+
+    docs, row = _filter_step("length", docs, length_reason)
+    steps.append(row | {"min_chars": min_chars, "max_chars": max_chars})
+
+    if "gopher" in curate.quality:
+        docs, row = _filter_step("gopher_quality", docs, gopher_quality_reason)
+        steps.append(row)
+        docs, row = _filter_step("gopher_repetition", docs, gopher_repetition_reason)
+        steps.append(row)
+
+    if curate.pii != "keep":
+        docs, row = _pii_step(curate.pii, docs)
+        steps.append(row)
+
+    hashes = [_sha256(text) for _, text in docs]
+    if curate.dedup.exact:
+        seen: set[str] = set()
+        kept_docs, kept_hashes = [], []
+        for doc, h in zip(docs, hashes, strict=True):
+            if h not in seen:
+                seen.add(h)
+                kept_docs.append(doc)
+                kept_hashes.append(h)
+        steps.append(_row("exact_dedup", "filter", docs, kept_docs))
+        docs, hashes = kept_docs, kept_hashes
+
+    validate_counts(steps)
+    _write_jsonl(
+        out_dir / DOCS_FILE,
+        ({"id": doc_id, "text": text, "sha256": h} for (doc_id, text), h in zip(docs, hashes, strict=True)),
+    )
+    result = {
+        "counts": {
+            "docs_read": steps[0]["docs_in"],
+            "chars_read": steps[0]["chars_in"],
+            "docs": len(docs),
+            "chars": _chars(docs),
+        },
+        "steps": steps,
+        "provenance": provenance,
+        "source": source_name,
+        "shard": shard,
+        "shards": shards,
+    }
+    _write_json(out_dir / STATS_FILE, result)
+    return result
+
+
+def _sum_steps(source_name: str, shard_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The shards' step rows summed per step name (every shard ran the same steps)."""
+    names = [row["step"] for row in shard_stats[0]["steps"]] if shard_stats else []
+    summed: dict[str, dict[str, Any]] = {}
+    for stats in shard_stats:
+        if [row["step"] for row in stats["steps"]] != names:
+            raise ValueError(f"curate_source {source_name}: shards ran different steps; rebuild the shards")
+        for row in stats["steps"]:
+            total = summed.setdefault(row["step"], {"step": row["step"], "kind": row["kind"]})
+            for column in ("docs_in", "docs_out", "chars_in", "chars_out"):
+                total[column] = total.get(column, 0) + row[column]
+            for reason, count in (row.get("reasons") or {}).items():
+                total.setdefault("reasons", {})[reason] = total.get("reasons", {}).get(reason, 0) + count
+    return [summed[name] for name in names]
+
+
+def _steps_summary(steps: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{row['step']} {row['docs_in']}->{row['docs_out']}" for row in steps)
+
+
+def curate_source(spec: RunSpec, source_name: str, shard_dirs: list[Path], out_dir: Path) -> dict[str, Any]:
+    """Join the shards of one source (in order) into out_dir/train.jsonl and out_dir/heldout.jsonl.
+
+    Exact duplicates across shards are removed (first occurrence wins) when curate.dedup.exact is on.
+    The data.heldout_docs documents with the smallest SHA-256 are held out (a choice that depends on
+    the texts only, so it is stable across reruns and shard counts); with exact dedup off, training
+    copies of a held-out text are dropped too. Returns {"counts", "steps", ...} (also in stats.json).
+    """
+    source = _source(spec, source_name)
+    heldout_docs = spec.data.heldout_docs
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shard_dirs = [Path(d) for d in shard_dirs]
+
+    shard_stats = []
+    for directory in shard_dirs:
+        try:
+            shard_stats.append(json.loads((directory / STATS_FILE).read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{directory / STATS_FILE}: not a curate_shard output (run curate_shard first)"
+            ) from None
+    steps = _sum_steps(source_name, shard_stats)
+
+    # pass 1: hashes and sizes only (texts are not kept in memory)
+    entries: list[tuple[str, int]] = []  # (sha256, chars) per line of every shard, in order
+    for directory in shard_dirs:
+        with open(directory / DOCS_FILE, encoding="utf-8") as f:
+            for line in f:
+                obj = json.loads(line)
+                entries.append((obj["sha256"], len(obj["text"])))
+    keep = [True] * len(entries)
+    if source.curate.dedup.exact:
+        seen: set[str] = set()
+        for i, (h, _) in enumerate(entries):
+            if h in seen:
+                keep[i] = False
+            else:
+                seen.add(h)
+        steps.append(
+            {
+                "step": "cross_shard_dedup",
+                "kind": "filter",
+                "docs_in": len(entries),
+                "docs_out": sum(keep),
+                "chars_in": sum(c for _, c in entries),
+                "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
+            }
+        )
+    kept = [i for i, k in enumerate(keep) if k]
+    if not kept:
+        raise UserError(
+            f"data.sources.{source_name}: no document left after curation (input: {_describe_input(source)}; "
+            f"steps: {_steps_summary(steps) or 'no shard'}); check the input and the curate settings "
+            "(min_chars, max_chars, quality, pii)"
+        )
+    if heldout_docs and len(kept) <= heldout_docs:
+        raise UserError(
+            f"data.heldout_docs: source {source_name!r} has {len(kept)} document(s) after curation, "
+            f"not more than data.heldout_docs = {heldout_docs}, so none would be left to train on; "
+            f"lower data.heldout_docs below {len(kept)} (or give the source more documents)"
+        )
+    heldout = set(heapq.nsmallest(heldout_docs, kept, key=lambda i: (entries[i][0], i)))
+    heldout_hashes = {entries[i][0] for i in heldout}
+    role = {}  # line index -> "train" | "heldout"; lines not in it are dropped
+    for i in kept:
+        if i in heldout:
+            role[i] = "heldout"
+        elif entries[i][0] not in heldout_hashes:  # only possible with dedup.exact off
+            role[i] = "train"
+    chars_in = sum(entries[i][1] for i in kept)
+    docs_train = sum(1 for r in role.values() if r == "train")
+    chars_train = sum(entries[i][1] for i, r in role.items() if r == "train")
+    chars_heldout = sum(entries[i][1] for i in heldout)
+    steps.append(
+        {
+            "step": "heldout_split",
+            "kind": "filter",
+            "docs_in": len(kept),
+            "docs_out": docs_train + len(heldout),
+            "chars_in": chars_in,
+            "chars_out": chars_train + chars_heldout,
+            "heldout_docs": heldout_docs,
+        }
+    )
+    validate_counts(steps)
+
+    # pass 2: copy the lines into train.jsonl / heldout.jsonl, in order
+    train_tmp, heldout_tmp = out_dir / (TRAIN_FILE + ".tmp"), out_dir / (HELDOUT_FILE + ".tmp")
+    index = 0
+    with (
+        open(train_tmp, "w", encoding="utf-8", newline="\n") as train,
+        open(heldout_tmp, "w", encoding="utf-8", newline="\n") as held,
+    ):
+        for directory in shard_dirs:
+            with open(directory / DOCS_FILE, encoding="utf-8") as f:
+                for line in f:
+                    target = role.get(index)
+                    if target == "train":
+                        train.write(line)
+                    elif target == "heldout":
+                        held.write(line)
+                    index += 1
+    os.replace(train_tmp, out_dir / TRAIN_FILE)
+    os.replace(heldout_tmp, out_dir / HELDOUT_FILE)
+
+    first = steps[0] if steps else {"docs_in": 0, "chars_in": 0}
+    result = {
+        "counts": {
+            "docs_read": first["docs_in"],
+            "chars_read": first["chars_in"],
+            "docs_train": docs_train,
+            "docs_heldout": len(heldout),
+            "chars_train": chars_train,
+            "chars_heldout": chars_heldout,
+        },
+        "steps": steps,
+        "provenance": [stats.get("provenance") for stats in shard_stats],
+        "source": source_name,
+        "shards": len(shard_dirs),
+    }
+    _write_json(out_dir / STATS_FILE, result)
+    return result

@@ -1,0 +1,339 @@
+"""MLflow tracking of a spec run: one parent run per spec, one child run per stage artifact.
+
+The tracking URI is machine-local (runlib.workflow.settings.tracking_uri(): MLFLOW_TRACKING_URI, or
+a SQLite file in the work directory). Stage commands call `log_stage` after their artifact is
+committed; tracking never fails a stage: when MLflow is unreachable `log_stage` prints one warning
+line and returns None.
+
+The parent run of a spec is found by its tags (runlib.kind=parent, runlib.spec_key, runlib.spec_name)
+or created, under an fcntl lock in <work>/locks, so stage jobs that start together share one parent.
+Identifying tags are set last (runlib.kind), so a run left half-logged by a killed job is never
+taken for a finished one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import math
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from runlib.track.flatten import clean_key, flatten
+from runlib.workflow.keys import canonical, spec_key
+from runlib.workflow.settings import tracking_uri, work_dir
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from runlib.spec.models import RunSpec
+    from runlib.workflow.graph import StageNode
+
+T = TypeVar("T")
+
+LOCK_NAME = "mlflow-parent.lock"
+LOCKED_ATTEMPTS = 6  # sqlite "database is locked": retry with backoff 0.5, 1, 2, 4, 8 s
+PROBE_TIMEOUT_S = 5.0
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def experiment_name(spec: RunSpec) -> str:
+    return spec.tracking.experiment or spec.name
+
+
+def parent_run_name(spec: RunSpec) -> str:
+    return f"{spec.name}-{spec_key(spec)}"
+
+
+@contextmanager
+def _file_lock(name: str = LOCK_NAME) -> Iterator[None]:
+    directory = work_dir() / "locks"
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / name, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call fn, retrying while SQLite answers "database is locked" (concurrent stage jobs)."""
+    for attempt in range(LOCKED_ATTEMPTS):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if "database is locked" not in str(exc) or attempt == LOCKED_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _client() -> MlflowClient:
+    from mlflow.tracking import MlflowClient
+
+    return _retry(MlflowClient, tracking_uri=tracking_uri())
+
+
+def _probe(uri: str) -> None:
+    """Fail fast when an HTTP tracking server does not answer at all (MLflow's own retries take minutes)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S):
+            pass
+    except urllib.error.HTTPError:
+        return  # it answered (an auth proxy, a path prefix): let MLflow's client have its say
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConnectionError(f"no MLflow server answers at {uri} ({reason})") from None
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _log_params(client: MlflowClient, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+    from mlflow.utils.validation import MAX_PARAMS_TAGS_PER_BATCH
+
+    entries = [Param(k, v) for k, v in params.items()]
+    for chunk in _chunks(entries, MAX_PARAMS_TAGS_PER_BATCH):
+        _retry(client.log_batch, run_id, params=list(chunk))
+
+
+def _log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float], timestamp_ms: int) -> None:
+    from mlflow.entities import Metric
+    from mlflow.utils.validation import MAX_METRICS_PER_BATCH
+
+    entries = [Metric(k, v, timestamp_ms, 0) for k, v in metrics.items()]
+    for chunk in _chunks(entries, MAX_METRICS_PER_BATCH):
+        _retry(client.log_batch, run_id, metrics=list(chunk))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def numeric_leaves(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Numbers in nested dicts under dotted names (lists and strings are skipped: they are not metrics)."""
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(numeric_leaves(v, name + "."))
+        elif _is_number(v):
+            out[clean_key(name)] = float(v)
+    return out
+
+
+def stage_metrics(manifest: dict[str, Any]) -> dict[str, float]:
+    """counts (under their own names), wall_seconds, and numeric details under "details."."""
+    metrics = numeric_leaves(manifest.get("counts") or {})
+    wall = (manifest.get("timings") or {}).get("wall_seconds")
+    if _is_number(wall):
+        metrics["wall_seconds"] = float(wall)
+    metrics.update(numeric_leaves(manifest.get("details") or {}, "details."))
+    return metrics
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _search_one(client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> str | None:
+    filter_string = " and ".join(f"tags.`{k}` = '{_quote(v)}'" for k, v in tags.items())
+    runs = _retry(
+        client.search_runs,
+        [experiment_id],
+        filter_string=filter_string,
+        max_results=1,
+        order_by=["attributes.start_time ASC"],
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def _artifact_location(name: str) -> str | None:
+    """For a SQLite store, artifacts go under <work>/mlartifacts (not ./mlruns at whatever the cwd is)."""
+    if not tracking_uri().startswith("sqlite:"):
+        return None  # a server decides (its --artifacts-destination); other stores use their default
+    folder = re.sub(r"[^\w.-]", "_", name)
+    return (work_dir() / "mlartifacts" / folder).resolve().as_uri()
+
+
+def _experiment_id(client: MlflowClient, name: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    exp = _retry(client.get_experiment_by_name, name)
+    if exp is None:
+        try:
+            return _retry(client.create_experiment, name, artifact_location=_artifact_location(name))
+        except MlflowException as exc:  # created meanwhile by another machine sharing the server
+            if "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
+                raise
+            exp = _retry(client.get_experiment_by_name, name)
+    if exp.lifecycle_stage == "deleted":
+        raise RuntimeError(
+            f"MLflow experiment {name!r} is deleted: restore it (`mlflow experiments restore --experiment-id "
+            f"{exp.experiment_id}`), delete it for good (`mlflow gc`), or set tracking.experiment in the spec"
+        )
+    return exp.experiment_id
+
+
+# ------------------------------------------------------------------------------------- the parent
+
+
+def _audit(spec: RunSpec, spec_path: str | Path | None):
+    from runlib.audit import audit
+
+    source_map = None
+    if spec_path and Path(spec_path).is_file():
+        try:
+            from runlib.spec import load_spec
+
+            loaded = load_spec(spec_path)
+            if loaded.spec == spec:  # line numbers in the report only when the file is this spec
+                source_map = loaded.source_map
+        except Exception:
+            source_map = None
+    return audit(spec, source_map, str(spec_path) if spec_path else "<spec>")
+
+
+def _create_parent(client: MlflowClient, experiment_id: str, spec: RunSpec, spec_path: str | Path | None) -> str:
+    from runlib.audit.render import json_view, text
+
+    key = spec_key(spec)
+    result = _audit(spec, spec_path)
+    tags = {"runlib.spec_key": key, "runlib.spec_name": spec.name}
+    if spec_path:
+        tags["runlib.spec_file"] = str(Path(spec_path).resolve())
+    run = _retry(client.create_run, experiment_id, run_name=parent_run_name(spec), tags=tags)
+    run_id = run.info.run_id
+    params = flatten(spec.model_dump(mode="json"), "spec.")
+    params.update(flatten(json_view.derived(result.plan), "derived."))
+    _log_params(client, run_id, params)
+    _retry(client.log_text, run_id, text.render(result), "audit/report.txt")
+    _retry(client.log_text, run_id, json_view.render(result), "audit/report.json")
+    if spec_path and Path(spec_path).is_file():
+        _retry(client.log_artifact, run_id, str(spec_path), "spec")
+    _retry(client.set_tag, run_id, "runlib.kind", "parent")  # last: marks the parent complete
+    _retry(client.set_terminated, run_id, "FINISHED")
+    return run_id
+
+
+def _parent(spec: RunSpec, spec_path: str | Path | None) -> tuple[MlflowClient, str, str]:
+    """(client, experiment id, parent run id); the store is opened under the lock too (a fresh SQLite
+    file gets its schema created once, not by two jobs at once)."""
+    with _file_lock():
+        client = _client()
+        experiment_id = _experiment_id(client, experiment_name(spec))
+        tags = {"runlib.kind": "parent", "runlib.spec_key": spec_key(spec), "runlib.spec_name": spec.name}
+        run_id = _search_one(client, experiment_id, tags)
+        if run_id is None:
+            run_id = _create_parent(client, experiment_id, spec, spec_path)
+        return client, experiment_id, run_id
+
+
+def parent_run(spec: RunSpec, spec_path: str | Path | None) -> str:
+    """The id of the spec's MLflow parent run, created (with the spec, the plan and the audit) if missing."""
+    return _parent(spec, spec_path)[2]
+
+
+# ------------------------------------------------------------------------------------- the stages
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical(manifest).encode()).hexdigest()[:16]
+
+
+def _log_stage(
+    spec: RunSpec,
+    spec_path: str | Path | None,
+    node: StageNode,
+    manifest: dict[str, Any],
+    artifact_files: Iterable[str | Path],
+) -> str:
+    client, experiment_id, parent_id = _parent(spec, spec_path)
+    digest = manifest_digest(manifest)
+    existing = _search_one(
+        client,
+        experiment_id,
+        {"mlflow.parentRunId": parent_id, "runlib.manifest_digest": digest, "runlib.kind": "stage"},
+    )
+    if existing:  # this very manifest was logged already (a rerun that found the artifact built)
+        return existing
+
+    timings = manifest.get("timings") or {}
+    started = timings.get("started_at")
+    start_ms = int(started * 1000) if _is_number(started) else None
+    end_ms = None
+    if start_ms is not None and _is_number(timings.get("wall_seconds")):
+        end_ms = start_ms + int(timings["wall_seconds"] * 1000)
+    tags = {
+        "mlflow.parentRunId": parent_id,
+        "runlib.stage": node.stage,
+        "runlib.key": node.key,
+        "runlib.content_hash": str(manifest.get("content_hash", "")),
+        "runlib.spec_key": spec_key(spec),
+        "runlib.manifest_digest": digest,
+    }
+    run = _retry(client.create_run, experiment_id, start_time=start_ms, run_name=node.instance, tags=tags)
+    run_id = run.info.run_id
+    try:
+        params = flatten(node.projection, "projection.")
+        params.update({clean_key(f"input.{role}"): key for role, key in node.inputs.items()})
+        _log_params(client, run_id, params)
+        _log_metrics(client, run_id, stage_metrics(manifest), end_ms or int(time.time() * 1000))
+        _retry(client.log_dict, run_id, manifest, "manifest.json")
+        for path in map(Path, artifact_files):
+            if path.is_dir():
+                _retry(client.log_artifacts, run_id, str(path), path.name)
+            else:
+                _retry(client.log_artifact, run_id, str(path))
+        _retry(client.set_tag, run_id, "runlib.kind", "stage")  # last: marks the record complete
+        _retry(client.set_terminated, run_id, "FINISHED", end_time=end_ms)
+    except BaseException:
+        try:
+            client.set_terminated(run_id, "FAILED")
+        except Exception:
+            pass
+        raise
+    return run_id
+
+
+def log_stage(
+    spec: RunSpec,
+    spec_path: str | Path | None,
+    node: StageNode,
+    manifest: dict[str, Any],
+    artifact_files: Iterable[str | Path] = (),
+) -> str | None:
+    """Record a built stage as a child run of the spec's parent run; its id, or None when tracking failed.
+
+    A stage that built its artifact must not fail because of tracking: any error becomes one warning
+    line on stderr naming the tracking URI.
+    """
+    uri = tracking_uri()
+    try:
+        _probe(uri)
+        return _log_stage(spec, spec_path, node, manifest, artifact_files)
+    except Exception as exc:
+        message = " ".join(str(exc).split())
+        if len(message) > 300:
+            message = message[:297] + "..."
+        print(
+            f"runlib: warning: MLflow tracking at {uri} failed; {node.instance} is built but not recorded "
+            f"({type(exc).__name__}: {message})",
+            file=sys.stderr,
+        )
+        return None

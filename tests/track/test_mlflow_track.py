@@ -1,0 +1,324 @@
+"""runlib.track: flattening, the parent/child runs in a SQLite store, a real `mlflow server`, an unreachable URI."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from runlib.audit import audit
+from runlib.audit.cases import case_data
+from runlib.audit.render.json_view import derived
+from runlib.spec import load_spec, validate_data
+from runlib.track.flatten import MAX_PARAM_VAL_LENGTH, flatten
+from runlib.workflow.graph import StageNode
+from runlib.workflow.keys import spec_key
+
+MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient  # mlflow: the stages' optional extra
+
+from runlib.track import mlflow_track  # noqa: E402
+
+# ---------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.yaml"
+    with open(path, "w") as f:
+        YAML().dump(case_data({}), f)
+    return path
+
+
+@pytest.fixture
+def spec(spec_file: Path):
+    return load_spec(spec_file).spec
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    work = tmp_path / "work"
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # nothing may land in ./mlruns
+    return work
+
+
+def _node(instance: str, stage: str, key: str, inputs: dict[str, str] | None = None) -> StageNode:
+    projection = {"input": {"format": "jsonl", "path": "data/web/*.jsonl"}, "shard": 0, "files": ["a.jsonl", "b.jsonl"]}
+    return StageNode(stage, instance, key, projection, inputs or {})
+
+
+def _manifest(node: StageNode, counts: dict[str, int], details: dict | None = None) -> dict:
+    return {
+        "stage": node.stage,
+        "instance": node.instance,
+        "key": node.key,
+        "projection": node.projection,
+        "inputs": node.inputs,
+        "counts": counts,
+        "details": details or {},
+        "timings": {"started_at": time.time() - 3.0, "wall_seconds": 2.5},
+        "outputs": {},
+        "content_hash": f"hash-{node.key}",
+    }
+
+
+def _artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    out = set()
+    for info in client.list_artifacts(run_id, path):
+        out |= _artifact_paths(client, run_id, info.path) if info.is_dir else {info.path}
+    return out
+
+
+# ----------------------------------------------------------------------------------------- flatten
+
+
+def test_flatten_dotted_keys_and_values() -> None:
+    flat = flatten(
+        {"model": {"d_model": 768, "bias": False}, "phases": [{"tokens": 5}], "x": None, "e": {}, "l": []},
+        "spec.",
+    )
+    assert flat == {
+        "spec.model.d_model": "768",
+        "spec.model.bias": "false",
+        "spec.phases.0.tokens": "5",
+        "spec.x": "null",
+        "spec.e": "{}",
+        "spec.l": "[]",
+    }
+    long = flatten({"v": "y" * (MAX_PARAM_VAL_LENGTH + 100)})["v"]
+    assert len(long) == MAX_PARAM_VAL_LENGTH and long.endswith("[truncated]")
+    assert MAX_PARAM_VAL_LENGTH == 6000  # MLflow 3's limit, read from mlflow.utils.validation
+    assert list(flatten({"a/b": {"c@d": 1}})) == ["a_b.c_d"]  # invalid name characters replaced
+
+
+# ------------------------------------------------------------------------------- the SQLite store
+
+
+def test_parent_and_stage_runs_in_sqlite(work: Path, tmp_path: Path, spec, spec_file: Path) -> None:
+    shard = _node("curate_shard web/0", "curate_shard", "k1")
+    tok = _node("train_tokenizer", "train_tokenizer", "k2", {"source:web": "k1"})
+    shard_manifest = _manifest(shard, {"docs": 120, "bytes": 45678})
+    tok_manifest = _manifest(tok, {"vocab": 32000}, {"compression": {"bytes_per_token": 3.9}, "notes": "x"})
+    tok_file = tmp_path / "tokenizer.json"
+    tok_file.write_text('{"model": {}}')
+
+    shard_id = mlflow_track.log_stage(spec, spec_file, shard, shard_manifest)
+    tok_id = mlflow_track.log_stage(spec, spec_file, tok, tok_manifest, [tok_file])
+    assert shard_id and tok_id and shard_id != tok_id
+    # logging the same manifest again (a rerun that found the artifact) records nothing new
+    assert mlflow_track.log_stage(spec, spec_file, shard, shard_manifest) == shard_id
+
+    key = spec_key(spec)
+    client = MlflowClient(tracking_uri=f"sqlite:///{(work / 'mlflow.db').resolve()}")
+    exp = client.get_experiment_by_name(spec.name)
+    assert exp is not None
+    assert exp.artifact_location.startswith((work / "mlartifacts").resolve().as_uri())
+    assert not (tmp_path / "mlruns").exists()
+
+    parents = client.search_runs([exp.experiment_id], "tags.`runlib.kind` = 'parent'")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.run_name == f"{spec.name}-{key}"
+    assert parent.data.tags["runlib.spec_key"] == key and parent.data.tags["runlib.spec_name"] == spec.name
+    params = parent.data.params
+    assert params["spec.model.d_model"] == "768"
+    assert params["spec.name"] == spec.name
+    plan_derived = derived(audit(spec).plan)
+    assert params["derived.params.total"] == str(plan_derived["params"]["total"])
+    assert params["derived.phases.0.tokens"] == str(plan_derived["phases"][0]["tokens"])
+    assert len(params) > 100  # so the batching of log_batch (100 params a call) was needed
+    assert {"audit/report.txt", "audit/report.json", "spec/spec.yaml"} <= _artifact_paths(client, parent.info.run_id)
+    report = client.download_artifacts(parent.info.run_id, "audit/report.txt", str(tmp_path))
+    assert "error(s)" in Path(report).read_text()
+
+    assert mlflow_track.parent_run(spec, spec_file) == parent.info.run_id  # found, not created again
+
+    children = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert sorted(c.info.run_id for c in children) == sorted([shard_id, tok_id])
+    runs = {c.info.run_name: c for c in children}
+    assert set(runs) == {"curate_shard web/0", "train_tokenizer"}
+    for run, node, manifest in (
+        (runs["curate_shard web/0"], shard, shard_manifest),
+        (runs["train_tokenizer"], tok, tok_manifest),
+    ):
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["runlib.stage"] == node.stage
+        assert run.data.tags["runlib.key"] == node.key
+        assert run.data.tags["runlib.content_hash"] == manifest["content_hash"]
+        for name, value in manifest["counts"].items():
+            assert run.data.metrics[name] == value
+        assert run.data.metrics["wall_seconds"] == 2.5
+        assert run.data.params["projection.files.1"] == "b.jsonl"
+        assert run.data.params["projection.input.format"] == "jsonl"
+        assert "manifest.json" in _artifact_paths(client, run.info.run_id)
+    tok_run = runs["train_tokenizer"]
+    assert tok_run.data.params["input.source:web"] == "k1"
+    assert tok_run.data.metrics["details.compression.bytes_per_token"] == 3.9
+    assert "details.notes" not in tok_run.data.metrics
+    assert "tokenizer.json" in _artifact_paths(client, tok_run.info.run_id)
+    assert tok_run.info.end_time - tok_run.info.start_time == 2500  # the stage's own wall time
+
+
+def _parent_in_subprocess(spec_path: str, barrier, results) -> None:
+    from runlib.track.mlflow_track import parent_run
+
+    loaded = load_spec(spec_path)
+    barrier.wait(timeout=120)
+    results.put(parent_run(loaded.spec, spec_path))
+
+
+@pytest.mark.parametrize("fresh_store", [True, False], ids=["fresh-db", "existing-db"])
+def test_concurrent_parent_run_creates_one(work: Path, spec, spec_file: Path, fresh_store: bool) -> None:
+    """Without the lock, a fresh SQLite file gets its schema created twice (`duplicate column name`),
+    and in an existing experiment both jobs miss the parent and create one each (both seen without it)."""
+    if not fresh_store:
+        work.mkdir(parents=True)
+        client = MlflowClient(tracking_uri=f"sqlite:///{(work / 'mlflow.db').resolve()}")
+        client.create_experiment(spec.name, artifact_location=(work / "mlartifacts").resolve().as_uri())
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_parent_in_subprocess, args=(str(spec_file), barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        deadline = time.monotonic() + 180
+        while any(p.exitcode is None for p in procs) and time.monotonic() < deadline:
+            assert all(p.exitcode in (None, 0) for p in procs), "a parent_run process failed"
+            time.sleep(0.2)
+        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+        ids = [results.get(timeout=10) for _ in procs]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=10)
+    assert ids[0] == ids[1]
+    client = MlflowClient(tracking_uri=f"sqlite:///{(work / 'mlflow.db').resolve()}")
+    exp = client.get_experiment_by_name(spec.name)
+    assert len(client.search_runs([exp.experiment_id], "tags.`runlib.kind` = 'parent'")) == 1
+
+
+def test_spec_built_from_case_data_matches_file(spec, spec_file: Path) -> None:
+    assert validate_data(case_data({})).spec == spec
+    assert spec_key(spec) == spec_key(validate_data(case_data({"name": "renamed"})).spec)
+
+
+# -------------------------------------------------------------------------------- tracking failure
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:1", "nosuchscheme://nowhere"])
+def test_unreachable_tracking_warns_and_returns_none(
+    work: Path, spec, spec_file: Path, uri: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    node = _node("curate_shard web/0", "curate_shard", "k1")
+    started = time.monotonic()
+    assert mlflow_track.log_stage(spec, spec_file, node, _manifest(node, {"docs": 1})) is None
+    assert time.monotonic() - started < 15
+    err = capsys.readouterr().err.strip().splitlines()
+    warnings = [line for line in err if line.startswith("runlib: warning:")]
+    assert len(warnings) == 1 and uri in warnings[0] and "curate_shard web/0" in warnings[0]
+
+
+# ---------------------------------------------------------------------------- a real mlflow server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_stage_logged_to_mlflow_server(
+    work: Path, tmp_path: Path, spec, spec_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = _free_port()
+    art = tmp_path / "art"
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    log = open(tmp_path / "server.log", "wb")
+    server = subprocess.Popen(
+        [
+            str(mlflow_bin),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'srv.db'}",
+            "--artifacts-destination",
+            str(art),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    pgid = server.pid  # start_new_session: the server leads its own process group
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "mlflow server not healthy after 60 s"
+            time.sleep(0.5)
+
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        node = _node("curate_shard web/0", "curate_shard", "k1")
+        manifest = _manifest(node, {"docs": 7, "bytes": 99})
+        run_id = mlflow_track.log_stage(spec, spec_file, node, manifest)
+        assert run_id is not None
+
+        client = MlflowClient(tracking_uri=uri)
+        run = client.get_run(run_id)
+        assert run.data.metrics["docs"] == 7 and run.data.metrics["bytes"] == 99
+        parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+        assert parent.info.run_name == f"{spec.name}-{spec_key(spec)}"
+        assert parent.data.params["spec.model.d_model"] == "768"
+        assert "manifest.json" in _artifact_paths(client, run_id)
+        assert list(art.rglob(f"{run_id}/artifacts/manifest.json"))  # proxied to --artifacts-destination
+        assert not (work / "mlartifacts").exists()  # the server, not the client, stores artifacts
+    finally:
+        if _group_alive(pgid):
+            os.killpg(pgid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            server.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+            time.sleep(0.5)
+        log.close()
+    assert not _group_alive(pgid), "a process of the mlflow server's group survived SIGTERM"
