@@ -1,4 +1,4 @@
-"""The one entry point: `runlib audit|explain|schema ...` (also `python -m runlib`).
+"""The one entry point: `runlib audit|explain|plan|schema|<stage> ...` (also `python -m runlib`).
 
 Exit status: 0 fine, 1 the audit found errors (or warnings with --strict), 2 bad input or usage.
 Heavy imports (matplotlib) happen only in the commands that need them; torch never here.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from pathlib import Path
 
@@ -68,6 +69,38 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from runlib.spec import load_spec
+    from runlib.workflow.graph import build_graph
+    from runlib.workflow.plan_view import plan_rows, render
+
+    rows = plan_rows(build_graph(load_spec(args.spec).spec))
+    if args.format == "json":
+        import json
+
+        print(json.dumps({"spec": args.spec, "stages": rows}, indent=2))
+    else:
+        sys.stdout.write(render(rows, args.spec))
+    return 0
+
+
+def _cmd_stage(args: argparse.Namespace) -> int:
+    from runlib.workflow.stages import run_stage
+
+    if not args.spec:
+        raise UserError(f"runlib {args.stage.replace('_', '-')}: give --spec (or set RUNLIB_SPEC)")
+    run_stage(args.stage, args.spec, args.key, track=not args.no_track)
+    return 0
+
+
+STAGE_COMMANDS = {
+    "curate-shard": "curate one shard of one source (normalize, filter, dedup within the shard)",
+    "curate-source": "join a source's shards: dedup across shards, split off the held-out documents",
+    "train-tokenizer": "train the byte-level BPE tokenizer on the train_on mixture",
+    "tokenize": "tokenize one curated source into token shards (train and held-out)",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runlib", description="Audit and run LLM pre-training specs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -82,6 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="print a check's documentation (no code: list all checks)")
     p.add_argument("code", nargs="?")
     p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("plan", help="list every stage of the spec with its key and whether it is built")
+    p.add_argument("spec", help="run spec (YAML)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=_cmd_plan)
+
+    for command, text in STAGE_COMMANDS.items():
+        p = sub.add_parser(command, help=f"stage: {text}")
+        p.add_argument("--spec", default=os.environ.get("RUNLIB_SPEC"), help="run spec (YAML); default $RUNLIB_SPEC")
+        p.add_argument("--key", required=True, help="the stage key (the artifact folder name)")
+        p.add_argument("--no-track", action="store_true", help="do not record the stage in MLflow")
+        p.set_defaults(func=_cmd_stage, stage=command.replace("-", "_"))
 
     p = sub.add_parser("schema", help="print the JSON schema of the run spec")
     p.add_argument("--out", help="write it to this file instead")

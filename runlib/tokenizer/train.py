@@ -99,6 +99,10 @@ def _default_total(weights: dict[str, float], files: dict[str, Path]) -> int:
             have += _utf8_len(text)
             if have >= cap:
                 break
+        if have == 0:
+            raise UserError(
+                f"tokenizer.train_on: source {name!r} holds no text after curation; remove it or give it documents"
+            )
         total = min(total, math.floor(have * norm / w))
     return total
 
@@ -203,7 +207,7 @@ def _drop(tok, drop: Sequence[str], protected: set[str]) -> tuple[Any, dict[str,
         if not text:
             raise UserError("tokenizer.drop_tokens: an empty string cannot be dropped; remove it")
         spelled = byte_level(text)
-        if spelled in base:
+        if len(spelled) == 1:
             raise UserError(
                 f"tokenizer.drop_tokens: {text!r} is a single byte, which a byte-level tokenizer needs "
                 "to encode every text; drop longer strings"
@@ -219,11 +223,16 @@ def _drop(tok, drop: Sequence[str], protected: set[str]) -> tuple[Any, dict[str,
         reachable.add(merged)
         kept.append([a, b])
     model["merges"] = kept
-    model["ignore_merges"] = False  # a word found whole in the vocabulary must still go through the merges
-    info = {
+    info: dict[str, Any] = {
         "dropped_ids": sorted(vocab[t] for t in dropped if t in vocab),
         "unreachable_ids": sorted(i for t, i in vocab.items() if t not in reachable),
+        "notes": [],
     }
+    if model.get("ignore_merges"):  # it would emit a word found whole in the vocabulary, merges or not
+        model["ignore_merges"] = False
+        info["notes"].append(
+            "drop_tokens turned off the tokenizer's ignore_merges, which changes how some words encode"
+        )
     return Tokenizer.from_str(json.dumps(data, ensure_ascii=False)), info
 
 
@@ -364,7 +373,7 @@ def _pretrained(spec, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]
         raise UserError(f"tokenizer.pretrained: {cfg.pretrained!r} is not a tokenizers tokenizer.json: {exc}") from exc
     eos = eos_id(tok)
     specials = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    info: dict[str, Any] = {"dropped_ids": [], "unreachable_ids": []}
+    info: dict[str, Any] = {"dropped_ids": [], "unreachable_ids": [], "notes": []}
     domain_ids: dict[str, int] = {}
     target = out_dir / TOKENIZER_FILE
     if cfg.drop_tokens or cfg.domain_tokens:
@@ -394,7 +403,7 @@ def _pretrained(spec, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]
         "dropped_ids": info["dropped_ids"],
         "train_bytes_per_source": {},
         "compression": _heldout_compression(tok, names, curated),
-        "notes": [],
+        "notes": info["notes"],
     }
 
 
@@ -443,9 +452,10 @@ def train_tokenizer(spec, curated: dict[str, Path], out_dir: Path) -> dict[str, 
             notes.append(f"source {name!r} holds no text: it contributed nothing to its share of {shares[name]} bytes")
 
     specials = set(special_tokens(reserved))
-    info: dict[str, Any] = {"dropped_ids": [], "unreachable_ids": []}
+    info: dict[str, Any] = {"dropped_ids": [], "unreachable_ids": [], "notes": []}
     if cfg.drop_tokens:
         tok, info = _drop(tok, cfg.drop_tokens, specials)
+        notes += info["notes"]
     domain_ids = _add_domain(tok, cfg.domain_tokens, cfg.drop_tokens, specials)
     odd = [t for t in domain_ids if not t.isascii() and all(c in BYTE_TO_CHAR.values() for c in t)]
     if odd:

@@ -24,7 +24,17 @@ from runlib import __version__
 from runlib.workflow.graph import StageNode
 
 MANIFEST = "manifest.json"
-TRACKED_LIBRARIES = ("pydantic", "tokenizers", "numpy", "pyarrow", "pandera", "torch", "accelerate", "mlflow", "snakemake")
+TRACKED_LIBRARIES = (
+    "pydantic",
+    "tokenizers",
+    "numpy",
+    "pyarrow",
+    "pandera",
+    "torch",
+    "accelerate",
+    "mlflow",
+    "snakemake",
+)
 
 
 def file_sha256(path: Path) -> str:

@@ -44,7 +44,9 @@ class StageGraph:
         for n in self.nodes:
             if n.stage == stage and n.key == key:
                 return n
-        raise UserError(f"no {stage} stage with key {key} in this spec's plan (the spec changed since the DAG was built?)")
+        raise UserError(
+            f"no {stage} stage with key {key} in this spec's plan (the spec changed since the DAG was built?)"
+        )
 
     def of(self, stage: str) -> list[StageNode]:
         return [n for n in self.nodes if n.stage == stage]
@@ -64,7 +66,9 @@ def source_files(name: str, source: SourceSpec) -> list[str]:
     """The files a file-based source reads, sorted; an error names the source when there are none."""
     pattern = source.input.path
     if not pattern:
-        raise UserError(f"data.sources.{name}.input.path: format {source.input.format} needs a path (a glob of input files)")
+        raise UserError(
+            f"data.sources.{name}.input.path: format {source.input.format} needs a path (a glob of input files)"
+        )
     matches = sorted(glob.glob(pattern, recursive=True))
     if source.input.format == "text":
         if Path(pattern).is_dir():  # a directory of plain-text files
@@ -72,7 +76,9 @@ def source_files(name: str, source: SourceSpec) -> list[str]:
         else:
             matches = [m for m in matches if Path(m).is_file()]
     if not matches:
-        raise UserError(f"data.sources.{name}.input.path: {pattern!r} matches no file; check the path (relative to {Path.cwd()})")
+        raise UserError(
+            f"data.sources.{name}.input.path: {pattern!r} matches no file; check the path (relative to {Path.cwd()})"
+        )
     return matches
 
 
@@ -96,7 +102,10 @@ def build_graph(spec: RunSpec) -> StageGraph:
         for i, files in enumerate(shards):
             projection = {"input": source_input, "curate": curate, "shard": i, "shards": len(shards), "files": files}
             node = StageNode(
-                "curate_shard", f"curate_shard {name}/{i}", stage_key("curate_shard", projection, {}), projection,
+                "curate_shard",
+                f"curate_shard {name}/{i}",
+                stage_key("curate_shard", projection, {}),
+                projection,
                 params={"source": name, "shard": i},
             )
             shard_nodes.append(node)
@@ -104,7 +113,11 @@ def build_graph(spec: RunSpec) -> StageGraph:
         projection = {"heldout_docs": spec.data.heldout_docs}
         inputs = {f"shard{i}": n.key for i, n in enumerate(shard_nodes)}
         curated[name] = StageNode(
-            "curate_source", f"curate_source {name}", stage_key("curate_source", projection, inputs), projection, inputs,
+            "curate_source",
+            f"curate_source {name}",
+            stage_key("curate_source", projection, inputs),
+            projection,
+            inputs,
             params={"source": name},
         )
         nodes.append(curated[name])
@@ -113,7 +126,10 @@ def build_graph(spec: RunSpec) -> StageGraph:
     tok_projection = tok.model_dump(mode="json")
     tok_inputs = {f"source:{name}": curated[name].key for name in sorted(tok.train_on) if name in curated}
     tokenizer = StageNode(
-        "train_tokenizer", "train_tokenizer", stage_key("train_tokenizer", tok_projection, tok_inputs), tok_projection,
+        "train_tokenizer",
+        "train_tokenizer",
+        stage_key("train_tokenizer", tok_projection, tok_inputs),
+        tok_projection,
         tok_inputs,
     )
     nodes.append(tokenizer)
@@ -121,7 +137,13 @@ def build_graph(spec: RunSpec) -> StageGraph:
         projection = {"token_dtype": spec.data.token_dtype}
         inputs = {"curated": curated[name].key, "tokenizer": tokenizer.key}
         nodes.append(
-            StageNode("tokenize", f"tokenize {name}", stage_key("tokenize", projection, inputs), projection, inputs,
-                      params={"source": name})
+            StageNode(
+                "tokenize",
+                f"tokenize {name}",
+                stage_key("tokenize", projection, inputs),
+                projection,
+                inputs,
+                params={"source": name},
+            )
         )
     return StageGraph(tuple(nodes))

@@ -21,3 +21,8 @@ def tracking_uri() -> str:
     if uri:
         return uri
     return f"sqlite:///{(work_dir() / 'mlflow.db').resolve()}"
+
+
+def done_stamp(stage: str, key: str) -> Path:
+    """Written after a stage's artifact is committed; what downstream Snakemake rules depend on."""
+    return work_dir() / "done" / stage / key

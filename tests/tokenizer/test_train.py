@@ -150,6 +150,25 @@ def test_small_source_cycles(tmp_path):
     assert summary["train_bytes_per_source"] == {"big": 10_000, "tiny": 10_000}  # 33 bytes of text, repeated
 
 
+def test_without_train_bytes_no_document_repeats(curated, tmp_path):
+    summary = train_tokenizer(make_spec(train_bytes=None), curated, tmp_path)
+    sizes = {
+        n: sum(len(json.loads(line)["text"].encode()) for line in open(d / "train.jsonl")) for n, d in curated.items()
+    }
+    smaller = min(sizes, key=sizes.get)
+    assert summary["train_bytes_per_source"] == dict.fromkeys(sorted(sizes), sizes[smaller])
+
+
+def test_small_corpus_learns_fewer_tokens_and_says_so(tmp_path):
+    src = write_source(tmp_path / "s", ["the cat sat on the mat"] * 5, [])
+    summary = train_tokenizer(
+        make_spec(vocab_size=5000, train_on={"s": 1}, train_bytes=1000), {"s": src}, tmp_path / "o"
+    )
+    assert summary["counts"]["learned"] < 5000
+    assert summary["counts"]["vocab_size"] == summary["counts"]["learned"] + 8
+    assert any("learned" in note for note in summary["notes"])
+
+
 def test_digits_single(tok):
     assert tok.encode("12345").tokens == ["1", "2", "3", "4", "5"]
     assert tok.encode("x=2024").tokens[-4:] == ["2", "0", "2", "4"]
@@ -234,6 +253,21 @@ def test_pretrained_copy(curated, trained, tmp_path):
     assert summary["eos_id"] == 0
     assert summary["counts"]["vocab_size"] == trained[0]["counts"]["vocab_size"]
     assert summary["compression"]["code"]["tokens"] == trained[0]["compression"]["code"]["tokens"]
+
+
+def test_pretrained_with_domain_and_drop_tokens(curated, tmp_path):
+    train_tokenizer(make_spec(), curated, tmp_path / "base")
+    spec = make_spec(
+        pretrained=str(tmp_path / "base" / "tokenizer.json"), domain_tokens=["penicillin"], drop_tokens=["def"]
+    )
+    summary = train_tokenizer(spec, curated, tmp_path / "edited")
+    tok = load_tokenizer(tmp_path / "edited" / "tokenizer.json")
+    assert summary["counts"]["vocab_size"] == 512 + 8 + 1
+    assert tok.encode("penicillin").ids == [summary["domain_ids"]["penicillin"]]
+    text = stdlib_texts()[0]
+    ids = tok.encode(text).ids
+    assert summary["dropped_ids"] and not set(summary["dropped_ids"]) & set(ids)
+    assert decode(tok, ids) == text
 
 
 def test_pretrained_errors(curated, tmp_path):

@@ -1,0 +1,22 @@
+# runlib: a run spec expanded into a DAG of content-addressed stages.
+#   snakemake --cores 2                                  (specs/demo.yaml)
+#   snakemake --cores 2 --config spec=specs/other.yaml
+#   snakemake --profile cluster --config spec=...         (Slurm)
+# The gate audits the spec first and refuses to build the DAG while the audit has errors.
+from runlib.workflow.snake import load_workflow, spec_from_config, KEY_PATTERN
+
+WF = load_workflow(spec_from_config(config))
+
+
+wildcard_constraints:
+    key=KEY_PATTERN,
+
+
+include: "rules/curate.smk"
+include: "rules/tokenizer.smk"
+include: "rules/tokenize.smk"
+
+
+rule all:
+    input:
+        WF.targets(),

@@ -1,0 +1,107 @@
+"""What the Snakefile and rules/*.smk call: the gate, paths by stage and key, input functions.
+
+The Snakefile stays declarative; everything that computes lives here. An artifact's path names its
+content (its key), so Snakemake's own rerun triggers must never fire for an artifact that exists:
+- each rule has two outputs, the artifact's manifest and a "done" stamp outside the artifact
+  directory; downstream rules depend on the stamp, marked ancient, so neither a newer upstream file
+  nor a deleted and rebuilt upstream artifact (same key, same content) reruns them;
+- the shell line is the same for every spec and machine (the spec path and the interpreter come
+  from the environment), so the code trigger cannot fire when another spec shares an artifact;
+- rules have no params, so the params trigger has nothing to compare.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from runlib.errors import SpecError, UserError
+from runlib.workflow.graph import StageGraph, build_graph
+from runlib.workflow.settings import artifacts_dir, done_stamp, work_dir
+
+KEY_PATTERN = "[0-9a-f]{16}"
+
+
+class GateRefused(Exception):
+    """The spec does not load or its audit has errors: the DAG is not built."""
+
+
+class Workflow:
+    def __init__(self, spec_path: str):
+        from runlib.audit import audit_loaded
+        from runlib.audit.render.text import render
+        from runlib.spec import load_spec
+
+        self.spec_path = spec_path
+        try:
+            loaded = load_spec(spec_path)
+            result = audit_loaded(loaded, use_measured=True)
+        except SpecError as exc:
+            print(str(exc), file=sys.stderr)
+            raise GateRefused(f"{spec_path} does not load (see above); fix it before running the workflow") from None
+        if result.count("error"):
+            sys.stderr.write(render(result))
+            raise GateRefused(
+                f"{spec_path}: the audit found {result.count('error')} error(s) (listed above); "
+                "no job was started. Fix the spec, or silence a finding in audit.ignore with a reason."
+            )
+        self.spec = loaded.spec
+        try:
+            self.graph: StageGraph = build_graph(self.spec)
+        except UserError as exc:
+            raise GateRefused(str(exc)) from None
+        self.work = work_dir()
+        # stage jobs read these (Slurm jobs get them through --export=ALL)
+        os.environ["RUNLIB_SPEC"] = str(Path(spec_path).resolve())
+        os.environ["RUNLIB_PYTHON"] = sys.executable
+        os.environ["RUNLIB_WORK_DIR"] = str(self.work.resolve())
+
+    # paths by stage and key (a key may be a wildcard like "{key}")
+    def manifest(self, stage: str, key: str = "{key}") -> str:
+        return str(artifacts_dir() / stage / key / "manifest.json")
+
+    def done(self, stage: str, key: str = "{key}") -> str:
+        return str(done_stamp(stage, key))
+
+    def outputs(self, stage: str) -> dict[str, str]:
+        return {"manifest": self.manifest(stage), "done": self.done(stage)}
+
+    def log(self, stage: str, key: str = "{key}") -> str:
+        return str(self.work / "logs" / stage / f"{key}.log")
+
+    def benchmark(self, stage: str, key: str = "{key}") -> str:
+        return str(self.work / "benchmarks" / stage / f"{key}.tsv")
+
+    def inputs(self, stage: str):
+        """An input function for a rule: the manifests of the node's inputs, marked ancient."""
+        from snakemake.io import ancient
+
+        def function(wildcards) -> list[str]:
+            node = self.graph.by_key(stage, wildcards.key)
+            return [ancient(self.done(n.stage, n.key)) for n in self.graph.input_nodes(node).values()]
+
+        return function
+
+    @staticmethod
+    def command(stage: str) -> str:
+        # RAYON_NUM_THREADS: tokenizers would otherwise use every core, whatever the rule's threads
+        return (
+            f'RAYON_NUM_THREADS={{threads}} "$RUNLIB_PYTHON" -m runlib {stage.replace("_", "-")} '
+            "--key {wildcards.key} > {log} 2>&1"
+        )
+
+    def targets(self, *stages: str) -> list[str]:
+        """Manifests of every node of these stages (all stages when none are named)."""
+        return [self.manifest(n.stage, n.key) for n in self.graph.nodes if not stages or n.stage in stages]
+
+
+def load_workflow(spec_path: str) -> Workflow:
+    return Workflow(spec_path)
+
+
+def spec_from_config(config: dict) -> str:
+    spec = str(config.get("spec", "specs/demo.yaml"))
+    if not Path(spec).exists():
+        raise GateRefused(f"--config spec={spec}: file not found")
+    return spec

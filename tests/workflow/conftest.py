@@ -1,0 +1,29 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
+
+
+def snakemake(workdir: Path, spec: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run the project's Snakefile on `spec` with `workdir` as the working and work directory."""
+    env = {
+        **os.environ,
+        "RUNLIB_WORK_DIR": str(workdir / "work"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "--config", f"spec={spec}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+    return tmp_path

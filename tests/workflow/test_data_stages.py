@@ -1,0 +1,102 @@
+"""The data half of the DAG, run by real Snakemake on a small spec: build, no-op rerun, rebuild
+byte for byte, keys that ignore what a stage does not read, the audit gate, MLflow children."""
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+
+from runlib.spec import load_spec
+from runlib.workflow.graph import build_graph
+from runlib.workflow.keys import spec_key
+from runlib.workflow.plan_view import plan_rows
+from tests.workflow.conftest import TINY, snakemake
+
+pytestmark = pytest.mark.slow
+
+
+def jobs_run(proc) -> list[str]:
+    """Rule names of the jobs a Snakemake run (or dry run) executes, from its log."""
+    return [
+        line.split()[1].rstrip(":")
+        for line in proc.stderr.splitlines() + proc.stdout.splitlines()
+        if line.startswith(("rule ", "localrule "))
+    ]
+
+
+def edited(tmp_path, name: str, old: str, new: str):
+    text = TINY.read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_data_dag_end_to_end(workdir):
+    spec = load_spec(TINY).spec
+    first = snakemake(workdir, TINY, "--cores", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    graph = build_graph(spec)
+    assert all(row["built"] for row in plan_rows(graph))
+    for node in graph.of("tokenize"):
+        manifest = json.loads(node.manifest_path.read_text())
+        assert manifest["counts"]["tokens_train"] > 0 and manifest["counts"]["docs_heldout"] == 20
+
+    again = snakemake(workdir, TINY, "--cores", "2")
+    assert again.returncode == 0 and "Nothing to be done" in again.stderr + again.stdout
+
+    # a newer upstream file (mtime) with an unchanged key reruns nothing
+    for node in graph.of("curate_source"):
+        node.manifest_path.touch()
+    assert "Nothing to be done" in (p := snakemake(workdir, TINY, "-n")).stderr + p.stdout
+
+    # deleting the tokenizer rebuilds it byte for byte and reruns nothing downstream
+    tok = graph.of("train_tokenizer")[0]
+    before = json.loads(tok.manifest_path.read_text())
+    tokenizer_bytes = (tok.dir / "tokenizer.json").read_bytes()
+    shutil.rmtree(tok.dir)
+    rebuilt = snakemake(workdir, TINY, "--cores", "2")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert jobs_run(rebuilt) == ["train_tokenizer", "all"] or sorted(jobs_run(rebuilt)) == ["all", "train_tokenizer"]
+    after = json.loads(tok.manifest_path.read_text())
+    assert after["content_hash"] == before["content_hash"]
+    assert (tok.dir / "tokenizer.json").read_bytes() == tokenizer_bytes
+
+    # renaming the run and editing what the data stages do not read reruns none of them
+    other = edited(workdir, "renamed.yaml", "name: tiny", "name: tiny-renamed")
+    other.write_text(other.read_text().replace("lr: 3.0e-3", "lr: 2.0e-3").replace("decay: 10%", "decay: 9%"))
+    dry = snakemake(workdir, other, "-n")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stderr + dry.stdout, jobs_run(dry)
+
+    # same curation, another tokenizer: the curated artifacts are shared, only tokenizer stages run
+    bigger_vocab = edited(workdir, "vocab.yaml", "vocab_size: 768", "vocab_size: 640")
+    dry = snakemake(workdir, bigger_vocab, "-n")
+    assert set(jobs_run(dry)) == {"train_tokenizer", "tokenize", "all"}, jobs_run(dry)
+
+    # the MLflow store holds one parent run for the spec and a child per stage built
+    db = workdir / "work" / "mlflow.db"
+    with sqlite3.connect(db) as con:
+        parents = con.execute(
+            "select r.run_uuid from runs r join tags t on t.run_uuid = r.run_uuid where t.key = 'mlflow.runName' and t.value = ?",
+            (f"tiny-{spec_key(spec)}",),
+        ).fetchall()
+        assert len(parents) == 1
+        children = con.execute(
+            "select count(*) from tags where key = 'mlflow.parentRunId' and value = ?", (parents[0][0],)
+        ).fetchone()[0]
+    assert children == len(graph.nodes) + 1  # every stage, and the rebuilt tokenizer once more
+
+
+def test_gate_refuses_a_spec_with_audit_errors(workdir):
+    bad = edited(workdir, "fp16.yaml", "precision: {compute: fp32}", "precision: {compute: fp16}")
+    proc = snakemake(workdir, bad, "--cores", "2")
+    assert proc.returncode != 0
+    assert "PREC001" in proc.stderr and "no job was started" in proc.stderr
+    assert not (workdir / "work" / "artifacts").exists() and not (workdir / "work" / "logs").exists()
+
+
+def test_gate_refuses_a_spec_that_does_not_load(workdir):
+    bad = edited(workdir, "typo.yaml", "  d_ff: 192", "  d_fff: 192")
+    proc = snakemake(workdir, bad, "-n")
+    assert proc.returncode != 0 and "SPEC002" in proc.stderr and "did you mean 'd_ff'" in proc.stderr
