@@ -15,8 +15,12 @@ wildcard_constraints:
 include: "rules/curate.smk"
 include: "rules/tokenizer.smk"
 include: "rules/tokenize.smk"
+include: "rules/train.smk"
+include: "rules/eval.smk"
+include: "rules/report.smk"
 
 
 rule all:
     input:
         WF.targets(),
+        **WF.report(),

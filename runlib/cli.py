@@ -93,11 +93,21 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from runlib.report.run_report import main_report
+
+    if not args.spec:
+        raise UserError("runlib report: give the spec (or set RUNLIB_SPEC)")
+    return main_report(args.spec, args.out, track=args.track)
+
+
 STAGE_COMMANDS = {
     "curate-shard": "curate one shard of one source (normalize, filter, dedup within the shard)",
     "curate-source": "join a source's shards: dedup across shards, split off the held-out documents",
     "train-tokenizer": "train the byte-level BPE tokenizer on the train_on mixture",
     "tokenize": "tokenize one curated source into token shards (train and held-out)",
+    "train-phase": "train one phase from the previous phase's end (accelerate launch, one process per device)",
+    "eval-phase": "evaluate a phase's model: held-out loss per source and the spec's tasks",
 }
 
 
@@ -127,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--key", required=True, help="the stage key (the artifact folder name)")
         p.add_argument("--no-track", action="store_true", help="do not record the stage in MLflow")
         p.set_defaults(func=_cmd_stage, stage=command.replace("-", "_"))
+
+    p = sub.add_parser("report", help="write the run report (loss, LR, eval tables, wall time per stage)")
+    p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
+    p.add_argument("--out", help="report directory (default reports/<run name>/run)")
+    p.add_argument("--track", action="store_true", help="also log the report to the spec's MLflow parent run")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("schema", help="print the JSON schema of the run spec")
     p.add_argument("--out", help="write it to this file instead")

@@ -136,6 +136,8 @@ def tokenize_source(spec, curated_dir: Path, tokenizer_dir: Path, out_dir: Path)
             "tokens_heldout": stats["heldout"]["tokens"],
             "chars_train": train["chars"],
             "bytes_train": train["bytes"],
+            "chars_heldout": stats["heldout"]["chars"],
+            "bytes_heldout": stats["heldout"]["bytes"],
         },
         "compression": {
             "chars_per_token": train["chars"] / text_tokens if text_tokens else None,

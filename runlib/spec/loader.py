@@ -249,6 +249,16 @@ def _cross_field_problems(spec: RunSpec) -> list[tuple[str, str]]:
         problems.append(
             ("tokenizer", "give tokenizer.vocab_size (to train one) or tokenizer.pretrained (a tokenizer.json)")
         )
+    for i, task in enumerate(spec.eval.tasks):
+        if (task.path is None) == (task.from_heldout is None):
+            problems.append(
+                (f"eval.tasks[{i}]", "give exactly one of path (a JSONL file) or from_heldout (a source name)")
+            )
+        elif task.from_heldout is not None and task.from_heldout not in spec.data.sources:
+            known = ", ".join(spec.data.sources)
+            problems.append(
+                (f"eval.tasks[{i}].from_heldout", f"unknown source {task.from_heldout!r}; sources: {known}")
+            )
     if spec.model.vocab_size is None and spec.tokenizer.vocab_size is None:
         problems.append(
             ("model.vocab_size", "model.vocab_size is required when the tokenizer's size is unknown (pretrained)")

@@ -393,8 +393,12 @@ class EvalTaskSpec(SpecModel):
     """Task name."""
     kind: Literal["multiple_choice", "answer_loglik"]
     """multiple_choice: options scored by log-likelihood (acc, acc_norm); answer_loglik: log-likelihood of the gold answer."""
-    path: str
-    """JSONL file of examples."""
+    path: str | None = None
+    """JSONL file of examples (format in the README); or use from_heldout."""
+    from_heldout: str | None = None
+    """Build the task from this source's held-out documents (continuation of a document's first half)."""
+    examples: int = Field(100, ge=1)
+    """Examples built with from_heldout."""
 
 
 class EvalSpec(SpecModel):

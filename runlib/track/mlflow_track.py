@@ -9,12 +9,17 @@ The parent run of a spec is found by its tags (runlib.kind=parent, runlib.spec_k
 or created, under an fcntl lock in <work>/locks, so stage jobs that start together share one parent.
 Identifying tags are set last (runlib.kind), so a run left half-logged by a killed job is never
 taken for a finished one.
+
+A train_phase run also gets its metrics.jsonl as metric histories (step = the optimizer step) and
+its checkpoint's location (tag runlib.checkpoint, param checkpoint); an eval_phase run gets its
+eval.json as metrics at step = the phase index. `log_report` attaches the run report to the parent.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import math
 import re
 import sys
@@ -112,11 +117,14 @@ def _log_params(client: MlflowClient, run_id: str, params: dict[str, str]) -> No
         _retry(client.log_batch, run_id, params=list(chunk))
 
 
-def _log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float], timestamp_ms: int) -> None:
+def _log_metric_points(
+    client: MlflowClient, run_id: str, points: Sequence[tuple[str, float, int]], timestamp_ms: int
+) -> None:
+    """Log (name, value, step) points, at most MAX_METRICS_PER_BATCH (1000) per log_batch call."""
     from mlflow.entities import Metric
     from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
-    entries = [Metric(k, v, timestamp_ms, 0) for k, v in metrics.items()]
+    entries = [Metric(k, v, timestamp_ms, step) for k, v, step in points]
     for chunk in _chunks(entries, MAX_METRICS_PER_BATCH):
         _retry(client.log_batch, run_id, metrics=list(chunk))
 
@@ -145,6 +153,57 @@ def stage_metrics(manifest: dict[str, Any]) -> dict[str, float]:
         metrics["wall_seconds"] = float(wall)
     metrics.update(numeric_leaves(manifest.get("details") or {}, "details."))
     return metrics
+
+
+TRAIN_HISTORY_FIELDS = ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu")
+
+
+def _is_value(value: Any) -> bool:
+    """A metric value: any int or float but a bool (a NaN or infinite loss is worth recording)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a .jsonl file; lines that are not one are skipped; [] when there is no file."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def train_history(records: Iterable[dict[str, Any]]) -> list[tuple[str, float, int]]:
+    """metrics.jsonl records -> (name, value, step): loss, lr, grad_norm, tokens, tokens_per_s, mfu and
+    loss.<source>; a record without an integer step is skipped."""
+    points: list[tuple[str, float, int]] = []
+    for record in records:
+        step = record.get("step")
+        if not _is_value(step) or not math.isfinite(step):
+            continue
+        step = int(step)
+        points += [(k, float(record[k]), step) for k in TRAIN_HISTORY_FIELDS if _is_value(record.get(k))]
+        by_source = record.get("loss_by_source")
+        if isinstance(by_source, dict):
+            points += [(clean_key(f"loss.{s}"), float(v), step) for s, v in by_source.items() if _is_value(v)]
+    return points
+
+
+def eval_metrics(data: dict[str, Any]) -> dict[str, float]:
+    """eval.json -> heldout.<source>.<loss|perplexity|bits_per_byte|tokens> and task.<name>.<metric>."""
+    out: dict[str, float] = {}
+    for prefix, group in (("heldout", data.get("heldout")), ("task", data.get("tasks"))):
+        for name, values in (group if isinstance(group, dict) else {}).items():
+            if isinstance(values, dict):
+                for k, v in values.items():
+                    if _is_value(v):
+                        out[clean_key(f"{prefix}.{name}.{k}")] = float(v)
+    return out
 
 
 def _quote(value: str) -> str:
@@ -287,15 +346,35 @@ def _log_stage(
         "runlib.spec_key": spec_key(spec),
         "runlib.manifest_digest": digest,
     }
+    params = flatten(node.projection, "projection.")
+    params.update({clean_key(f"input.{role}"): key for role, key in node.inputs.items()})
+    artifact_files = [Path(p) for p in artifact_files]
+    history: list[tuple[str, float, int]] = []  # metrics with their own steps
+    if node.stage == "train_phase":
+        history = train_history(read_jsonl(node.dir / "metrics.jsonl"))
+        checkpoint = str((node.dir / "final.pt").resolve())
+        tags["runlib.checkpoint"] = checkpoint
+        params["checkpoint"] = checkpoint
+    elif node.stage == "eval_phase":
+        eval_json = node.dir / "eval.json"
+        data = _read_json_object(eval_json)
+        if data is not None:
+            step = data.get("phase_index", node.params.get("phase", 0))
+            step = int(step) if _is_value(step) and math.isfinite(step) else 0
+            history = [(k, v, step) for k, v in eval_metrics(data).items()]
+            if eval_json.resolve() not in {p.resolve() for p in artifact_files}:
+                artifact_files.append(eval_json)
+    # a count also logged as a history (tokens, tokens_per_s) would add a stray point at step 0
+    summary = {k: v for k, v in stage_metrics(manifest).items() if k not in {name for name, _, _ in history}}
+
     run = _retry(client.create_run, experiment_id, start_time=start_ms, run_name=node.instance, tags=tags)
     run_id = run.info.run_id
     try:
-        params = flatten(node.projection, "projection.")
-        params.update({clean_key(f"input.{role}"): key for role, key in node.inputs.items()})
         _log_params(client, run_id, params)
-        _log_metrics(client, run_id, stage_metrics(manifest), end_ms or int(time.time() * 1000))
+        points = [(k, v, 0) for k, v in summary.items()] + history
+        _log_metric_points(client, run_id, points, end_ms or int(time.time() * 1000))
         _retry(client.log_dict, run_id, manifest, "manifest.json")
-        for path in map(Path, artifact_files):
+        for path in artifact_files:
             if path.is_dir():
                 _retry(client.log_artifacts, run_id, str(path), path.name)
             else:
@@ -309,6 +388,14 @@ def _log_stage(
             pass
         raise
     return run_id
+
+
+def _read_json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def log_stage(
@@ -328,12 +415,31 @@ def log_stage(
         _probe(uri)
         return _log_stage(spec, spec_path, node, manifest, artifact_files)
     except Exception as exc:
-        message = " ".join(str(exc).split())
-        if len(message) > 300:
-            message = message[:297] + "..."
-        print(
-            f"runlib: warning: MLflow tracking at {uri} failed; {node.instance} is built but not recorded "
-            f"({type(exc).__name__}: {message})",
-            file=sys.stderr,
-        )
+        _warn(f"{node.instance} is built but not recorded", uri, exc)
+        return None
+
+
+def _warn(what: str, uri: str, exc: Exception) -> None:
+    message = " ".join(str(exc).split())
+    if len(message) > 300:
+        message = message[:297] + "..."
+    print(
+        f"runlib: warning: MLflow tracking at {uri} failed; {what} ({type(exc).__name__}: {message})", file=sys.stderr
+    )
+
+
+def log_report(spec: RunSpec, spec_path: str | Path | None, report_dir: str | Path) -> str | None:
+    """Log the files of a run report directory as artifacts of the spec's parent run, under report/;
+    the parent run's id, or None (one warning line on stderr) when tracking failed."""
+    uri = tracking_uri()
+    report_dir = Path(report_dir)
+    try:
+        if not report_dir.is_dir():
+            raise FileNotFoundError(f"no report directory {report_dir}")
+        _probe(uri)
+        client, _, parent_id = _parent(spec, spec_path)
+        _retry(client.log_artifacts, parent_id, str(report_dir), "report")
+        return parent_id
+    except Exception as exc:
+        _warn(f"the report {report_dir} is not recorded", uri, exc)
         return None

@@ -133,17 +133,107 @@ def build_graph(spec: RunSpec) -> StageGraph:
         tok_inputs,
     )
     nodes.append(tokenizer)
+    tokenized: dict[str, StageNode] = {}
     for name in spec.data.sources:
         projection = {"token_dtype": spec.data.token_dtype}
         inputs = {"curated": curated[name].key, "tokenizer": tokenizer.key}
+        tokenized[name] = StageNode(
+            "tokenize",
+            f"tokenize {name}",
+            stage_key("tokenize", projection, inputs),
+            projection,
+            inputs,
+            params={"source": name},
+        )
+        nodes.append(tokenized[name])
+    nodes += training_nodes(spec, tokenizer, tokenized)
+    return StageGraph(tuple(nodes))
+
+
+def schedule_within(plan, start: float, end: float) -> dict[str, Any]:
+    """The LR schedule's parameters that matter inside [start, end) tokens: a phase's key must change
+    when its LRs change, and only then (editing the anneal phase leaves the foundation's LRs alone)."""
+    s = plan.schedule
+    out: dict[str, Any] = {"kind": s.kind, "peak_lr": s.peak_lr}
+    if start < s.warmup_tokens:
+        out["warmup_tokens"] = s.warmup_tokens
+    if s.kind != "constant" and end > s.decay_start_tokens:
+        out.update(floor_lr=s.floor_lr, decay_start_tokens=s.decay_start_tokens, decay_end_tokens=s.decay_end_tokens)
+    return out
+
+
+def training_nodes(spec: RunSpec, tokenizer: StageNode, tokenized: dict[str, StageNode]) -> list[StageNode]:
+    """train_phase per phase (each from the previous one's end) and eval_phase after each (or the last)."""
+    from runlib.plan import derive
+
+    plan = derive(spec)
+    common = {
+        "model": spec.model.model_dump(mode="json", exclude={"seq_len", "rope_theta"}),
+        "vocab_rows": plan.vocab_rows,
+        "optimizer": spec.optimizer.model_dump(mode="json"),
+        "precision": spec.precision.model_dump(mode="json"),
+        "seed": spec.seed,
+        "data": spec.data.model_dump(mode="json", include={"packing", "boundary_targets", "loss_normalization"}),
+        "fim": {n: s.fim.model_dump(mode="json") for n, s in spec.data.sources.items() if s.fim},
+        "checkpoint_every_steps": round(plan.duration_steps(spec.checkpoint.every)) if spec.checkpoint.every else None,
+        "spike": spec.monitor.spike.model_dump(mode="json") if spec.monitor.spike else None,
+    }
+    nodes: list[StageNode] = []
+    history: list[dict[str, Any]] = []  # the phases so far: where each source's data stream stands
+    previous: StageNode | None = None
+    for i, phase in enumerate(plan.phases):
+        s = phase.settings
+        history.append(
+            {
+                "name": phase.name,
+                "steps": phase.steps,
+                "seq_len": s.seq_len,
+                "mixture": dict(s.phase.mixture),
+                "global_batch_sequences": phase.tokens_per_step // s.seq_len,
+                "micro_batch": s.micro_batch,
+            }
+        )
+        projection = {
+            **common,
+            "phases": list(history),
+            "rope_theta": s.rope_theta,
+            "start_tokens": phase.span.start_tokens,
+            "schedule": schedule_within(plan, phase.span.start_tokens, phase.span.end_tokens),
+        }
+        inputs = {"tokenizer": tokenizer.key}
+        inputs.update(
+            {f"tokens:{n}": tokenized[n].key for n, w in sorted(s.phase.mixture.items()) if w > 0 and n in tokenized}
+        )
+        if previous is not None:
+            inputs["previous"] = previous.key
+        node = StageNode(
+            "train_phase",
+            f"train_phase {phase.name}",
+            stage_key("train_phase", projection, inputs),
+            projection,
+            inputs,
+            params={"phase": i},
+        )
+        nodes.append(node)
+        previous = node
+    trained = {n.params["phase"]: n for n in nodes}
+    for i, phase in enumerate(plan.phases):
+        if not spec.eval.after_each_phase and i != len(plan.phases) - 1:
+            continue
+        projection = {"eval": spec.eval.model_dump(mode="json"), "seq_len": phase.settings.seq_len}
+        inputs = {
+            "model": trained[i].key,
+            "tokenizer": tokenizer.key,
+            **{f"tokens:{n}": t.key for n, t in sorted(tokenized.items())},
+        }
         nodes.append(
             StageNode(
-                "tokenize",
-                f"tokenize {name}",
-                stage_key("tokenize", projection, inputs),
+                "eval_phase",
+                f"eval_phase {phase.name}",
+                stage_key("eval_phase", projection, inputs),
                 projection,
                 inputs,
-                params={"source": name},
+                params={"phase": i},
             )
         )
-    return StageGraph(tuple(nodes))
+    return nodes

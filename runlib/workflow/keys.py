@@ -18,6 +18,8 @@ STAGE_VERSIONS: dict[str, int] = {
     "curate_source": 1,
     "train_tokenizer": 1,
     "tokenize": 1,
+    "train_phase": 1,
+    "eval_phase": 1,
 }
 
 

@@ -91,6 +91,19 @@ class Workflow:
             "--key {wildcards.key} > {log} 2>&1"
         )
 
+    def train_processes(self) -> int:
+        from runlib.train.phase import process_count
+
+        return process_count(self.spec)
+
+    def report(self) -> dict[str, str]:
+        """The run report: a view for people, rebuilt whenever a stage it shows changes key."""
+        run_dir = Path("reports") / self.spec.name / "run"
+        return {"markdown": str(run_dir / "report.md"), "html": str(run_dir / "report.html")}
+
+    def report_inputs(self) -> list[str]:
+        return [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in ("train_phase", "eval_phase")]
+
     def targets(self, *stages: str) -> list[str]:
         """Manifests of every node of these stages (all stages when none are named)."""
         return [self.manifest(n.stage, n.key) for n in self.graph.nodes if not stages or n.stage in stages]

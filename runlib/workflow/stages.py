@@ -44,13 +44,35 @@ def _tokenize(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path)
     return tokenize_source(loaded.spec, inputs["curated"].dir, inputs["tokenizer"].dir, out)
 
 
+def _train_phase(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.train.phase import train_phase
+
+    return train_phase(loaded.spec, loaded.source_map.file, node, out)
+
+
+def _eval_phase(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.eval.stage import evaluate_phase
+
+    inputs = graph.input_nodes(node)
+    token_dirs = {role.removeprefix("tokens:"): n.dir for role, n in inputs.items() if role.startswith("tokens:")}
+    return evaluate_phase(
+        loaded.spec, node.params["phase"], inputs["model"].dir, inputs["tokenizer"].dir, token_dirs, out
+    )
+
+
 BUILDERS = {
     "curate_shard": _curate_shard,
     "curate_source": _curate_source,
     "train_tokenizer": _train_tokenizer,
     "tokenize": _tokenize,
+    "train_phase": _train_phase,
+    "eval_phase": _eval_phase,
 }
-TRACKED_FILES = {"train_tokenizer": ["tokenizer.json"]}
+TRACKED_FILES = {
+    "train_tokenizer": ["tokenizer.json"],
+    "train_phase": ["metrics.jsonl", "spikes.json"],
+    "eval_phase": ["eval.json"],
+}
 
 
 def run_stage(stage: str, spec_path: str, key: str, track: bool = True) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import multiprocessing
 import os
 import signal
@@ -167,6 +169,110 @@ def test_parent_and_stage_runs_in_sqlite(work: Path, tmp_path: Path, spec, spec_
     assert "details.notes" not in tok_run.data.metrics
     assert "tokenizer.json" in _artifact_paths(client, tok_run.info.run_id)
     assert tok_run.info.end_time - tok_run.info.start_time == 2500  # the stage's own wall time
+
+
+def test_train_and_eval_phase_metrics(
+    work: Path, tmp_path: Path, spec, spec_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[int] = []
+    log_batch = MlflowClient.log_batch
+
+    def counting_log_batch(self, run_id, metrics=(), *args, **kwargs):
+        if metrics:
+            batches.append(len(metrics))
+        return log_batch(self, run_id, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", counting_log_batch)
+
+    train = StageNode("train_phase", "train_phase foundation", "kt1", {"start_tokens": 0}, {}, {"phase": 0})
+    train.dir.mkdir(parents=True)
+    steps = list(range(10, 3010, 10))  # 300 records x 8 metrics: more than one batch of 1000
+    records = [
+        {
+            "step": s,
+            "tokens": s * 4096,
+            "loss": 10.0 - s / 1000,
+            "lr": 1e-3 * min(1.0, s / 500),
+            "grad_norm": 1.0 + s / 1e4,
+            "tokens_per_s": 5e4 + s,
+            "mfu": 0.3,
+            "loss_by_source": {"web": 10.5 - s / 1000, "code": 9.0 - s / 1000},
+        }
+        for s in steps
+    ]
+    records[5]["loss"] = math.nan  # a spike to NaN is recorded, not dropped
+    (train.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + "not json\n")
+    counts = {"steps": steps[-1], "tokens": steps[-1] * 4096, "final_loss": 7.0, "tokens_per_s": 53000.0, "spikes": 0}
+    train_id = mlflow_track.log_stage(spec, spec_file, train, _manifest(train, counts))
+    assert train_id
+    assert batches and max(batches) <= 1000 and sum(batches) >= 300 * 8
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{(work / 'mlflow.db').resolve()}")
+    run = client.get_run(train_id)
+    for name in ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "loss.web", "loss.code"):
+        history = client.get_metric_history(train_id, name)
+        assert sorted(m.step for m in history) == steps, name  # no stray point at step 0 from the counts
+    loss = {m.step: m.value for m in client.get_metric_history(train_id, "loss")}
+    assert loss[20] == pytest.approx(9.98) and math.isnan(loss[60])
+    web = {m.step: m.value for m in client.get_metric_history(train_id, "loss.web")}
+    assert web[3000] == pytest.approx(7.5)
+    assert run.data.metrics["tokens"] == steps[-1] * 4096 and run.data.metrics["final_loss"] == 7.0
+    checkpoint = str((train.dir / "final.pt").resolve())
+    assert run.data.tags["runlib.checkpoint"] == checkpoint and run.data.params["checkpoint"] == checkpoint
+
+    evaluation = StageNode("eval_phase", "eval_phase long", "ke1", {"seq_len": 4096}, {"model": "kt1"}, {"phase": 2})
+    evaluation.dir.mkdir(parents=True)
+    data = {
+        "phase": "long",
+        "phase_index": 2,
+        "tokens": 123456,
+        "heldout": {
+            "web": {"loss": 3.25, "perplexity": math.exp(3.25), "bits_per_byte": 1.1, "tokens": 4096},
+            "code": {"loss": 2.5, "perplexity": math.exp(2.5), "bits_per_byte": 0.9, "tokens": 2048},
+        },
+        "tasks": {
+            "mc": {"kind": "multiple_choice", "acc": 0.5, "acc_norm": 0.625, "n": 8},
+            "cont": {"kind": "answer_loglik", "loglik_mean": -12.5, "loglik_per_token": -2.5, "n": 4},
+        },
+    }
+    (evaluation.dir / "eval.json").write_text(json.dumps(data))
+    eval_id = mlflow_track.log_stage(spec, spec_file, evaluation, _manifest(evaluation, {"sources": 2}))
+    assert eval_id
+    run = client.get_run(eval_id)
+    expected = {
+        "heldout.web.loss": 3.25,
+        "heldout.web.perplexity": math.exp(3.25),
+        "heldout.web.bits_per_byte": 1.1,
+        "heldout.code.loss": 2.5,
+        "heldout.code.bits_per_byte": 0.9,
+        "task.mc.acc": 0.5,
+        "task.mc.acc_norm": 0.625,
+        "task.cont.loglik_per_token": -2.5,
+    }
+    for name, value in expected.items():
+        history = client.get_metric_history(eval_id, name)
+        assert [(m.step, m.value) for m in history] == [(2, pytest.approx(value))], name
+    assert "task.mc.kind" not in run.data.metrics
+    assert run.data.metrics["sources"] == 2
+    assert {"eval.json", "manifest.json"} <= _artifact_paths(client, eval_id)
+
+
+def test_log_report_to_parent(work: Path, tmp_path: Path, spec, spec_file: Path) -> None:
+    report = tmp_path / "reports" / "run"
+    report.mkdir(parents=True)
+    (report / "report.md").write_text("# Run report\n")
+    (report / "loss.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    parent_id = mlflow_track.log_report(spec, spec_file, report)
+    assert parent_id == mlflow_track.parent_run(spec, spec_file)
+    client = MlflowClient(tracking_uri=f"sqlite:///{(work / 'mlflow.db').resolve()}")
+    assert {"report/report.md", "report/loss.png"} <= _artifact_paths(client, parent_id)
+
+
+def test_log_report_without_report_warns(
+    work: Path, tmp_path: Path, spec, spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert mlflow_track.log_report(spec, spec_file, tmp_path / "nowhere") is None
+    assert "runlib: warning:" in capsys.readouterr().err
 
 
 def _parent_in_subprocess(spec_path: str, barrier, results) -> None:

@@ -31,7 +31,8 @@ GIB = 2**30
 
 
 def default_report_dir(result: AuditResult) -> Path:
-    return Path("reports") / result.spec.name
+    """reports/<run>/audit: beside the run report (reports/<run>/run), never over it."""
+    return Path("reports") / result.spec.name / "audit"
 
 
 def write_report(result: AuditResult, out_dir: Path, fmt: Format = "markdown") -> Path:

@@ -1,0 +1,16 @@
+rule train_phase:
+    """Train one phase, starting from the previous phase's final state (accelerate launch)."""
+    input:
+        WF.inputs("train_phase"),
+    output:
+        **WF.outputs("train_phase"),
+    log:
+        WF.log("train_phase"),
+    benchmark:
+        WF.benchmark("train_phase")
+    threads: WF.train_processes()
+    resources:
+        mem_mb=8000,
+        runtime=24 * 60,
+    shell:
+        WF.command("train_phase")

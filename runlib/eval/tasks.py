@@ -1,0 +1,307 @@
+"""Downstream tasks scored by log-likelihood: multiple choice (acc, acc_norm) and gold-answer log-likelihood.
+
+Task files (eval.tasks[].path) are JSONL, one example per line (blank lines are skipped), UTF-8:
+
+    multiple_choice   {"context": "The capital of France is", "choices": [" Paris", " Rome", " Oslo"], "answer": 0}
+    answer_loglik     {"context": "2 + 2 =", "answer": " 4"}
+
+context: a string (may be empty); choices: two or more non-empty strings; answer (multiple_choice):
+the index of the correct choice, an integer; answer (answer_loglik): a non-empty string. Other keys
+(an id, a source) are allowed and ignored. Write a choice or answer with the spacing it has after
+the context (a leading space, usually): it is scored as the continuation of context exactly as written.
+A line that is not such an object is a UserError naming file:line and the field.
+
+Scoring (the lm-eval-harness definitions):
+  * an option's log-likelihood is the sum of log p(token | everything before) over the option's
+    tokens, where the option's tokens are those of tokenize(context + option) after the longest
+    common prefix with tokenize(context) (a BPE merge across the boundary makes the merged token part
+    of the option);
+  * acc: the choice of largest log-likelihood is the answer; acc_norm: the choice of largest
+    log-likelihood / len(choice in characters) is;
+  * answer_loglik: loglik_mean is the mean over examples of the answer's log-likelihood (nats),
+    loglik_per_token the total over the total answer tokens.
+A sequence longer than max_len + 1 tokens is cut from the left (the option always stays whole, if it
+fits). A context that tokenizes to nothing is preceded by the EOS token so the first option token has
+something to be predicted from.
+
+`build_heldout_tasks` makes a small multiple-choice task out of a source's own held-out documents
+(context: the first half of a document, up to 200 characters; choices: its next 100 characters and
+the same span of 3 other held-out documents), so every source gets a downstream-style number without
+any external data.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from runlib.data.shards import TokenShard
+from runlib.errors import UserError
+from runlib.eval.heldout import _device
+from runlib.tokenizer.train import decode, eos_id
+
+TaskKind = Literal["multiple_choice", "answer_loglik"]
+KINDS: tuple[str, ...] = ("multiple_choice", "answer_loglik")
+CONTEXT_CHARS = 200
+CONTINUATION_CHARS = 100
+MIN_PART_CHARS = 20
+DISTRACTORS = 3
+BATCH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class MultipleChoice:
+    context: str
+    choices: tuple[str, ...]
+    answer: int
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerExample:
+    context: str
+    answer: str
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+def _parse_line(obj: Any, kind: str, where: str) -> MultipleChoice | AnswerExample:
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: an example must be a JSON object, got {type(obj).__name__}")
+    context = obj.get("context")
+    if not isinstance(context, str):
+        raise UserError(f"{where}: field 'context' must be a string, got {_describe(context, 'context' in obj)}")
+    if kind == "multiple_choice":
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or len(choices) < 2:
+            raise UserError(
+                f"{where}: field 'choices' must be a list of two or more strings, got {_describe(choices, 'choices' in obj)}"
+            )
+        for i, c in enumerate(choices):
+            if not isinstance(c, str) or not c:
+                raise UserError(f"{where}: field 'choices[{i}]' must be a non-empty string, got {c!r}")
+        answer = obj.get("answer")
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            raise UserError(
+                f"{where}: field 'answer' must be the index of the right choice (an integer), "
+                f"got {_describe(answer, 'answer' in obj)}"
+            )
+        if not 0 <= answer < len(choices):
+            raise UserError(
+                f"{where}: field 'answer' is {answer}, but there are {len(choices)} choices (0..{len(choices) - 1})"
+            )
+        return MultipleChoice(context, tuple(choices), answer)
+    answer = obj.get("answer")
+    if not isinstance(answer, str) or not answer:
+        raise UserError(f"{where}: field 'answer' must be a non-empty string, got {_describe(answer, 'answer' in obj)}")
+    return AnswerExample(context, answer)
+
+
+def _describe(value: Any, present: bool) -> str:
+    return repr(value) if present else "nothing (the field is missing)"
+
+
+def load_tasks(path: str | Path, kind: str) -> list[MultipleChoice] | list[AnswerExample]:
+    """The examples of a JSONL task file of this kind (multiple_choice | answer_loglik), validated."""
+    if kind not in KINDS:
+        raise UserError(f"eval.tasks: kind {kind!r} is not one of {', '.join(KINDS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: task file not found (eval.tasks[].path; relative paths start at {Path.cwd()})")
+    examples = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{where}: not a JSON object: {exc.msg} (column {exc.colno})") from exc
+            examples.append(_parse_line(obj, kind, where))
+    if not examples:
+        raise UserError(f"{path}: no examples (one JSON object per line)")
+    return examples
+
+
+def _as_mc(ex: MultipleChoice | Mapping[str, Any]) -> MultipleChoice:
+    if isinstance(ex, MultipleChoice):
+        return ex
+    return MultipleChoice(ex["context"], tuple(ex["choices"]), int(ex["answer"]))
+
+
+def _as_answer(ex: AnswerExample | Mapping[str, Any]) -> AnswerExample:
+    if isinstance(ex, AnswerExample):
+        return ex
+    return AnswerExample(ex["context"], ex["answer"])
+
+
+# ----------------------------------------------------------------------------------------- scoring
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False).ids if text else []
+
+
+def continuation_tokens(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
+    """(ids of context + continuation, index of the continuation's first token in them)."""
+    ctx = _encode(tokenizer, context)
+    full = _encode(tokenizer, context + continuation)
+    common = 0
+    for a, b in zip(ctx, full, strict=False):
+        if a != b:
+            break
+        common += 1
+    return full, min(common, len(full) - 1) if full else 0
+
+
+def _request(tokenizer, eos: int, context: str, continuation: str, max_len: int) -> tuple[list[int], int]:
+    """(ids to feed, index of the first scored target): at most max_len + 1 ids, cut from the left."""
+    ids, start = continuation_tokens(tokenizer, context, continuation)
+    if start == 0:  # nothing to predict the first token from: open with the document separator
+        ids, start = [eos, *ids], 1
+    cut = max(0, len(ids) - (max_len + 1))
+    return ids[cut:], max(1, start - cut)
+
+
+def loglikelihoods(model: torch.nn.Module, requests: Sequence[tuple[list[int], int]], batch_size: int = BATCH):
+    """(sum of log p, token count) of ids[start:] given ids[:start], for each (ids, start); under no_grad."""
+    device = _device(model)
+    out: list[tuple[float, int]] = [(0.0, 0)] * len(requests)
+    order = sorted(range(len(requests)), key=lambda i: -len(requests[i][0]))  # similar lengths together
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for b in range(0, len(order), batch_size):
+                chunk = order[b : b + batch_size]
+                width = max(len(requests[i][0]) for i in chunk) - 1
+                inputs = torch.zeros(len(chunk), width, dtype=torch.long)
+                targets = torch.zeros(len(chunk), width, dtype=torch.long)
+                scored = torch.zeros(len(chunk), width, dtype=torch.bool)
+                for row, i in enumerate(chunk):
+                    ids, start = requests[i]
+                    t = torch.tensor(ids, dtype=torch.long)
+                    inputs[row, : len(ids) - 1] = t[:-1]
+                    targets[row, : len(ids) - 1] = t[1:]
+                    scored[row, start - 1 : len(ids) - 1] = True  # right padding: causal rows ignore it
+                logits = model(inputs.to(device))
+                logp = -F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), reduction="none")
+                logp = (logp.view(len(chunk), width).double().cpu() * scored).sum(1)
+                for row, i in enumerate(chunk):
+                    out[i] = (float(logp[row]), int(scored[row].sum()))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def score_multiple_choice(
+    model: torch.nn.Module,
+    tokenizer,
+    examples: Iterable[MultipleChoice | Mapping[str, Any]],
+    max_len: int,
+    batch_size: int = BATCH,
+) -> dict[str, Any]:
+    """acc and acc_norm (log-likelihood per character) over the examples."""
+    examples = [_as_mc(ex) for ex in examples]
+    eos = eos_id(tokenizer)
+    requests, owners = [], []
+    for k, ex in enumerate(examples):
+        for choice in ex.choices:
+            requests.append(_request(tokenizer, eos, ex.context, choice, max_len))
+            owners.append(k)
+    scores = loglikelihoods(model, requests, batch_size)
+    correct = correct_norm = 0
+    pos = 0
+    for ex in examples:
+        ll = np.array([s for s, _ in scores[pos : pos + len(ex.choices)]])
+        chars = np.array([len(c) for c in ex.choices], dtype=np.float64)
+        pos += len(ex.choices)
+        correct += int(np.argmax(ll)) == ex.answer
+        correct_norm += int(np.argmax(ll / chars)) == ex.answer
+    n = len(examples)
+    return {"acc": correct / n if n else float("nan"), "acc_norm": correct_norm / n if n else float("nan"), "n": n}
+
+
+def score_answer_loglik(
+    model: torch.nn.Module,
+    tokenizer,
+    examples: Iterable[AnswerExample | Mapping[str, Any]],
+    max_len: int,
+    batch_size: int = BATCH,
+) -> dict[str, Any]:
+    """Mean log-likelihood of the gold answers (nats per example and per answer token)."""
+    examples = [_as_answer(ex) for ex in examples]
+    eos = eos_id(tokenizer)
+    scores = loglikelihoods(
+        model, [_request(tokenizer, eos, ex.context, ex.answer, max_len) for ex in examples], batch_size
+    )
+    n = len(examples)
+    total = sum(s for s, _ in scores)
+    tokens = sum(t for _, t in scores)
+    return {
+        "loglik_mean": total / n if n else float("nan"),
+        "loglik_per_token": total / tokens if tokens else float("nan"),
+        "n": n,
+    }
+
+
+# ----------------------------------------------------------------------------------------- held-out task
+
+
+def _split(text: str) -> tuple[str, str] | None:
+    """(context, continuation) of a document: its first half up to CONTEXT_CHARS, then CONTINUATION_CHARS."""
+    cut = min(CONTEXT_CHARS, len(text) // 2)
+    context, continuation = text[:cut], text[cut : cut + CONTINUATION_CHARS]
+    if len(context.strip()) < MIN_PART_CHARS or len(continuation.strip()) < MIN_PART_CHARS:
+        return None
+    return context, continuation
+
+
+def build_heldout_tasks(
+    token_dir: str | Path, tokenizer, n_examples: int, seed: int
+) -> tuple[list[MultipleChoice], list[AnswerExample]]:
+    """A multiple-choice and an answer-loglik task from the held-out documents of token_dir (deterministic by seed).
+
+    Each example takes a document: context = its first half (at most 200 characters), the true
+    continuation = its next 100 characters; the 3 wrong choices are the continuations of 3 other
+    documents; the true one's position among the 4 is drawn. Documents shorter than 40 characters
+    are skipped. Fewer than 2 usable documents: a UserError.
+    """
+    shard = TokenShard(Path(token_dir), "heldout")
+    eos = eos_id(tokenizer)
+    parts = []
+    for i in range(len(shard)):
+        ids = shard.doc(i).tolist()
+        if ids and ids[-1] == eos:
+            ids = ids[:-1]
+        split = _split(decode(tokenizer, ids))
+        if split is not None:
+            parts.append(split)
+    if len(parts) < 2:
+        raise UserError(
+            f"{token_dir}: {len(parts)} held-out document(s) of {2 * MIN_PART_CHARS}+ characters; a held-out task "
+            "needs at least 2 (raise data.heldout_docs)"
+        )
+    rng = random.Random(seed)
+    chosen = sorted(rng.sample(range(len(parts)), min(n_examples, len(parts))))
+    mc, answers = [], []
+    for i in chosen:
+        context, truth = parts[i]
+        others = [j for j in range(len(parts)) if j != i and parts[j][1] != truth]
+        wrong = [parts[j][1] for j in rng.sample(others, min(DISTRACTORS, len(others)))]
+        if not wrong:
+            continue
+        position = rng.randrange(len(wrong) + 1)
+        choices = wrong[:position] + [truth] + wrong[position:]
+        mc.append(MultipleChoice(context, tuple(choices), position))
+        answers.append(AnswerExample(context, truth))
+    return mc, answers

@@ -1,0 +1,1 @@
+"""The model: a decoder-only transformer built from the spec (runlib.model.transformer)."""

@@ -1,0 +1,364 @@
+"""A decoder-only transformer built from a ModelSpec, written to be read (nanoGPT style).
+
+    Transformer(model_spec, vocab_rows, max_seq_len)
+    model(input_ids [n, L], position_ids [n, L] | None, doc_ids [n, L] | None) -> logits [n, L, V], float32
+
+The parts, by the papers that introduced them:
+  * pre-norm blocks (x + attn(norm(x)), then x + mlp(norm(x))) and a final norm, with RMSNorm
+    (Zhang & Sennrich 2019, arXiv 1910.07467) or LayerNorm (Ba et al. 2016; with a bias only when
+    model.bias);
+  * rotary position embedding, RoPE (Su et al. 2021, arXiv 2104.09864), in the rotate-half form of
+    GPT-NeoX and Llama; `set_rope(theta, max_seq_len)` recomputes its cos/sin tables (a long-context
+    phase changes both); or learned absolute positions (GPT-2) of max_seq_len rows;
+  * grouped-query attention (Ainslie et al. 2023, arXiv 2305.13245): kv_heads key/value heads shared
+    by groups of query heads; optional QK-norm (OLMo 2, arXiv 2501.00656): an RMSNorm over the whole q
+    and the whole k projection, before they are split into heads;
+  * SwiGLU MLP (Shazeer 2020, arXiv 2002.05202): w2(silu(w1 x) * w3 x), or a GELU MLP w2(gelu(w1 x));
+  * an LM head tied to the token embedding or its own matrix.
+The parameter count equals runlib.plan.params.count_params exactly (tested for every spec in specs/).
+
+Attention with document masking (packed rows): with doc_ids, a query at i reads key j only if
+doc_ids[i] == doc_ids[j] and j <= i. Backends (`Transformer.attention_backend`):
+  * "sdpa": torch's scaled_dot_product_attention, with is_causal=True when no row holds more than one
+    document, else an explicit boolean mask [n, 1, L, L] built once per forward. Works everywhere,
+    with gradients (the CPU training path).
+  * "flex": torch.nn.attention.flex_attention with a BlockMask from `create_block_mask` over the
+    document mask_mod (`document_causal_mask_mod`), which skips the blocks that are fully masked. On
+    CUDA flex_attention is compiled (once, lazily); elsewhere it runs eagerly, which in torch 2.13 on
+    CPU is an unfused reference implementation without backward (inference only).
+  * "auto" (default): flex on CUDA tensors, sdpa elsewhere.
+The two backends agree (tests/model/test_transformer.py: the mask_mod evaluated on index grids equals
+the boolean mask; flex and sdpa forwards agree on CPU under no_grad).
+
+Initialisation (GPT-2, Radford et al. 2019): normal(0, 0.02) for every linear and embedding weight,
+normal(0, 0.02 / sqrt(2 * layers)) for the two projections that write into the residual stream
+(attention output, MLP down projection), zeros for biases, ones for norm weights. Deterministic
+given torch.manual_seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runlib.plan.params import head_dim as spec_head_dim
+from runlib.plan.params import kv_heads as spec_kv_heads
+from runlib.spec.models import ModelSpec
+
+AttentionBackend = Literal["auto", "sdpa", "flex"]
+INIT_STD = 0.02
+NORM_EPS = 1e-5
+
+# ----------------------------------------------------------------------------------------- norms
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), computed in float32."""
+
+    def __init__(self, dim: int, eps: float = NORM_EPS):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+
+
+def make_norm(model: ModelSpec, dim: int) -> nn.Module:
+    if model.norm == "rmsnorm":
+        return RMSNorm(dim)
+    return nn.LayerNorm(dim, eps=NORM_EPS, bias=model.bias)
+
+
+# ----------------------------------------------------------------------------------------- RoPE
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [max_seq_len, head_dim] of the rotate-half RoPE: frequency i serves dims i and i + hd/2."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [n, heads, L, hd] rotated by the float32 cos/sin [n, 1, L, hd], in float32."""
+    xf = x.float()
+    return (xf * cos + rotate_half(xf) * sin).type_as(x)
+
+
+# ----------------------------------------------------------------------------------------- masks
+
+
+def has_documents(doc_ids: torch.Tensor | None) -> bool:
+    """True when some row of doc_ids [n, L] holds more than one document (a document mask is needed)."""
+    return doc_ids is not None and doc_ids.shape[-1] > 1 and bool((doc_ids[:, 1:] != doc_ids[:, :-1]).any())
+
+
+def document_causal_mask(doc_ids: torch.Tensor) -> torch.Tensor:
+    """The boolean SDPA mask [n, 1, L, L] (True = attend): same document and key at or before the query."""
+    n, length = doc_ids.shape
+    causal = torch.ones(length, length, dtype=torch.bool, device=doc_ids.device).tril()
+    same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]
+    return (same_doc & causal)[:, None]
+
+
+def document_causal_mask_mod(doc_ids: torch.Tensor | None):
+    """The flex_attention mask_mod of the same mask; without doc_ids the plain causal mask."""
+    if doc_ids is None:
+
+        def causal(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+
+        return causal
+
+    def document_causal(b, h, q_idx, kv_idx):
+        return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx)
+
+    return document_causal
+
+
+_compiled_flex: Any = None
+
+
+def flex_attention_fn(device: torch.device):
+    """flex_attention, compiled on CUDA (created on first use), eager elsewhere."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex
+
+
+def flex_block_mask(doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(
+        document_causal_mask_mod(doc_ids),
+        B=n if doc_ids is not None else None,
+        H=None,
+        Q_LEN=length,
+        KV_LEN=length,
+        device=device,
+        _compile=device.type == "cuda",
+    )
+
+
+# ----------------------------------------------------------------------------------------- layers
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention with RoPE and optional QK-norm."""
+
+    def __init__(self, model: ModelSpec):
+        super().__init__()
+        d, hd = model.d_model, spec_head_dim(model)
+        self.heads, self.kv_heads, self.head_dim = model.heads, spec_kv_heads(model), hd
+        if self.heads % self.kv_heads:
+            raise ValueError(f"model.heads {self.heads} is not a multiple of model.kv_heads {self.kv_heads}")
+        self.wq = nn.Linear(d, self.heads * hd, bias=model.bias)
+        self.wk = nn.Linear(d, self.kv_heads * hd, bias=model.bias)
+        self.wv = nn.Linear(d, self.kv_heads * hd, bias=model.bias)
+        self.wo = nn.Linear(self.heads * hd, d, bias=model.bias)
+        self.wo.residual_projection = True
+        self.q_norm = RMSNorm(self.heads * hd) if model.qk_norm else None
+        self.k_norm = RMSNorm(self.kv_heads * hd) if model.qk_norm else None
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
+        n, length, _ = x.shape
+        q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(n, length, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(n, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(n, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        gqa = self.kv_heads != self.heads
+        if isinstance(mask, AttentionMask) and mask.block_mask is not None:
+            # contiguous copies: inductor's CPU flex template misreads rotate-half q/k views (feasibility.md 7)
+            q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
+            y = flex_attention_fn(q.device)(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
+        elif isinstance(mask, AttentionMask) and mask.bool_mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool_mask, enable_gqa=gqa)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        return self.wo(y.transpose(1, 2).reshape(n, length, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x) (Shazeer 2020); GELU: w2(gelu(w1 x))."""
+
+    def __init__(self, model: ModelSpec):
+        super().__init__()
+        d, f = model.d_model, model.d_ff
+        self.swiglu = model.activation == "swiglu"
+        self.w1 = nn.Linear(d, f, bias=model.bias)
+        self.w3 = nn.Linear(d, f, bias=model.bias) if self.swiglu else None
+        self.w2 = nn.Linear(f, d, bias=model.bias)
+        self.w2.residual_projection = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, model: ModelSpec):
+        super().__init__()
+        self.attention_norm = make_norm(model, model.d_model)
+        self.attention = Attention(model)
+        self.mlp_norm = make_norm(model, model.d_model)
+        self.mlp = MLP(model)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), rope, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class AttentionMask:
+    """What one forward's attention layers share: a boolean SDPA mask, a flex BlockMask, or neither (causal)."""
+
+    def __init__(self, bool_mask: torch.Tensor | None = None, block_mask: Any = None):
+        self.bool_mask, self.block_mask = bool_mask, block_mask
+
+
+# ----------------------------------------------------------------------------------------- model
+
+
+class Transformer(nn.Module):
+    """The decoder of a ModelSpec, with vocab_rows embedding rows and positions up to max_seq_len."""
+
+    attention_backend: AttentionBackend = "auto"
+
+    def __init__(self, model: ModelSpec, vocab_rows: int, max_seq_len: int):
+        super().__init__()
+        self.spec, self.vocab_rows, self.max_seq_len = model, vocab_rows, max_seq_len
+        self.head_dim = spec_head_dim(model)
+        if model.position == "rope" and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
+        self.tok_embeddings = nn.Embedding(vocab_rows, model.d_model)
+        self.pos_embeddings = nn.Embedding(max_seq_len, model.d_model) if model.position == "learned" else None
+        self.layers = nn.ModuleList(Block(model) for _ in range(model.layers))
+        self.norm = make_norm(model, model.d_model)
+        self.lm_head = nn.Linear(model.d_model, vocab_rows, bias=False)
+        if model.tie_embeddings:
+            self.lm_head.weight = self.tok_embeddings.weight
+        self.rope_theta = model.rope_theta
+        self.register_buffer("rope_cos", torch.empty(0), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(0), persistent=False)
+        if model.position == "rope":
+            self.set_rope(model.rope_theta, max_seq_len)
+        self.reset_parameters()
+
+    # -- set-up
+
+    def reset_parameters(self) -> None:
+        """GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2*layers)), zero biases, unit norms."""
+        residual_std = INIT_STD / math.sqrt(2 * self.spec.layers)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                std = residual_std if getattr(module, "residual_projection", False) else INIT_STD
+                if not (module is self.lm_head and self.spec.tie_embeddings):
+                    nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+            elif isinstance(module, (RMSNorm, nn.LayerNorm)):
+                if module.weight is not None:
+                    nn.init.ones_(module.weight)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+
+    def set_rope(self, theta: float, max_seq_len: int | None = None) -> None:
+        """Recompute the RoPE cos/sin tables for base theta and positions up to max_seq_len."""
+        if self.spec.position != "rope":
+            raise ValueError("set_rope: the model has learned positions, not RoPE")
+        max_seq_len = max_seq_len or self.max_seq_len
+        cos, sin = rope_tables(self.head_dim, max_seq_len, theta, device=self.rope_cos.device)
+        self.rope_cos, self.rope_sin = cos, sin  # buffers stay buffers (non-persistent: not in state_dict)
+        self.rope_theta = theta
+
+    # -- forward
+
+    def attention_mask(self, doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device) -> AttentionMask:
+        """The mask every layer of this forward uses (built once)."""
+        backend = self.attention_backend
+        if backend == "flex" or (backend == "auto" and device.type == "cuda"):
+            # no host sync to look for documents: a BlockMask skips the masked blocks either way
+            return AttentionMask(block_mask=flex_block_mask(doc_ids, n, length, device))
+        if has_documents(doc_ids):
+            return AttentionMask(bool_mask=document_causal_mask(doc_ids))
+        return AttentionMask()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        doc_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        n, length = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(length, device=input_ids.device).expand(n, length)
+        x = self.tok_embeddings(input_ids)
+        rope = None
+        if self.pos_embeddings is not None:
+            x = x + self.pos_embeddings(position_ids)
+        else:
+            if input_ids.device.type != "cuda" and int(position_ids.max()) >= self.rope_cos.shape[0]:
+                raise ValueError(
+                    f"position {int(position_ids.max())} is beyond the RoPE table of {self.rope_cos.shape[0]}; "
+                    "call set_rope(theta, max_seq_len) first"
+                )
+            cos, sin = self.rope_cos[position_ids], self.rope_sin[position_ids]  # [n, L, hd]
+            rope = (cos[:, None], sin[:, None])
+        mask = self.attention_mask(doc_ids, n, length, input_ids.device)
+        for layer in self.layers:
+            x = layer(x, rope, mask)
+        return self.lm_head(self.norm(x)).float()
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups (Loshchilov & Hutter 2019): decay on matrices (2-D weights, embeddings too), none on norms and biases."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():  # a tied weight is listed once
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def max_seq_len(plan) -> int:
+    """The longest context of any phase (and model.seq_len): the RoPE table / position table size."""
+    return max([p.settings.seq_len for p in plan.phases] + [plan.spec.model.seq_len])
+
+
+def build_model(spec, plan, device: torch.device | str | None = None) -> Transformer:
+    """The run's model: plan.vocab_rows embedding rows, positions up to the longest phase, RoPE of the first phase."""
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        model = Transformer(spec.model, plan.vocab_rows, max_seq_len(plan))
+    if spec.model.position == "rope" and plan.phases:
+        first_theta = plan.phases[0].settings.rope_theta
+        if first_theta != model.rope_theta:
+            model.set_rope(first_theta, model.max_seq_len)
+    return model

@@ -1,0 +1,604 @@
+"""The run report: what a run of a spec produced, read from its artifacts, as markdown, HTML and plots.
+
+`write_run_report(spec_path)` loads the spec, builds its stage graph and reads whatever is built:
+every manifest (wall times, keys, counts), each train_phase's metrics.jsonl and spikes.json, each
+eval_phase's eval.json. A partial run gets a report too; it names the stages not built yet.
+
+It follows the audit report (runlib.audit.render.report): the content is one list of blocks rendered
+to both report.md and report.html, the plots are drawn on an Agg canvas with the audit plots'
+helpers, and the directory (reports/<run name>/run by default) is built in a temporary sibling and
+swapped into place only when complete.
+
+Step and token counts in train_phase artifacts are the run's (cumulative across phases), so all
+phases share one x axis: tokens seen since the start of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runlib import __version__
+from runlib.audit import AuditResult, audit_loaded
+from runlib.audit.render import plots
+from runlib.audit.render import report as audit_report
+from runlib.audit.render.json_view import to_dict
+from runlib.audit.render.report import Block, Code, Heading, Image, Para, Table, render_html, render_markdown
+from runlib.spec import load_spec
+from runlib.spec.units import format_count
+from runlib.workflow.artifacts import read_manifest
+from runlib.workflow.graph import StageGraph, StageNode, build_graph
+from runlib.workflow.keys import spec_key
+
+if TYPE_CHECKING:
+    from runlib.plan import Plan
+    from runlib.plan.derive import PhasePlan
+    from runlib.spec.models import RunSpec
+
+MARKDOWN = "report.md"
+HTML = "report.html"
+STAGE_ORDER = ("curate_shard", "curate_source", "train_tokenizer", "tokenize", "train_phase", "eval_phase")
+HELDOUT_METRICS = (("loss", "Held-out loss", ".4f"), ("perplexity", "Held-out perplexity", ".2f"))
+HELDOUT_METRICS += (("bits_per_byte", "Held-out bits per byte", ".4f"),)
+TASK_METRIC_ORDER = ("acc", "acc_norm", "loglik_mean", "loglik_per_token")
+
+# (file, title, caption): the report shows the plots in this order.
+PLOTS = (
+    (
+        "loss.png",
+        "Loss",
+        "Training loss against tokens seen (total, and per source); diamonds: held-out loss per source "
+        "after each evaluated phase; dotted lines mark phase starts.",
+    ),
+    (
+        "lr.png",
+        "Learning rate",
+        "Learning rate logged by training, against tokens seen; thin grey line: the plan's schedule.",
+    ),
+    ("throughput.png", "Throughput", "Tokens per second and MFU per logging interval, against tokens seen."),
+)
+
+
+# --- reading the run -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageState:
+    node: StageNode
+    manifest: dict[str, Any] | None
+    problem: str | None = None  # why a manifest that exists could not be read
+
+    @property
+    def built(self) -> bool:
+        return self.manifest is not None
+
+    @property
+    def wall_seconds(self) -> float | None:
+        wall = ((self.manifest or {}).get("timings") or {}).get("wall_seconds")
+        return float(wall) if _is_number(wall) else None
+
+    @property
+    def status(self) -> str:
+        if self.problem:
+            return f"unreadable ({self.problem})"
+        return "built" if self.built else "not built"
+
+
+@dataclass
+class PhaseRun:
+    index: int
+    plan: PhasePlan
+    train: StageState | None
+    eval: StageState | None  # None: this phase is not evaluated (eval.after_each_phase: false)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    spikes: dict[str, Any] | None = None
+    eval_data: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+
+@dataclass
+class RunData:
+    spec_path: str
+    spec: RunSpec
+    audit: AuditResult
+    graph: StageGraph
+    stages: list[StageState]
+    phases: list[PhaseRun]
+
+    @property
+    def plan(self) -> Plan:
+        return self.audit.plan
+
+    @property
+    def missing(self) -> list[StageState]:
+        return [s for s in self.stages if not s.built]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every phase's metrics records, in run order (phase by phase, each in the order logged)."""
+        return [r for p in self.phases for r in p.records]
+
+    def source_names(self) -> list[str]:
+        """The spec's sources, then any other the artifacts name (in first-seen order)."""
+        names = list(self.spec.data.sources)
+        for p in self.phases:
+            for r in p.records:
+                names.extend(r.get("loss_by_source") or {})
+            names.extend(((p.eval_data or {}).get("heldout")) or {})
+        return list(dict.fromkeys(names))
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl; lines that are not a JSON object with a step are skipped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and _is_number(record.get("step")):
+            out.append(record)
+    return out
+
+
+def _stage_state(node: StageNode) -> StageState:
+    try:
+        return StageState(node, read_manifest(node.dir))
+    except (OSError, ValueError) as exc:
+        return StageState(node, None, type(exc).__name__)
+
+
+def collect_run(spec_path: str | Path) -> RunData:
+    """Load the spec, audit it, build its graph and read every built artifact the report needs."""
+    loaded = load_spec(spec_path)
+    result = audit_loaded(loaded)
+    graph = build_graph(loaded.spec)
+    order = {s: i for i, s in enumerate(STAGE_ORDER)}
+    nodes = sorted(graph.nodes, key=lambda n: order.get(n.stage, len(order)))  # stable: graph order within
+    stages = [_stage_state(n) for n in nodes]
+    by_key = {(s.node.stage, s.node.key): s for s in stages}
+
+    def state(stage: str, index: int) -> StageState | None:
+        for n in graph.of(stage):
+            if n.params.get("phase") == index:
+                return by_key[(stage, n.key)]
+        return None
+
+    phases = []
+    for i, phase_plan in enumerate(result.plan.phases):
+        run = PhaseRun(i, phase_plan, state("train_phase", i), state("eval_phase", i))
+        if run.train is not None and run.train.built:
+            run.records = read_metrics(run.train.node.dir / "metrics.jsonl")
+            run.spikes = _read_json(run.train.node.dir / "spikes.json")
+        if run.eval is not None and run.eval.built:
+            run.eval_data = _read_json(run.eval.node.dir / "eval.json")
+        phases.append(run)
+    return RunData(str(spec_path), loaded.spec, result, graph, stages, phases)
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A wall time: '12.3 s', '4 min 05 s', '2 h 03 min'."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    minutes = whole // 60
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _fmt(x: Any, spec: str = ".4g") -> str:
+    return format(float(x), spec) if _is_number(x) else "n/a"
+
+
+def _count(x: Any) -> str:
+    return format_count(x) if _is_number(x) else "n/a"
+
+
+def _int(x: Any) -> str:
+    return f"{int(x):,}" if _is_number(x) else "n/a"
+
+
+# --- content -------------------------------------------------------------------------------------
+
+
+def build_blocks(run: RunData) -> list[Block]:
+    """The report's content, format-neutral (rendered by the audit report's renderers)."""
+    return [
+        *_header(run),
+        *_training(run),
+        *_evaluation(run),
+        *_wall_times(run),
+        *_stages(run),
+        *_audit(run),
+        Heading(2, "Plots"),
+        *(Image(file, title, caption) for file, title, caption in PLOTS),
+    ]
+
+
+def _header(run: RunData) -> list[Block]:
+    spec = run.spec
+    blocks: list[Block] = [
+        Heading(1, f"Run report: {spec.name}"),
+        Para(f"Spec file: {run.spec_path} · spec key {spec_key(spec)} · runlib {__version__}"),
+    ]
+    if spec.description.strip():
+        blocks.append(Para(spec.description))
+    built = len(run.stages) - len(run.missing)
+    trained = sum(1 for p in run.phases if p.train is not None and p.train.built)
+    evals = [p for p in run.phases if p.eval is not None]
+    evaluated = sum(1 for p in evals if p.eval is not None and p.eval.built)
+    blocks.append(
+        Para(
+            f"{built} of {len(run.stages)} stages built; {trained} of {len(run.phases)} phases trained; "
+            f"{evaluated} of {len(evals)} evaluations done."
+        )
+    )
+    if run.missing:
+        names = ", ".join(s.node.instance for s in run.missing)
+        blocks.append(Para(f"Missing stages ({len(run.missing)}, the run is incomplete): {names}."))
+    else:
+        blocks.append(Para("All stages are built: the run is complete."))
+    return blocks
+
+
+def _training(run: RunData) -> list[Block]:
+    rows = []
+    for p in run.phases:
+        span = p.plan.span
+        planned = f"{format_count(span.start_tokens)} – {format_count(span.end_tokens)}"
+        if p.train is None or not p.train.built:
+            status = p.train.status if p.train is not None else "no stage"
+            rows.append((p.name, status, planned, *(["–"] * 7)))
+            continue
+        counts = (p.train.manifest or {}).get("counts") or {}
+        last = p.records[-1] if p.records else {}
+        end_step = counts.get("steps", last.get("step"))
+        end_tokens = counts.get("tokens", last.get("tokens"))
+        steps = (
+            f"{int(end_step) - span.start_step:,} (to step {int(end_step):,})"
+            if _is_number(end_step) and end_step >= span.start_step
+            else _int(end_step)
+        )
+        tokens = (
+            f"{format_count(end_tokens - span.start_tokens)} (to {format_count(end_tokens)})"
+            if _is_number(end_tokens) and end_tokens >= span.start_tokens
+            else _count(end_tokens)
+        )
+        spikes = counts.get("spikes")
+        if spikes is None and p.spikes is not None:
+            spikes = len(p.spikes.get("spikes") or [])
+        skipped = len((p.spikes or {}).get("skipped_data_steps") or [])
+        rows.append(
+            (
+                p.name,
+                "built",
+                planned,
+                steps,
+                tokens,
+                _fmt(counts.get("final_loss", last.get("loss")), ".4f"),
+                _count(counts.get("tokens_per_s", last.get("tokens_per_s"))),
+                _fmt(last.get("mfu"), ".3f"),
+                _int(spikes) + (f" ({skipped} {'batch' if skipped == 1 else 'batches'} skipped)" if skipped else ""),
+                format_seconds(p.train.wall_seconds),
+            )
+        )
+    headers = ("Phase", "Status", "Planned tokens", "Steps", "Tokens", "Final loss", "Tokens/s", "MFU", "Spikes")
+    return [
+        Heading(2, "Training"),
+        Para("Per phase, from its train_phase manifest and metrics.jsonl (tokens/s and MFU: the last interval)."),
+        Table((*headers, "Wall time"), rows),
+    ]
+
+
+def _evaluation(run: RunData) -> list[Block]:
+    evaluated = [p for p in run.phases if p.eval is not None]
+    blocks: list[Block] = [Heading(2, "Evaluation")]
+    if not evaluated:
+        return [*blocks, Para("No phase is evaluated by this spec.")]
+    missing = [p.name for p in evaluated if p.eval_data is None]
+    if missing:
+        blocks.append(Para(f"Not evaluated yet: {', '.join(missing)}."))
+    heads = tuple(p.name for p in evaluated)
+    sources = run.source_names()
+    for metric, title, spec in HELDOUT_METRICS:
+        rows = []
+        for source in sources:
+            cells = []
+            for p in evaluated:
+                entry = ((p.eval_data or {}).get("heldout") or {}).get(source)
+                cells.append(_fmt((entry or {}).get(metric), spec) if p.eval_data is not None else "–")
+            rows.append((source, *cells))
+        blocks += [Heading(3, title), Table(("Source", *heads), rows)]
+
+    tasks: dict[str, dict[str, Any]] = {}  # name -> {"kind", "metrics": [...]}
+    for p in evaluated:
+        for name, result in ((p.eval_data or {}).get("tasks") or {}).items():
+            entry = tasks.setdefault(name, {"kind": "", "metrics": []})
+            if isinstance(result, dict):
+                entry["kind"] = entry["kind"] or str(result.get("kind", ""))
+                entry["metrics"] += [k for k, v in result.items() if k not in ("kind", "n") and _is_number(v)]
+    if not tasks:
+        return [*blocks, Heading(3, "Tasks"), Para("No task results.")]
+    rows = []
+    for name, entry in tasks.items():
+        names = list(dict.fromkeys(entry["metrics"]))
+        names.sort(key=lambda m: TASK_METRIC_ORDER.index(m) if m in TASK_METRIC_ORDER else len(TASK_METRIC_ORDER))
+        for metric in names:
+            cells = []
+            for p in evaluated:
+                result = ((p.eval_data or {}).get("tasks") or {}).get(name)
+                cells.append(_fmt(result.get(metric), ".4f") if isinstance(result, dict) else "–")
+            ns = [((p.eval_data or {}).get("tasks") or {}).get(name) for p in evaluated]
+            n = next((r.get("n") for r in reversed(ns) if isinstance(r, dict) and _is_number(r.get("n"))), None)
+            rows.append((name, entry["kind"], metric, _int(n), *cells))
+    return [*blocks, Heading(3, "Tasks"), Table(("Task", "Kind", "Metric", "n", *heads), rows)]
+
+
+def _wall_times(run: RunData) -> list[Block]:
+    groups: dict[str, list[StageState]] = {}
+    for s in run.stages:
+        groups.setdefault(s.node.stage, []).append(s)
+    rows = []
+    for stage, states in groups.items():
+        built = [s for s in states if s.wall_seconds is not None]
+        total = sum(s.wall_seconds or 0.0 for s in built) if built else None
+        instances = "; ".join(f"{s.node.instance}: {format_seconds(s.wall_seconds)}" for s in built) or "none built"
+        rows.append((stage, f"{len(built)} of {len(states)}", format_seconds(total), instances))
+    total = sum(s.wall_seconds or 0.0 for s in run.stages)
+    return [
+        Heading(2, "Wall time per stage"),
+        Para(f"Sum of every built stage's wall time: {format_seconds(total)} (stages may have run in parallel)."),
+        Table(("Stage", "Built", "Total", "Instances"), rows),
+    ]
+
+
+def _stages(run: RunData) -> list[Block]:
+    rows = [
+        (
+            s.node.stage,
+            s.node.instance,
+            s.status,
+            format_seconds(s.wall_seconds) if s.built else "–",
+            Code(s.node.key),
+            Code(str((s.manifest or {}).get("content_hash", ""))[:16]) if s.built else "–",
+        )
+        for s in run.stages
+    ]
+    return [
+        Heading(2, "Stages"),
+        Para("Every stage instance of the spec with its key (the artifact folder under artifacts/<stage>/)."),
+        Table(("Stage", "Instance", "Status", "Wall time", "Key", "Content hash"), rows),
+    ]
+
+
+def _demote(blocks: list[Block]) -> list[Block]:
+    return [Heading(b.level + 1, b.text) if isinstance(b, Heading) else b for b in blocks]
+
+
+def _audit(run: RunData) -> list[Block]:
+    result = run.audit
+    d = to_dict(result)
+    s = d["summary"]
+    derived = [b for b in audit_report._derived(result, d["derived"]) if isinstance(b, Table)]
+    return [
+        Heading(2, "Audit"),
+        Para(
+            f"{s['error']} errors, {s['warning']} warnings, {s['info']} info; {len(d['ignored'])} silenced "
+            f"(runlib audit {run.spec_path} --format html for the full audit report)."
+        ),
+        Heading(3, "Key derived numbers"),
+        *derived,
+        *_demote(audit_report._findings(d)),
+    ]
+
+
+# --- plots ---------------------------------------------------------------------------------------
+
+
+def _finite_xy(records: list[dict[str, Any]], get: Callable[[dict[str, Any]], Any]) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for r in records:
+        x, y = r.get("tokens"), get(r)
+        if _is_number(x) and _is_number(y):
+            xs.append(float(x))
+            ys.append(float(y))
+    return xs, ys
+
+
+def _extent(run: RunData, xs: list[float]) -> float:
+    return max([float(run.plan.tokens_total), *xs, 1.0])
+
+
+def _token_axis(ax: Any, run: RunData, xs: list[float]) -> None:
+    extent = _extent(run, xs)
+    plots._phase_lines(ax, plots._phase_bounds_tokens(run.plan), extent)
+    plots._count_axis(ax.xaxis)
+    ax.set_xlim(0, extent * 1.02)  # room for the markers at the run's end
+    ax.grid(alpha=0.3)
+
+
+def _heldout_points(run: RunData, source: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for p in run.phases:
+        data = p.eval_data or {}
+        loss = (((data.get("heldout") or {}).get(source)) or {}).get("loss")
+        x = data.get("tokens") if _is_number(data.get("tokens")) else p.plan.span.end_tokens
+        if _is_number(loss):
+            xs.append(float(x))
+            ys.append(float(loss))
+    return xs, ys
+
+
+def plot_loss(run: RunData, path: Path) -> Path:
+    fig, (ax,) = plots._figure(height=5.0)
+    records = run.records()
+    sources = run.source_names()
+    colours = plots._colours(sources)
+    xs, ys = _finite_xy(records, lambda r: r.get("loss"))
+    heldout = {s: _heldout_points(run, s) for s in sources}
+    if not xs and not any(hx for hx, _ in heldout.values()):
+        plots._empty(ax, "no training metrics or evaluations yet")
+    else:
+        all_x = list(xs)
+        if xs:
+            ax.plot(xs, ys, color="black", lw=1.4, label="train: total", zorder=3)
+        for s in sources:
+            sx, sy = _finite_xy(records, lambda r, s=s: (r.get("loss_by_source") or {}).get(s))
+            if sx:
+                ax.plot(sx, sy, color=colours[s], lw=0.9, alpha=0.8, label=f"train: {s}", zorder=2)
+        for s in sources:
+            hx, hy = heldout[s]
+            if hx:
+                all_x += hx
+                ax.scatter(
+                    hx, hy, marker="D", s=40, color=colours[s], edgecolors="black", zorder=4, label=f"held-out: {s}"
+                )
+        _token_axis(ax, run, all_x)
+        ax.set_xlabel("tokens seen")
+        ax.set_ylabel("loss (nats per token)")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    ax.set_title(f"Loss: {run.spec.name}", fontsize=11)
+    plots._save(fig, path)
+    return Path(path)
+
+
+def plot_lr(run: RunData, path: Path) -> Path:
+    fig, (ax,) = plots._figure()
+    records = run.records()
+    xs, ys = _finite_xy(records, lambda r: r.get("lr"))
+    sched_x, _, sched_y = plots._lr_samples(run.plan)
+    if not xs and not sched_x:
+        plots._empty(ax, "no learning rates logged and no schedule")
+    else:
+        if sched_x:
+            ax.plot(sched_x, sched_y, color="0.45", lw=0.8, label="plan schedule", zorder=2)
+        if xs:
+            ax.plot(xs, ys, color="tab:blue", lw=1.6, marker=".", ms=3, label="logged", zorder=3)
+        else:
+            ax.text(0.5, 0.5, "no learning rate logged yet", ha="center", transform=ax.transAxes, color="0.4")
+        _token_axis(ax, run, xs)
+        top = max([*ys, *sched_y, 0.0])
+        ax.set_ylim(0, top * 1.08 or 1.0)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        ax.set_xlabel("tokens seen")
+        ax.set_ylabel("learning rate")
+        ax.legend(fontsize=8, loc="lower left")
+    ax.set_title("Learning rate: logged and planned", fontsize=11)
+    plots._save(fig, path)
+    return Path(path)
+
+
+def plot_throughput(run: RunData, path: Path) -> Path:
+    fig, (ax_t, ax_m) = plots._figure(rows=2, height=6.0)
+    records = run.records()
+    tx, ty = _finite_xy(records, lambda r: r.get("tokens_per_s"))
+    mx, my = _finite_xy(records, lambda r: r.get("mfu"))
+    for ax, x, y, label, colour in (
+        (ax_t, tx, ty, "tokens / s", "tab:green"),
+        (ax_m, mx, my, "MFU", "tab:purple"),
+    ):
+        if not x:
+            plots._empty(ax, f"no {label} logged yet")
+            continue
+        ax.plot(x, y, color=colour, lw=1.2, marker=".", ms=4)
+        _token_axis(ax, run, x)
+        ax.set_ylim(bottom=0, top=max(y) * 1.15 or 1.0)
+        ax.set_ylabel(label)
+    if ty:
+        plots._count_axis(ax_t.yaxis)
+    ax_m.set_xlabel("tokens seen")
+    ax_t.set_title("Throughput per logging interval", fontsize=11)
+    plots._save(fig, path)
+    return Path(path)
+
+
+PLOTTERS: dict[str, Callable[[RunData, Path], Path]] = {
+    "loss.png": plot_loss,
+    "lr.png": plot_lr,
+    "throughput.png": plot_throughput,
+}
+
+
+def write_plots(run: RunData, out_dir: Path) -> list[Path]:
+    return [PLOTTERS[name](run, Path(out_dir) / name) for name, _, _ in PLOTS]
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def default_run_report_dir(spec: RunSpec) -> Path:
+    return Path("reports") / spec.name / "run"
+
+
+def write_run_report(spec_path: str, out_dir: Path | None = None) -> Path:
+    """Write the run report of the spec at spec_path (report.md, report.html, loss/lr/throughput PNGs)
+    into out_dir (default reports/<run name>/run); returns out_dir.
+
+    An existing out_dir is replaced only once the new report is complete."""
+    return write_report_of(collect_run(spec_path), out_dir)
+
+
+def write_report_of(run: RunData, out_dir: Path | None = None) -> Path:
+    """write_run_report for a run already collected."""
+    out_dir = Path(out_dir) if out_dir is not None else default_run_report_dir(run.spec)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private (0700); a report is meant to be shared
+        write_plots(run, tmp)
+        blocks = build_blocks(run)
+        (tmp / MARKDOWN).write_text(render_markdown(blocks), encoding="utf-8")
+        (tmp / HTML).write_text(render_html(blocks, f"Run report: {run.spec.name}"), encoding="utf-8")
+        audit_report._swap_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def main_report(spec_path: str, out: str | Path | None = None, track: bool = False) -> int:
+    """`runlib report SPEC [--out DIR] [--track]`: write the run report and print where; with track,
+    also log it as artifacts of the spec's MLflow parent run (under report/). Exit status 0, also for
+    a run not finished yet (stderr says how many stages are missing)."""
+    run = collect_run(spec_path)
+    path = write_report_of(run, Path(out) if out else None)
+    print(f"run report: {path / HTML}")
+    if run.missing:
+        print(
+            f"runlib report: the run is incomplete: {len(run.missing)} of {len(run.stages)} stages not built",
+            file=sys.stderr,
+        )
+    if track:
+        from runlib.track.mlflow_track import log_report
+
+        log_report(run.spec, spec_path, path)
+    return 0

@@ -1,0 +1,1 @@
+"""Training phases: the Accelerate loop, its accumulation arithmetic, checkpoints, spike policy."""

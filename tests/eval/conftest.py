@@ -1,0 +1,87 @@
+"""A tiny trained tokenizer, a tokenized source with a held-out shard, and tiny models, shared by the eval tests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from runlib.audit.cases import case_data
+from runlib.data.tokenize import tokenize_source
+from runlib.model.transformer import Transformer
+from runlib.spec.loader import validate_data
+from runlib.spec.models import ModelSpec
+from runlib.tokenizer.train import TOKENIZER_FILE, eos_id, load_tokenizer, train_tokenizer
+
+WORDS = (
+    "the of and to in is was for on that with as by at from his her which have an are this be not or but had "
+    "it they were their one all we can there been has more if will would who so no when also into time year "
+    "river city model data train token quick brown fox jumps over lazy dog"
+).split()
+
+
+def prose(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        sentences = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + "."
+            for _ in range(rng.randint(3, 7))
+        ]
+        docs.append(" ".join(sentences))
+    return docs
+
+
+def write_curated(directory: Path, train: list[str], heldout: list[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, texts in (("train", train), ("heldout", heldout)):
+        with open(directory / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for i, text in enumerate(texts):
+                row = {"id": f"{split}-{i}", "text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+                f.write(json.dumps(row) + "\n")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def source(tmp_path_factory) -> SimpleNamespace:
+    """A source "web": 300 training documents, 12 held-out ones, a 400-token BPE, and its token shards."""
+    root = tmp_path_factory.mktemp("eval-source")
+    heldout = prose(12, seed=1)
+    curated = write_curated(root / "curated" / "web", prose(300, seed=0), heldout)
+    spec = validate_data(
+        case_data(
+            {
+                "tokenizer.vocab_size": 400,
+                "tokenizer.reserved_tokens": 8,
+                "tokenizer.train_on": {"web": 1.0},
+                "tokenizer.train_bytes": 200_000,
+            }
+        )
+    ).spec
+    train_tokenizer(spec, {"web": curated}, root / "tokenizer")
+    summary = tokenize_source(spec, curated, root / "tokenizer", root / "tokens" / "web")
+    tok = load_tokenizer(root / "tokenizer" / TOKENIZER_FILE)
+    return SimpleNamespace(
+        tokenizer=tok,
+        token_dir=root / "tokens" / "web",
+        heldout_texts=heldout,
+        eos=eos_id(tok),
+        bytes_per_token=summary["compression"]["bytes_per_token"],
+        vocab=tok.get_vocab_size(with_added_tokens=True),
+    )
+
+
+def tiny_model(vocab: int, seed: int = 0, max_seq_len: int = 256) -> Transformer:
+    torch.manual_seed(seed)
+    spec = ModelSpec(layers=2, d_model=32, heads=4, kv_heads=2, d_ff=64, seq_len=64, tie_embeddings=True)
+    return Transformer(spec, vocab, max_seq_len)
+
+
+@pytest.fixture
+def make_model():
+    return tiny_model

@@ -1,0 +1,312 @@
+"""The transformer: exact parameter counts, causality, document masking, attention backends, RoPE, init groups."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runlib.model.transformer import (
+    RMSNorm,
+    Transformer,
+    build_model,
+    document_causal_mask,
+    document_causal_mask_mod,
+    has_documents,
+    param_groups,
+)
+from runlib.plan import derive
+from runlib.plan.params import count_params
+from runlib.spec import load_spec
+from runlib.spec.models import ModelSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+VOCAB = 97
+
+TINY = dict(layers=2, d_model=32, heads=4, kv_heads=2, d_ff=64, seq_len=32)
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    model = Transformer(ModelSpec(**(TINY | overrides)), VOCAB, 32)
+    return model.eval()
+
+
+def packed(lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """doc_ids and restarted position_ids [1, sum(lengths)] of documents of these lengths packed in one row."""
+    doc = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
+    pos = torch.cat([torch.arange(n) for n in lengths])
+    return doc[None], pos[None]
+
+
+# ----------------------------------------------------------------------------------------- parameter counts
+
+VARIANTS = {
+    "llama": {},
+    "gpt2": dict(activation="gelu", norm="layernorm", bias=True, position="learned", tie_embeddings=True),
+    "layernorm-nobias": dict(norm="layernorm", bias=False),
+    "qk_norm": dict(qk_norm=True, head_dim=12),
+    "swiglu-bias": dict(bias=True),
+    "mha": dict(kv_heads=None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_parameter_count_of_variants(name: str) -> None:
+    spec = ModelSpec(**(TINY | VARIANTS[name]))
+    with torch.device("meta"):
+        model = Transformer(spec, VOCAB, 48)
+    assert sum(p.numel() for p in model.parameters()) == count_params(spec, VOCAB, 48).total
+
+
+@pytest.mark.parametrize("spec_file", SPECS, ids=[p.name for p in SPECS])
+def test_parameter_count_equals_plan(spec_file: Path) -> None:
+    spec = load_spec(spec_file).spec
+    plan = derive(spec)
+    model = build_model(spec, plan, device="meta")  # 8B parameters cost nothing on meta
+    assert sum(p.numel() for p in model.parameters()) == plan.params.total
+    if spec.model.position == "rope":
+        assert model.rope_cos.shape[0] == max([p.settings.seq_len for p in plan.phases] + [spec.model.seq_len])
+
+
+def test_demo_model_builds_on_cpu() -> None:
+    spec = load_spec(ROOT / "specs" / "demo.yaml").spec
+    plan = derive(spec)
+    torch.manual_seed(0)
+    model = build_model(spec, plan)
+    assert sum(p.numel() for p in model.parameters()) == plan.params.total == 1_311_872
+    assert model.lm_head.weight is model.tok_embeddings.weight
+    logits = model(torch.randint(0, plan.vocab_rows, (2, 16)))
+    assert logits.shape == (2, 16, plan.vocab_rows) and logits.dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------------------- initialisation
+
+
+def test_initialisation_is_deterministic_and_gpt2_scaled() -> None:
+    a, b = tiny(bias=True), tiny(bias=True)
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb), name
+    layers = TINY["layers"]
+    with torch.no_grad():
+        assert a.tok_embeddings.weight.std().item() == pytest.approx(0.02, rel=0.1)
+        assert a.layers[0].attention.wq.weight.std().item() == pytest.approx(0.02, rel=0.15)
+        residual = torch.cat([a.layers[i].attention.wo.weight.flatten() for i in range(layers)])
+        assert residual.std().item() == pytest.approx(0.02 / math.sqrt(2 * layers), rel=0.15)
+        assert torch.equal(a.layers[0].attention.wq.bias, torch.zeros_like(a.layers[0].attention.wq.bias))
+        assert torch.equal(a.norm.weight, torch.ones_like(a.norm.weight))
+
+
+# ----------------------------------------------------------------------------------------- causality, documents
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm"])
+def test_changing_a_future_token_never_changes_earlier_logits(name: str) -> None:
+    model = tiny(**VARIANTS[name])
+    x = torch.randint(0, VOCAB, (2, 20))
+    y = x.clone()
+    y[:, 12] = (y[:, 12] + 1) % VOCAB
+    with torch.no_grad():
+        lx, ly = model(x), model(y)
+    assert torch.equal(lx[:, :12], ly[:, :12])
+    assert not torch.allclose(lx[:, 12:], ly[:, 12:])
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_document_a_never_changes_document_b(name: str) -> None:
+    model = tiny(**VARIANTS[name])
+    doc, pos = packed([7, 9, 4])
+    x = torch.randint(0, VOCAB, (1, 20))
+    y = x.clone()
+    y[0, :7] = (y[0, :7] + 3) % VOCAB  # rewrite document A
+    with torch.no_grad():
+        lx, ly = model(x, pos, doc), model(y, pos, doc)
+        # document B alone, at its own positions, gives the same logits as inside the packed row
+        alone = model(x[:, 7:16])
+    assert torch.allclose(lx[:, 7:], ly[:, 7:], atol=1e-6)
+    assert not torch.allclose(lx[:, :7], ly[:, :7])
+    assert torch.allclose(lx[:, 7:16], alone, atol=1e-5)
+    with torch.no_grad():  # without document ids the row is one sequence: A leaks into B
+        leak_x, leak_y = model(x, pos), model(y, pos)
+    assert not torch.allclose(leak_x[:, 7:], leak_y[:, 7:], atol=1e-4)
+
+
+def test_single_document_rows_take_the_causal_path() -> None:
+    model = tiny()
+    x = torch.randint(0, VOCAB, (3, 16))
+    same = torch.zeros(3, 16, dtype=torch.long) + torch.arange(3)[:, None]  # one document per row
+    assert not has_documents(same) and has_documents(packed([4, 12])[0]) and not has_documents(None)
+    with torch.no_grad():
+        assert torch.equal(model(x, None, same), model(x))
+
+
+def naive_attention(attn, x: torch.Tensor, rope, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax attention written out: repeat kv heads, scores, mask with -inf, softmax, weighted values."""
+    from runlib.model.transformer import apply_rope
+
+    n, length, _ = x.shape
+    q = attn.wq(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
+    k = attn.wk(x).view(n, length, attn.kv_heads, attn.head_dim).transpose(1, 2)
+    v = attn.wv(x).view(n, length, attn.kv_heads, attn.head_dim).transpose(1, 2)
+    q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    group = attn.heads // attn.kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    y = scores.softmax(-1) @ v
+    return attn.wo(y.transpose(1, 2).reshape(n, length, -1))
+
+
+def test_sdpa_mask_path_equals_naive_attention() -> None:
+    from runlib.model.transformer import AttentionMask
+
+    model = tiny()
+    attn = model.layers[0].attention
+    doc, pos = packed([5, 11, 8])
+    x = torch.randn(1, 24, TINY["d_model"])
+    rope = (model.rope_cos[pos][:, None], model.rope_sin[pos][:, None])
+    mask = document_causal_mask(doc)
+    with torch.no_grad():
+        got = attn(x, rope, AttentionMask(bool_mask=mask))
+        want = naive_attention(attn, x, rope, mask)
+        causal = attn(x, rope, AttentionMask())
+        want_causal = naive_attention(attn, x, rope, torch.ones(24, 24, dtype=torch.bool).tril())
+    assert torch.allclose(got, want, atol=1e-6)
+    assert torch.allclose(causal, want_causal, atol=1e-6)
+
+
+def test_flex_mask_mod_equals_sdpa_mask() -> None:
+    doc = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2, 3], [0] * 4 + [1] * 6])
+    n, length = doc.shape
+    b = torch.arange(n)[:, None, None]
+    q_idx = torch.arange(length)[None, :, None]
+    kv_idx = torch.arange(length)[None, None, :]
+    h = torch.zeros(())
+    got = document_causal_mask_mod(doc)(b, h, q_idx, kv_idx)
+    assert torch.equal(got, document_causal_mask(doc)[:, 0])
+    causal = document_causal_mask_mod(None)(b, h, q_idx, kv_idx).expand(n, length, length)
+    assert torch.equal(causal, torch.ones(length, length, dtype=torch.bool).tril().expand(n, -1, -1))
+
+
+def test_flex_forward_equals_sdpa_forward_on_cpu() -> None:
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    model = tiny(qk_norm=True)
+    doc = torch.cat([packed([10, 22])[0], packed([32])[0]])
+    pos = torch.cat([packed([10, 22])[1], packed([32])[1]])
+    x = torch.randint(0, VOCAB, (2, 32))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": the eager reference
+        model.attention_backend = "sdpa"
+        want = model(x, pos, doc)
+        model.attention_backend = "flex"
+        got = model(x, pos, doc)
+        got_causal = model(x)
+        model.attention_backend = "sdpa"
+        want_causal = model(x)
+    assert torch.allclose(got, want, atol=1e-5)
+    assert torch.allclose(got_causal, want_causal, atol=1e-5)
+
+
+def test_auto_backend_is_sdpa_on_cpu() -> None:
+    model = tiny()
+    assert model.attention_backend == "auto"
+    mask = model.attention_mask(packed([3, 5])[0], 1, 8, torch.device("cpu"))
+    assert mask.block_mask is None and mask.bool_mask is not None
+
+
+# ----------------------------------------------------------------------------------------- RoPE, GQA, backward
+
+
+def test_rope_theta_changes_logits_and_set_rope_restores_them() -> None:
+    model = tiny()
+    x = torch.randint(0, VOCAB, (1, 24))
+    with torch.no_grad():
+        before = model(x)
+        model.set_rope(40_000.0, 64)
+        assert model.rope_cos.shape == (64, model.head_dim) and model.rope_theta == 40_000.0
+        after = model(x)
+        model.set_rope(TINY.get("rope_theta", 10_000.0), 32)
+        again = model(x)
+    assert not torch.allclose(before, after, atol=1e-4)
+    assert torch.allclose(before, again, atol=1e-6)
+    assert "rope_cos" not in model.state_dict()  # non-persistent: a phase sets it, checkpoints do not carry it
+
+
+def test_rope_is_relative() -> None:
+    """Shifting every position of a sequence by the same amount leaves the logits unchanged."""
+    model = tiny()
+    x = torch.randint(0, VOCAB, (1, 12))
+    with torch.no_grad():
+        a = model(x, torch.arange(12)[None])
+        b = model(x, torch.arange(12)[None] + 9)
+    assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_positions_beyond_the_rope_table_are_an_error() -> None:
+    with pytest.raises(ValueError, match="set_rope"):
+        tiny()(torch.zeros(1, 4, dtype=torch.long), torch.tensor([[0, 1, 2, 40]]))
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_grouped_query_attention(kv_heads: int) -> None:
+    model = tiny(kv_heads=kv_heads)
+    assert model.layers[0].attention.wk.out_features == kv_heads * 8
+    doc, pos = packed([6, 10])
+    with torch.no_grad():
+        logits = model(torch.randint(0, VOCAB, (1, 16)), pos, doc)
+    assert logits.shape == (1, 16, VOCAB) and torch.isfinite(logits).all()
+
+
+def test_backward_with_document_masks_on_cpu() -> None:
+    model = tiny(qk_norm=True).train()
+    doc, pos = packed([5, 9, 10])
+    x = torch.randint(0, VOCAB, (1, 25))
+    logits = model(x[:, :-1], pos, doc)
+    loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert model.layers[0].attention.q_norm.weight.grad.abs().sum() > 0
+
+
+def test_a_few_steps_lower_the_loss() -> None:
+    model = tiny().train()
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=3e-3)
+    x = torch.randint(0, VOCAB, (4, 17))
+    losses = []
+    for _ in range(20):
+        loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 1.0
+
+
+# ----------------------------------------------------------------------------------------- param groups
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm", "swiglu-bias"])
+def test_param_groups_put_norms_and_biases_and_nothing_else_in_no_decay(name: str) -> None:
+    model = tiny(**VARIANTS[name])
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    norm_or_bias = set()
+    for module in model.modules():
+        if isinstance(module, (RMSNorm, torch.nn.LayerNorm)):
+            norm_or_bias |= {id(p) for p in module.parameters(recurse=False)}
+        elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+            norm_or_bias.add(id(module.bias))
+    assert {id(p) for p in no_decay["params"]} == norm_or_bias
+    assert norm_or_bias  # every variant has norms
+    assert all(p.ndim == 2 for p in decay["params"])
+    assert id(model.tok_embeddings.weight) in {id(p) for p in decay["params"]}
+    everything = {id(p) for p in model.parameters()}
+    listed = [id(p) for g in (decay, no_decay) for p in g["params"]]
+    assert len(listed) == len(set(listed)) and set(listed) == everything  # the tied weight once
+    torch.optim.AdamW([decay, no_decay], lr=1e-3)  # accepted as given

@@ -1,0 +1,274 @@
+"""The run report: read from fake but well-formed artifacts of a spec's stage graph."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from runlib.audit import audit_loaded
+from runlib.audit.cases import case_data
+from runlib.plan import derive
+from runlib.report import run_report
+from runlib.report.run_report import PLOTS, format_seconds, main_report, write_run_report
+from runlib.spec import load_spec, validate_data
+from runlib.workflow.graph import StageGraph, StageNode, build_graph
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLOT_FILES = [name for name, _, _ in PLOTS]
+SOURCES = {
+    "web": {"domain": "web", "input": {"format": "builtin", "name": "python_docs"}, "tokens": "2.5B"},
+    "code": {
+        "domain": "code",
+        "input": {"format": "builtin", "name": "python_code"},
+        "tokens": "600M",
+        "fim": {"rate": 0.5, "spm_rate": 0.5},
+    },
+}
+DESCRIPTION = "Tiny <script>alert('x')</script> & <b>bold</b> run"
+TASKS = {
+    "hellaswag-mini": {"kind": "multiple_choice", "acc": 0.31, "acc_norm": 0.33, "n": 100},
+    "web-continuation": {"kind": "answer_loglik", "loglik_mean": -41.5, "loglik_per_token": -2.75, "n": 50},
+}
+INTERVALS = 8
+
+
+def write_spec(path: Path, patch: dict | None = None) -> Path:
+    data = case_data({"data.sources": SOURCES, "description": DESCRIPTION, **(patch or {})})
+    validate_data(data)  # fails here, not in load_spec, when the patch is wrong
+    with open(path, "w") as f:
+        YAML().dump(data, f)
+    return path
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "work"
+
+
+@pytest.fixture
+def spec_path(tmp_path: Path, work: Path) -> Path:
+    return write_spec(tmp_path / "spec.yaml")
+
+
+def wall_time(i: int) -> float:
+    """A distinct wall time per node (their formatted forms differ too)."""
+    return round(1.0 + 1.7 * i, 1)
+
+
+def manifest(node: StageNode, wall: float, counts: dict | None = None) -> dict:
+    return {
+        "stage": node.stage,
+        "instance": node.instance,
+        "key": node.key,
+        "projection": node.projection,
+        "inputs": node.inputs,
+        "counts": counts or {},
+        "details": {},
+        "timings": {"started_at": 1.7e9, "wall_seconds": wall},
+        "outputs": {},
+        "content_hash": f"hash{node.key}",
+    }
+
+
+def fake_records(plan, i: int) -> list[dict]:
+    span = plan.phases[i].span
+    out = []
+    for j in range(1, INTERVALS + 1):
+        step = span.start_step + round((span.end_step - span.start_step) * j / INTERVALS)
+        tokens = span.start_tokens + round((span.end_tokens - span.start_tokens) * j / INTERVALS)
+        loss = 2.0 + 8.0 / (1.0 + tokens / 1e8)
+        out.append(
+            {
+                "step": step,
+                "tokens": tokens,
+                "loss": loss,
+                "lr": plan.schedule.lr_at(tokens),
+                "grad_norm": 0.5 + 0.01 * j,
+                "tokens_per_s": 1.2e6 + 1e4 * j,
+                "mfu": 0.38 + 0.001 * j,
+                "loss_by_source": {"web": loss + 0.1, "code": loss - 0.3},
+            }
+        )
+    return out
+
+
+def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[StageGraph, dict[str, float]]:
+    """Write manifests for the data stages and for the train/eval stages of `phases` (all: None);
+    returns the graph and each built instance's wall time."""
+    spec = load_spec(spec_path).spec
+    plan = derive(spec)
+    graph = build_graph(spec)
+    walls = {}
+    for i, node in enumerate(graph.nodes):
+        phase = node.params.get("phase")
+        if phase is not None and phases is not None and phase not in phases:
+            continue
+        node.dir.mkdir(parents=True, exist_ok=True)
+        counts = {}
+        if node.stage == "train_phase":
+            records = fake_records(plan, phase)
+            (node.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            spikes = {
+                "spikes": [
+                    {"step": records[2]["step"], "data_step": 5, "loss": 9.0, "grad_norm": 7.0, "action": "rollback"}
+                ]
+            }
+            (node.dir / "spikes.json").write_text(json.dumps({**spikes, "skipped_data_steps": [5]}))
+            (node.dir / "final.pt").write_bytes(b"not a checkpoint")
+            last = records[-1]
+            counts = {
+                "steps": last["step"],
+                "tokens": last["tokens"],
+                "final_loss": last["loss"],
+                "tokens_per_s": last["tokens_per_s"],
+                "spikes": 1,
+                "processes": 8,
+            }
+        elif node.stage == "eval_phase":
+            p = plan.phases[phase]
+            heldout = {
+                s: {
+                    "loss": 3.0 - 0.1 * phase + d,
+                    "perplexity": math.exp(3.0 - 0.1 * phase + d),
+                    "bits_per_byte": 1.1 - 0.01 * phase,
+                    "tokens": 40960,
+                }
+                for s, d in (("web", 0.2), ("code", -0.4))
+            }
+            data = {
+                "phase": p.name,
+                "phase_index": phase,
+                "tokens": p.span.end_tokens,
+                "heldout": heldout,
+                "tasks": TASKS,
+            }
+            (node.dir / "eval.json").write_text(json.dumps(data))
+        walls[node.instance] = wall_time(i)
+        (node.dir / "manifest.json").write_text(json.dumps(manifest(node, wall_time(i), counts)))
+    return graph, walls
+
+
+def assert_pngs(out: Path, min_bytes: int = 3_000) -> None:
+    from PIL import Image
+
+    for name in PLOT_FILES:
+        path = out / name
+        assert path.read_bytes()[:8] == PNG_MAGIC, name
+        with Image.open(path) as im:
+            im.verify()
+        with Image.open(path) as im:
+            assert im.size[0] >= 600 and im.size[1] >= 300, (name, im.size)
+        assert path.stat().st_size > min_bytes, f"{name} is suspiciously small ({path.stat().st_size} bytes)"
+
+
+def read_both(out: Path) -> tuple[str, str]:
+    return (out / "report.md").read_text(encoding="utf-8"), (out / "report.html").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+def test_complete_run(spec_path: Path, tmp_path: Path) -> None:
+    graph, walls = build_fake_run(spec_path)
+    spec = load_spec(spec_path).spec
+    out = write_run_report(str(spec_path))
+    assert out == Path("reports") / spec.name / "run"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", "report.html", *PLOT_FILES])
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run"]  # no temp dir left behind
+    assert_pngs(out, min_bytes=20_000)  # an empty plot is under 10 kB
+    md, page = read_both(out)
+    for text in (md, page):
+        assert "All stages are built" in text and "Missing stages" not in text
+        for phase in spec.phases:
+            assert phase.name in text
+        for source in spec.data.sources:
+            assert source in text
+        for task in TASKS:
+            assert task in text
+        for node in graph.nodes:
+            assert node.key in text  # stage keys
+            assert html.escape(node.instance) in text
+        for instance, wall in walls.items():
+            assert f"{html.escape(instance)}: {format_seconds(wall)}" in text, instance
+        for name in PLOT_FILES:
+            assert name in text
+        assert "Key derived numbers" in text and "Parameters" in text
+    assert "| web | 3.2000 | 3.1000 | 3.0000 | 2.9000 |" in md  # held-out loss, source x phase
+    assert "| hellaswag-mini | multiple_choice | acc_norm | 100 | 0.3300 |" in md
+    assert md.count("| built |") >= 4
+    assert '<img src="loss.png"' in page and "<script" not in page.lower()
+
+
+def test_partial_run_names_missing_stages(spec_path: Path, tmp_path: Path) -> None:
+    graph, _ = build_fake_run(spec_path, phases={0})
+    out = write_run_report(str(spec_path), tmp_path / "partial")
+    assert_pngs(out)
+    md, page = read_both(out)
+    missing = [n for n in graph.nodes if n.stage in ("train_phase", "eval_phase") and n.params["phase"] != 0]
+    assert len(missing) == 6
+    for text in (md, page):
+        line = next(ln for ln in text.splitlines() if "Missing stages (6" in ln)
+        for node in missing:
+            assert node.instance in line
+        assert "train_phase foundation" not in line and "eval_phase foundation" not in line
+        assert "1 of 4 phases trained" in text
+        assert "Not evaluated yet: enrich, long, anneal" in text
+    assert md.count("| not built |") >= 6
+
+
+def test_nothing_built_still_reports(spec_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main_report(str(spec_path), tmp_path / "empty") == 0
+    out = tmp_path / "empty"
+    assert_pngs(out)
+    md, _ = read_both(out)
+    graph = build_graph(load_spec(spec_path).spec)
+    assert f"0 of {len(graph.nodes)} stages built" in md
+    captured = capsys.readouterr()
+    assert str(out / "report.html") in captured.out
+    assert f"{len(graph.nodes)} of {len(graph.nodes)} stages not built" in captured.err
+
+
+def test_html_escapes_text(spec_path: Path, tmp_path: Path) -> None:
+    graph, _ = build_fake_run(spec_path)
+    node = graph.find("eval_phase", phase=3)
+    data = json.loads((node.dir / "eval.json").read_text())
+    data["tasks"]["<img src=x onerror=alert(1)>"] = {"kind": "multiple_choice", "acc": 0.5, "acc_norm": 0.5, "n": 4}
+    (node.dir / "eval.json").write_text(json.dumps(data))
+    md, page = read_both(write_run_report(str(spec_path), tmp_path / "esc"))
+    assert "<script>" not in page and "<b>bold</b>" not in page and "<img src=x" not in page
+    assert html.escape(DESCRIPTION) in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<script>" not in md and "<img src=x" not in md  # markdown renders inline HTML: escaped too
+
+
+def test_audit_summary(spec_path: Path, tmp_path: Path) -> None:
+    spec_path = write_spec(spec_path, {"optimizer.lr": 0.05})  # a finding (LR far above the reference)
+    result = audit_loaded(load_spec(spec_path))
+    assert result.findings
+    md, _ = read_both(write_run_report(str(spec_path), tmp_path / "aud"))
+    counts = f"{result.count('error')} errors, {result.count('warning')} warnings, {result.count('info')} info"
+    assert counts in md
+    for f in result.findings:
+        assert f.code in md
+
+
+def test_write_is_atomic(spec_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    build_fake_run(spec_path, phases={0})
+    out = write_run_report(str(spec_path), tmp_path / "rep")
+    before = read_both(out)
+
+    def broken(run, path):
+        raise RuntimeError("plot failed")
+
+    monkeypatch.setitem(run_report.PLOTTERS, "throughput.png", broken)
+    with pytest.raises(RuntimeError, match="plot failed"):
+        write_run_report(str(spec_path), out)
+    assert read_both(out) == before  # the previous report, whole
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

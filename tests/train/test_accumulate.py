@@ -1,0 +1,84 @@
+"""Handout #16 section 7 through the project's own accumulation code (runlib.train.accumulate)."""
+
+import math
+
+import pytest
+import torch
+
+from runlib.train.accumulate import accumulate, token_loss_sum
+
+
+def sgd_step_weight(micro_batches, rule: str) -> tuple[float, float]:
+    """f_w(x) = w x, targets 0, MSE; return (gradient, w after one SGD step at 0.01)."""
+    w = torch.tensor(1.0, requires_grad=True)
+    if rule == "token_mean":
+        accumulate(micro_batches, lambda x: ((w * x) ** 2).sum(), lambda x: x.numel())
+    else:  # the wrong rule: average the micro-batch means equally
+        for x in micro_batches:
+            (((w * x) ** 2).mean() / len(micro_batches)).backward()
+    grad = float(w.grad)
+    return grad, 1.0 - 0.01 * grad
+
+
+def test_unequal_micro_batches_reproduce_the_full_batch_gradient():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    full_grad, full_w = sgd_step_weight([x], "token_mean")
+    assert full_grad == pytest.approx(15.0) and full_w == pytest.approx(0.85)
+    grad, w = sgd_step_weight([x[:1], x[1:]], "token_mean")
+    assert grad == pytest.approx(15.0) and w == pytest.approx(0.85)
+    wrong_grad, wrong_w = sgd_step_weight([x[:1], x[1:]], "mean_of_means")
+    assert wrong_grad == pytest.approx(32 / 3) and wrong_w == pytest.approx(0.893333, abs=1e-6)
+    # equal-sized micro-batches: dividing each mean by K is also right
+    assert sgd_step_weight([x[:2], x[2:]], "mean_of_means")[0] == pytest.approx(15.0)
+
+
+BOS, A, B, C, EOS = range(5)
+
+
+def bigram_batches():
+    """Two padded documents (BOS a b c EOS) and (BOS a EOS): six scored targets in total."""
+    inputs = torch.tensor([[BOS, A, B, C], [BOS, A, EOS, EOS]])
+    targets = torch.tensor([[A, B, C, EOS], [A, EOS, -100, -100]])
+    return inputs, targets
+
+
+def bigram_grad(split: str):
+    table = torch.zeros(5, 5, requires_grad=True)
+    inputs, targets = bigram_batches()
+    if split == "full":
+        micro = [(inputs, targets)]
+    else:
+        micro = [(inputs[:1], targets[:1]), (inputs[1:], targets[1:])]
+    if split == "doc_means":
+        for x, y in micro:
+            (
+                torch.nn.functional.cross_entropy(table[x].reshape(-1, 5), y.reshape(-1), ignore_index=-100) / 2
+            ).backward()
+    else:
+        accumulate(micro, lambda mb: token_loss_sum(table[mb[0]], mb[1]), lambda mb: int((mb[1] != -100).sum()))
+    return table.grad.clone()
+
+
+def test_bigram_table_whole_gradient():
+    full = bigram_grad("full")
+    per_doc = bigram_grad("token_mean")
+    assert torch.allclose(full, per_doc, atol=1e-7)
+    # at zero logits every target costs log 5; the reference full-batch gradient of row BOS
+    expected_bos = torch.full((5,), 2 / 5 / 6)
+    expected_bos[A] -= 2 / 6
+    assert torch.allclose(full[BOS], expected_bos, atol=1e-7)
+    # averaging document means gives the same scalar loss at init but a different gradient
+    wrong = bigram_grad("doc_means")
+    assert not torch.allclose(full, wrong, atol=1e-4)
+    inputs, targets = bigram_batches()
+    table = torch.zeros(5, 5)
+    loss = torch.nn.functional.cross_entropy(table[inputs].reshape(-1, 5), targets.reshape(-1), ignore_index=-100)
+    assert float(loss) == pytest.approx(math.log(5))
+
+
+def test_z_loss_adds_log_z_squared():
+    logits = torch.tensor([[[0.0, 1.0, 2.0]]])
+    targets = torch.tensor([[2]])
+    plain = token_loss_sum(logits, targets)
+    with_z = token_loss_sum(logits, targets, z_loss=1e-2)
+    assert float(with_z - plain) == pytest.approx(1e-2 * float(torch.logsumexp(logits[0, 0], -1)) ** 2)
