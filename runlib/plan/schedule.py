@@ -32,7 +32,10 @@ class Schedule:
             return self.peak_lr
         if tokens >= self.decay_end_tokens:
             return self.floor_lr
-        progress = (tokens - self.decay_start_tokens) / (self.decay_end_tokens - self.decay_start_tokens)
+        span = self.decay_end_tokens - self.decay_start_tokens
+        if span <= 0:  # a zero-length decay (or one lost in float rounding at huge token counts)
+            return self.floor_lr
+        progress = (tokens - self.decay_start_tokens) / span
         if self.kind == "cosine":
             return self.floor_lr + (self.peak_lr - self.floor_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
         return self.peak_lr - (self.peak_lr - self.floor_lr) * progress

@@ -50,8 +50,6 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
 
     spec, plan, phase = run.spec, run.plan, run.plan.phases[run.phase_index]
     rank, world, micro = accelerator.process_index, accelerator.num_processes, phase.settings.micro_batch
-    accum = run.loader.global_batch // (micro * world)  # micro-steps per update on this rank
-    tokens_per_step = run.loader.global_batch * phase.settings.seq_len
     torch.manual_seed(spec.seed)
     model = build_model(spec, plan)
     model.set_rope(phase.settings.rope_theta, phase.settings.seq_len)
@@ -86,7 +84,11 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
     while state["step"] < phase.span.end_step:
         update = state["step"] - phase.span.start_step
         data = data_step(update, state["skipped"])
-        lr = plan.schedule.lr_at(state["tokens"])  # the one schedule, in tokens, across phases
+        batch_sequences = run.loader.batch_size(data)  # a batch ramp may change it within the phase
+        accum = batch_sequences // (micro * world)  # micro-steps per update on this rank
+        tokens_per_step = batch_sequences * phase.settings.seq_len
+        # the one schedule, in tokens, across phases; at the step's end so the first update's LR is not 0
+        lr = plan.schedule.lr_at(state["tokens"] + tokens_per_step)
         for group in optimizer.param_groups:
             group["lr"] = lr
         batches = [run.loader.micro_batch(data, m, rank, world, micro) for m in range(accum)]

@@ -152,4 +152,4 @@ def test_unknown_format_is_rejected(base_result: AuditResult, tmp_path: Path) ->
 
 
 def test_default_report_dir(base_result: AuditResult) -> None:
-    assert default_report_dir(base_result) == Path("reports") / "case-base"
+    assert default_report_dir(base_result) == Path("reports") / "case-base" / "audit"

@@ -1,5 +1,6 @@
-"""The data half of the DAG, run by real Snakemake on a small spec: build, no-op rerun, rebuild
-byte for byte, keys that ignore what a stage does not read, the audit gate, MLflow children."""
+"""The whole DAG, run by real Snakemake on a small spec: data stages, four training phases,
+evaluation and the report; no-op rerun, rebuild byte for byte, keys that ignore what a stage does not
+read, partial reruns after an edit, the audit gate, MLflow children."""
 
 import json
 import shutil
@@ -14,6 +15,10 @@ from runlib.workflow.plan_view import plan_rows
 from tests.workflow.conftest import TINY, snakemake
 
 pytestmark = pytest.mark.slow
+
+
+def evals(graph) -> list[dict]:
+    return [json.loads((n.dir / "eval.json").read_text()) for n in sorted(graph.of("eval_phase"), key=lambda n: n.params["phase"])]
 
 
 def jobs_run(proc) -> list[str]:
@@ -43,6 +48,16 @@ def test_data_dag_end_to_end(workdir):
         manifest = json.loads(node.manifest_path.read_text())
         assert manifest["counts"]["tokens_train"] > 0 and manifest["counts"]["docs_heldout"] == 20
 
+    # training ran through the four phases, evaluation after each, and the report
+    results = evals(graph)
+    assert [r["phase"] for r in results] == ["foundation", "enrich", "long", "anneal"]
+    for source in spec.data.sources:
+        assert results[-1]["heldout"][source]["loss"] < results[0]["heldout"][source]["loss"], source
+    assert (workdir / "reports" / "tiny" / "run" / "report.html").exists()
+    last_train = graph.find("train_phase", phase=3)
+    records = [json.loads(x) for x in (last_train.dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["tokens"] == 102400 and records[-1]["lr"] == pytest.approx(3.0e-4)  # the floor, at the run's end
+
     again = snakemake(workdir, TINY, "--cores", "2")
     assert again.returncode == 0 and "Nothing to be done" in again.stderr + again.stdout
 
@@ -67,12 +82,22 @@ def test_data_dag_end_to_end(workdir):
     other = edited(workdir, "renamed.yaml", "name: tiny", "name: tiny-renamed")
     other.write_text(other.read_text().replace("lr: 3.0e-3", "lr: 2.0e-3").replace("decay: 10%", "decay: 9%"))
     dry = snakemake(workdir, other, "-n")
-    assert dry.returncode == 0 and "Nothing to be done" in dry.stderr + dry.stdout, jobs_run(dry)
+    assert dry.returncode == 0 and set(jobs_run(dry)) <= {"train_phase", "eval_phase", "report", "all"}, jobs_run(dry)
+
+    # editing the eval section reruns only evaluation and the report
+    eval_edit = edited(workdir, "eval.yaml", "monitor: {eval_every: 25 steps", "eval: {after_each_phase: true, tasks: [{name: t, kind: answer_loglik, from_heldout: code, examples: 5}]}\nmonitor: {eval_every: 25 steps")
+    dry = snakemake(workdir, eval_edit, "-n")
+    assert set(jobs_run(dry)) == {"eval_phase", "report", "all"}, jobs_run(dry)
+    # editing the last phase's mixture reruns only that phase and what follows it
+    anneal_edit = edited(workdir, "anneal.yaml", "mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}}\ncheckpoint", "mixture: {docs: 0.3, code: 0.5, arithmetic: 0.2}}\ncheckpoint")
+    dry = snakemake(workdir, anneal_edit, "-n")
+    assert sorted(jobs_run(dry)) == ["all", "eval_phase", "report", "train_phase"], jobs_run(dry)
 
     # same curation, another tokenizer: the curated artifacts are shared, only tokenizer stages run
     bigger_vocab = edited(workdir, "vocab.yaml", "vocab_size: 768", "vocab_size: 640")
     dry = snakemake(workdir, bigger_vocab, "-n")
-    assert set(jobs_run(dry)) == {"train_tokenizer", "tokenize", "all"}, jobs_run(dry)
+    assert {"train_tokenizer", "tokenize"} <= set(jobs_run(dry)), jobs_run(dry)
+    assert not {"curate_shard", "curate_source"} & set(jobs_run(dry)), jobs_run(dry)
 
     # the MLflow store holds one parent run for the spec and a child per stage built
     db = workdir / "work" / "mlflow.db"
