@@ -36,7 +36,9 @@ def evaluate_phase(
     for source, token_dir in sorted(token_dirs.items()):
         counts = json.loads((Path(token_dir) / "manifest.json").read_text())["counts"]
         bytes_per_token = counts["bytes_heldout"] / max(counts["tokens_heldout"], 1)
-        heldout[source] = heldout_metrics(model, Path(token_dir), seq_len, eos, bytes_per_token)
+        heldout[source] = heldout_metrics(
+            model, Path(token_dir), seq_len, eos, bytes_per_token, max_tokens=spec.eval.heldout_tokens
+        )
 
     tasks = {}
     for task in spec.eval.tasks:

@@ -406,6 +406,8 @@ class EvalSpec(SpecModel):
     """Evaluate after every phase (else after the last only)."""
     tasks: list[EvalTaskSpec] = []
     """Downstream tasks."""
+    heldout_tokens: Count | None = Field(None, ge=1)
+    """Evaluate at most this many held-out tokens per source (default: all of them)."""
 
 
 class TrackingSpec(SpecModel):
