@@ -28,8 +28,9 @@ CATALOG: dict[str, Accelerator] = {
     a.key: a
     for a in (
         # one "device" is one CPU core running one process: AVX-512, 2 FMA units x 16 fp32 lanes x 2 FLOPs
-        # x ~2.5 GHz ~ 0.15 TFLOP/s; bf16/fp16 run but no faster. Memory: the host's RAM (override it).
-        Accelerator("cpu", "x86 CPU core (AVX-512)", 8.0, {"fp32": 0.15, "bf16": 0.15, "fp16": 0.15}, 0.25),
+        # x ~2.5 GHz ~ 0.15 TFLOP/s; bf16 autocast runs (no faster). No fp16: Accelerate on CPU has no
+        # fp16 autocast or loss scaler and would silently train in fp32. Memory: the host's RAM (override it).
+        Accelerator("cpu", "x86 CPU core (AVX-512)", 8.0, {"fp32": 0.15, "bf16": 0.15}, 0.25),
         Accelerator("v100", "NVIDIA V100 SXM2 32GB", 32.0, {"fp32": 15.7, "fp16": 125.0}),
         Accelerator("t4", "NVIDIA T4 16GB", 15.0, {"fp32": 8.1, "fp16": 65.0}),
         Accelerator("a100-40gb", "NVIDIA A100 SXM 40GB", 40.0, {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0}),

@@ -72,6 +72,8 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
     if resume is not None:
         state.update(saved["state"])
         ckpt.set_rng_state(saved["rng"])
+        if accelerator.scaler is not None and saved.get("scaler"):  # fp16: the loss scale resumes too
+            accelerator.scaler.load_state_dict(saved["scaler"])
         if rank == 0 and metrics.exists():  # drop what was logged after the checkpoint: it is replayed
             kept = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= state["step"]]
             metrics.write_text("".join(line + "\n" for line in kept))
@@ -182,6 +184,7 @@ def save_state(path: Path, model, optimizer, state: dict, accelerator, keep: int
             "optimizer": optimizer.state_dict(),
             "state": dict(state),
             "rng": ckpt.rng_state(),
+            "scaler": accelerator.scaler.state_dict() if accelerator.scaler is not None else {},
         }
         ckpt.save(path, payload)
         if keep:

@@ -96,3 +96,46 @@ def test_sigkill_mid_phase_then_resume_is_bitwise_identical(tokenized, tmp_path)
         ref_opt["state"]["step"] == res_opt["state"]["step"]
         and ref_opt["state"]["tokens"] == res_opt["state"]["tokens"]
     )
+
+
+def spec_variant(tmp_path, old: str, new: str):
+    text = TINY.read_text()
+    assert old in text
+    path = tmp_path / "variant.yaml"
+    path.write_text(text.replace(old, new))
+    loaded = load_spec(path).spec
+    return path, loaded, build_graph(loaded)
+
+
+def launch_spec(spec_path, spec, node, out, scratch):
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = launch_command(spec, str(spec_path), node.key, out, 1, None, scratch)
+    env = launch_env(spec, 1)
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_spike_skip_drops_batches_and_still_makes_every_update(tokenized, tmp_path):
+    import json
+
+    path, spec, graph = spec_variant(
+        tmp_path, "spike: {action: skip}", "spike: {action: skip, zscore: 0.001, window: 10}"
+    )
+    node = graph.find("train_phase", phase=0)
+    proc = launch_spec(path, spec, node, tmp_path / "out", tmp_path / "scratch")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((tmp_path / "out" / "spikes.json").read_text())
+    assert record["spikes"] and all(s["action"] == "skip" for s in record["spikes"])
+    assert sorted(record["skipped_data_steps"]) == sorted(s["data_step"] for s in record["spikes"])
+    final = ckpt.load(tmp_path / "out" / "final.pt")["state"]
+    assert final["step"] == 80 and final["tokens"] == 80 * 1024  # every planned update still happened
+
+
+def test_spike_rollback_gives_up_after_max_retries(tokenized, tmp_path):
+    path, spec, graph = spec_variant(
+        tmp_path, "spike: {action: skip}", "spike: {action: rollback, zscore: 0.001, window: 10, max_retries: 2}"
+    )
+    node = graph.find("train_phase", phase=0)
+    proc = launch_spec(path, spec, node, tmp_path / "out", tmp_path / "scratch")
+    assert proc.returncode != 0
+    assert "loss spikes persisted after 2 rollbacks" in proc.stderr

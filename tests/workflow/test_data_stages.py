@@ -18,7 +18,10 @@ pytestmark = pytest.mark.slow
 
 
 def evals(graph) -> list[dict]:
-    return [json.loads((n.dir / "eval.json").read_text()) for n in sorted(graph.of("eval_phase"), key=lambda n: n.params["phase"])]
+    return [
+        json.loads((n.dir / "eval.json").read_text())
+        for n in sorted(graph.of("eval_phase"), key=lambda n: n.params["phase"])
+    ]
 
 
 def jobs_run(proc) -> list[str]:
@@ -85,11 +88,21 @@ def test_data_dag_end_to_end(workdir):
     assert dry.returncode == 0 and set(jobs_run(dry)) <= {"train_phase", "eval_phase", "report", "all"}, jobs_run(dry)
 
     # editing the eval section reruns only evaluation and the report
-    eval_edit = edited(workdir, "eval.yaml", "monitor: {eval_every: 25 steps", "eval: {after_each_phase: true, tasks: [{name: t, kind: answer_loglik, from_heldout: code, examples: 5}]}\nmonitor: {eval_every: 25 steps")
+    eval_edit = edited(
+        workdir,
+        "eval.yaml",
+        "monitor: {eval_every: 25 steps",
+        "eval: {after_each_phase: true, tasks: [{name: t, kind: answer_loglik, from_heldout: code, examples: 5}]}\nmonitor: {eval_every: 25 steps",
+    )
     dry = snakemake(workdir, eval_edit, "-n")
     assert set(jobs_run(dry)) == {"eval_phase", "report", "all"}, jobs_run(dry)
     # editing the last phase's mixture reruns only that phase and what follows it
-    anneal_edit = edited(workdir, "anneal.yaml", "mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}}\ncheckpoint", "mixture: {docs: 0.3, code: 0.5, arithmetic: 0.2}}\ncheckpoint")
+    anneal_edit = edited(
+        workdir,
+        "anneal.yaml",
+        "mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}}\ncheckpoint",
+        "mixture: {docs: 0.3, code: 0.5, arithmetic: 0.2}}\ncheckpoint",
+    )
     dry = snakemake(workdir, anneal_edit, "-n")
     assert sorted(jobs_run(dry)) == ["all", "eval_phase", "report", "train_phase"], jobs_run(dry)
 
