@@ -96,9 +96,10 @@ def test_usage_errors_exit_2():
     assert main(["audit", "no/such/file.yaml"]) == 2
 
 
-def test_audit_does_not_import_heavy_modules():
+def test_audit_and_plan_do_not_import_heavy_modules():
     code = (
         "import sys; from runlib.cli import main; main(['audit', 'specs/demo.yaml', '--format', 'json']);"
+        "main(['plan', 'specs/demo.yaml']);"
         "bad = [m for m in ('torch', 'accelerate', 'mlflow', 'matplotlib', 'snakemake') if m in sys.modules];"
         "sys.exit(1 if bad else 0)"
     )

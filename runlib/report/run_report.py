@@ -33,6 +33,7 @@ from runlib.audit.render.json_view import to_dict
 from runlib.audit.render.report import Block, Code, Heading, Image, Para, Table, render_html, render_markdown
 from runlib.spec import load_spec
 from runlib.spec.units import format_count
+from runlib.util.jsonl import read_jsonl
 from runlib.workflow.artifacts import read_manifest
 from runlib.workflow.graph import StageGraph, StageNode, build_graph
 from runlib.workflow.keys import spec_key
@@ -151,17 +152,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl; lines that are not a JSON object with a step are skipped."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and _is_number(record.get("step")):
-            out.append(record)
-    return out
+    return [record for record in read_jsonl(path) if _is_number(record.get("step"))]
 
 
 def _stage_state(node: StageNode) -> StageState:

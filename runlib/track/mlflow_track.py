@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runlib.track.flatten import clean_key, flatten
+from runlib.util.jsonl import read_jsonl
 from runlib.workflow.keys import canonical, spec_key
 from runlib.workflow.settings import tracking_uri, work_dir
 
@@ -161,21 +162,6 @@ TRAIN_HISTORY_FIELDS = ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mf
 def _is_value(value: Any) -> bool:
     """A metric value: any int or float but a bool (a NaN or infinite loss is worth recording)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a .jsonl file; lines that are not one are skipped; [] when there is no file."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
 
 
 def train_history(records: Iterable[dict[str, Any]]) -> list[tuple[str, float, int]]:

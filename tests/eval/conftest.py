@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +14,7 @@ from runlib.model.transformer import Transformer
 from runlib.spec.loader import validate_data
 from runlib.spec.models import ModelSpec
 from runlib.tokenizer.train import TOKENIZER_FILE, eos_id, load_tokenizer, train_tokenizer
+from tests.curated import write_curated
 
 WORDS = (
     "the of and to in is was for on that with as by at from his her which have an are this be not or but had "
@@ -35,16 +33,6 @@ def prose(n: int, seed: int) -> list[str]:
         ]
         docs.append(" ".join(sentences))
     return docs
-
-
-def write_curated(directory: Path, train: list[str], heldout: list[str]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for split, texts in (("train", train), ("heldout", heldout)):
-        with open(directory / f"{split}.jsonl", "w", encoding="utf-8") as f:
-            for i, text in enumerate(texts):
-                row = {"id": f"{split}-{i}", "text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
-                f.write(json.dumps(row) + "\n")
-    return directory
 
 
 @pytest.fixture(scope="session")

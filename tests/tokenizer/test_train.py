@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from pathlib import Path
@@ -15,6 +14,7 @@ from runlib.errors import UserError
 from runlib.spec.models import TokenizerSpec
 from runlib.tokenizer.special import EOS, FIM_PREFIX, PAD, special_ids, special_tokens
 from runlib.tokenizer.train import byte_level, decode, load_tokenizer, train_tokenizer
+from tests.curated import write_curated
 
 CODE_MODULES = (
     "json/encoder.py",
@@ -59,21 +59,11 @@ def prose_texts(n: int = 400, seed: int = 0) -> list[str]:
     return docs
 
 
-def write_source(directory: Path, train: list[str], heldout: list[str]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for split, texts in (("train", train), ("heldout", heldout)):
-        with open(directory / f"{split}.jsonl", "w", encoding="utf-8") as f:
-            for i, text in enumerate(texts):
-                row = {"id": f"{split}-{i}", "text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
-                f.write(json.dumps(row) + "\n")
-    return directory
-
-
 def make_curated(root: Path) -> dict[str, Path]:
     code, prose = stdlib_texts(), prose_texts()
     return {
-        "code": write_source(root / "code", code[1:] + [SAMPLES["code"]], [code[0], SAMPLES["special"]]),
-        "prose": write_source(root / "prose", prose[20:], prose[:20] + [SAMPLES["prose"]]),
+        "code": write_curated(root / "code", code[1:] + [SAMPLES["code"]], [code[0], SAMPLES["special"]]),
+        "prose": write_curated(root / "prose", prose[20:], prose[:20] + [SAMPLES["prose"]]),
     }
 
 
@@ -143,8 +133,8 @@ def test_train_bytes_follow_the_weights(curated, tmp_path):
 
 
 def test_small_source_cycles(tmp_path):
-    tiny = write_source(tmp_path / "tiny", ["ab cd ef 12"] * 3, [])
-    big = write_source(tmp_path / "big", prose_texts(50), [])
+    tiny = write_curated(tmp_path / "tiny", ["ab cd ef 12"] * 3, [])
+    big = write_curated(tmp_path / "big", prose_texts(50), [])
     spec = make_spec(vocab_size=300, train_on={"tiny": 0.5, "big": 0.5}, train_bytes=20_000)
     summary = train_tokenizer(spec, {"tiny": tiny, "big": big}, tmp_path / "out")
     assert summary["train_bytes_per_source"] == {"big": 10_000, "tiny": 10_000}  # 33 bytes of text, repeated
@@ -160,7 +150,7 @@ def test_without_train_bytes_no_document_repeats(curated, tmp_path):
 
 
 def test_small_corpus_learns_fewer_tokens_and_says_so(tmp_path):
-    src = write_source(tmp_path / "s", ["the cat sat on the mat"] * 5, [])
+    src = write_curated(tmp_path / "s", ["the cat sat on the mat"] * 5, [])
     summary = train_tokenizer(
         make_spec(vocab_size=5000, train_on={"s": 1}, train_bytes=1000), {"s": src}, tmp_path / "o"
     )
