@@ -10,7 +10,6 @@ rule train_phase:
         WF.benchmark("train_phase")
     threads: WF.train_processes()
     resources:
-        mem_mb=8000,
-        runtime=24 * 60,
+        **WF.train_resources(),
     shell:
         WF.command("train_phase")

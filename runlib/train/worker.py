@@ -13,6 +13,20 @@ from pathlib import Path
 MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
 
 
+def scaler_kwargs(spec) -> list:
+    """fp16 loss scaling as the spec says: dynamic from loss_scale (default 2^16), or static (the
+    scale never grows; torch's GradScaler still halves it on an overflow, then skips that step)."""
+    from accelerate.utils import GradScalerKwargs
+
+    precision = spec.precision
+    if precision.compute != "fp16" or precision.loss_scaling == "none":
+        return []
+    init = precision.loss_scale or 2.0**16
+    if precision.loss_scaling == "static":
+        return [GradScalerKwargs(init_scale=init, growth_interval=2**31 - 1)]
+    return [GradScalerKwargs(init_scale=init)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", required=True)
@@ -44,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         **{k: special[f"<|{k}|>"] for k in ("fim_prefix", "fim_middle", "fim_suffix") if f"<|{k}|>" in special},
     }
     on_cpu = spec.hardware.accelerator == "cpu" or not torch.cuda.is_available()
-    accelerator = Accelerator(cpu=on_cpu, mixed_precision=MIXED_PRECISION[spec.precision.compute])
+    accelerator = Accelerator(
+        cpu=on_cpu, mixed_precision=MIXED_PRECISION[spec.precision.compute], kwargs_handlers=scaler_kwargs(spec)
+    )
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // accelerator.num_processes))
     # the tests read this line: the wrong launch flags silently give independent world-1 processes
     print(

@@ -34,6 +34,8 @@ class Workflow:
         from runlib.spec import load_spec
 
         self.spec_path = spec_path
+        if not Path(spec_path).exists():
+            raise GateRefused(f"--config spec={spec_path}: file not found")
         try:
             loaded = load_spec(spec_path)
             result = audit_loaded(loaded, use_measured=True)
@@ -96,6 +98,15 @@ class Workflow:
 
         return process_count(self.spec)
 
+    def train_resources(self) -> dict:
+        """Slurm resources of a training job: one node, its accelerators, a core per process.
+        (accelerate launch starts the processes itself, so the job is one task.)"""
+        hw = self.spec.hardware
+        resources = {"mem_mb": 8000, "runtime": 24 * 60, "nodes": 1, "tasks": 1, "cpus_per_task": self.train_processes()}
+        if hw.accelerator != "cpu":
+            resources["gpu"] = hw.devices_per_node
+        return resources
+
     def report(self) -> dict[str, str]:
         """The run report: a view for people, rebuilt whenever a stage it shows changes key."""
         run_dir = Path("reports") / self.spec.name / "run"
@@ -110,11 +121,9 @@ class Workflow:
 
 
 def load_workflow(spec_path: str) -> Workflow:
-    return Workflow(spec_path)
-
-
-def spec_from_config(config: dict) -> str:
-    spec = str(config.get("spec", "specs/demo.yaml"))
-    if not Path(spec).exists():
-        raise GateRefused(f"--config spec={spec}: file not found")
-    return spec
+    """The workflow of a spec; a refusal prints its reason and ends Snakemake (exit 1), no traceback."""
+    try:
+        return Workflow(spec_path)
+    except GateRefused as exc:
+        print(f"runlib: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
