@@ -139,3 +139,20 @@ def test_spike_rollback_gives_up_after_max_retries(tokenized, tmp_path):
     proc = launch_spec(path, spec, node, tmp_path / "out", tmp_path / "scratch")
     assert proc.returncode != 0
     assert "loss spikes persisted after 2 rollbacks" in proc.stderr
+
+
+def test_bf16_autocast_trains_on_cpu(tokenized, tmp_path):
+    path, spec, graph = spec_variant(tmp_path, "precision: {compute: fp32}", "precision: {compute: bf16}")
+    node = graph.find("train_phase", phase=0)
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    out.mkdir()
+    cmd = launch_command(spec, str(path), node.key, out, 1, 8, scratch)  # logs every 4 steps
+    env = launch_env(spec, 1)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+    import math
+
+    records = [json.loads(x) for x in (scratch / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(math.isfinite(r["loss"]) for r in records)
+    assert ckpt.load(scratch / "step-8.pt")["state"]["step"] == 8
