@@ -102,7 +102,13 @@ class Workflow:
         """Slurm resources of a training job: one node, its accelerators, a core per process.
         (accelerate launch starts the processes itself, so the job is one task.)"""
         hw = self.spec.hardware
-        resources = {"mem_mb": 8000, "runtime": 24 * 60, "nodes": 1, "tasks": 1, "cpus_per_task": self.train_processes()}
+        resources = {
+            "mem_mb": 8000,
+            "runtime": 24 * 60,
+            "nodes": 1,
+            "tasks": 1,
+            "cpus_per_task": self.train_processes(),
+        }
         if hw.accelerator != "cpu":
             resources["gpu"] = hw.devices_per_node
         return resources
