@@ -127,3 +127,19 @@ def test_mutated_spec_files_end_with_0_1_or_2(tmp_path_factory, edits):
     path = tmp_path_factory.mktemp("mut") / "spec.yaml"
     path.write_text(text)
     assert main(["audit", str(path), "--format", "json"]) in (0, 1, 2)
+
+
+def test_plan_names_a_source_whose_files_match_nothing(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BASE_SPEC.read_text().replace('path: "data/web/*.jsonl"', f'path: "{tmp_path}/nothing/*.jsonl"'))
+    assert main(["plan", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "data.sources.web.input.path" in err and "matches no file" in err and "nothing/*.jsonl" in err
+
+
+def test_plan_lists_stages_with_keys(capsys):
+    assert main(["plan", "specs/demo.yaml", "--format", "json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    names = [s["stage"] for s in stages]
+    assert names.count("train_phase") == 4 and names.count("eval_phase") == 4 and "train_tokenizer" in names
+    assert all(len(s["key"]) == 16 for s in stages)
