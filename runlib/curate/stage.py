@@ -3,18 +3,24 @@
 curate_shard reads the shard's raw documents and runs, in order:
     normalize          transform  NUL removed, CRLF/CR -> LF, lone surrogates replaced, Unicode NFC/NFKC (curate.normalize)
     length             filter     empty/whitespace-only, < curate.min_chars or > curate.max_chars characters
+    language           filter     curate.languages: top py3langid language listed, probability >= 0.65
     gopher_quality     filter     curate.quality: [gopher] (Gopher's quality rules, published thresholds)
     gopher_repetition  filter     curate.quality: [gopher] (Gopher's repetition rules, published thresholds)
+    c4_quality         filter     curate.quality: [c4] (documents C4's rules drop)
+    c4_lines           transform  curate.quality: [c4] (lines C4's rules remove from the documents kept)
+    fineweb_quality    filter     curate.quality: [fineweb] (FineWeb's three rules + list ratio, datatrove defaults)
     pii_mask | pii_drop transform | filter   curate.pii: mask | drop (e-mail and public IPv4 addresses)
     exact_dedup        filter     curate.dedup.exact: SHA-256 of the final text, first occurrence kept
-and writes docs.jsonl ({"id", "text", "sha256"} per line, input order) and stats.json (what it returns).
+and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.json (what it returns) and,
+with curate.dedup.minhash, minhash.npy (the documents' MinHash signatures, docs.jsonl's order).
 
 curate_source concatenates the shards in order, removes exact duplicates across them (cross_shard_dedup),
-then splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into
+then near-duplicates (minhash_dedup: LSH over the signatures, union-find, the first document of each cluster
+kept), then splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into
 heldout.jsonl; the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
 
-Characters are Unicode code points. Curate options not implemented yet (languages, quality c4/fineweb,
-dedup.minhash) are UserErrors naming the field: nothing is skipped silently.
+Characters are Unicode code points. Rules and thresholds: runlib/curate/filters.py (language, C4, FineWeb),
+runlib/curate/minhash.py (MinHash) and the Gopher section below.
 """
 
 from __future__ import annotations
@@ -32,8 +38,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from runlib.curate.builtin import builtin_documents
 from runlib.curate.counts import validate_counts
+from runlib.curate.filters import (
+    LANGUAGE_MIN_PROBABILITY,
+    c4_filter,
+    fineweb_quality_reason,
+    known_languages,
+    language_reason,
+)
+from runlib.curate.minhash import duplicates, signatures
 from runlib.curate.readers import read_documents
 from runlib.errors import UserError
 from runlib.spec.models import CurateSpec, RunSpec, SourceSpec
@@ -43,6 +59,7 @@ DOCS_FILE = "docs.jsonl"
 STATS_FILE = "stats.json"
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
+MINHASH_FILE = "minhash.npy"  # (docs, bands * rows) uint64 MinHash signatures, docs.jsonl's order
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -63,25 +80,16 @@ def _describe_input(source: SourceSpec) -> str:
 
 
 def check_supported(source_name: str, curate: CurateSpec) -> None:
-    """UserError naming every curate option of this source that this version cannot honour yet."""
+    """UserError naming every curate option of this source that this version cannot honour."""
     base = f"data.sources.{source_name}.curate"
-    problems = []
     if curate.languages:
-        problems.append(
-            f"{base}.languages: language filtering is not supported yet; remove the field (every language is kept)"
-        )
-    other = [q for q in curate.quality if q != "gopher"]
-    if other:
-        problems.append(
-            f"{base}.quality: rule set(s) {', '.join(other)} not supported yet (supported: gopher); remove them"
-        )
-    if curate.dedup.minhash is not None:
-        problems.append(
-            f"{base}.dedup.minhash: near-duplicate removal (MinHash) is not supported yet; remove it "
-            "(exact deduplication still runs with dedup.exact: true)"
-        )
-    if problems:
-        raise UserError("\n".join(problems))
+        known = set(known_languages())
+        unknown = [lang for lang in curate.languages if lang not in known]
+        if unknown:
+            raise UserError(
+                f"{base}.languages: {', '.join(map(repr, unknown))} not known to the language identifier "
+                f"(py3langid, ISO 639-1 codes: {', '.join(sorted(known))})"
+            )
 
 
 def _chars(docs: Iterable[Doc]) -> int:
@@ -124,6 +132,13 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
         for row in rows:
             f.write(jsonl_line(row))
+    os.replace(tmp, path)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, array)
     os.replace(tmp, path)
 
 
@@ -337,6 +352,34 @@ def _pii_step(mode: str, docs: list[Doc]) -> tuple[list[Doc], dict[str, Any]]:
     )
 
 
+def _c4_steps(docs: list[Doc]) -> tuple[list[Doc], list[dict[str, Any]]]:
+    """C4's rules as two rows: c4_quality (filter: documents C4 drops) then c4_lines (transform: the lines
+    C4 removes from the documents it keeps), so that a filter row never edits a text."""
+    kept_before: list[Doc] = []
+    edited: list[Doc] = []
+    reasons: Counter[str] = Counter()
+    lines: Counter[str] = Counter()
+    for doc_id, text in docs:
+        reason, new_text, dropped = c4_filter(text)
+        if reason is not None:
+            reasons[reason] += 1
+            continue
+        kept_before.append((doc_id, text))
+        edited.append((doc_id, new_text))
+        lines.update(dropped)
+    changed = sum(a[1] != b[1] for a, b in zip(kept_before, edited, strict=True))
+    return edited, [
+        _row("c4_quality", "filter", docs, kept_before, reasons=dict(sorted(reasons.items()))),
+        _row(
+            "c4_lines",
+            "transform",
+            kept_before,
+            edited,
+            reasons=dict(sorted(lines.items())) | {"docs_changed": changed},
+        ),
+    ]
+
+
 # ---------------------------------------------------------------------------------------- the stages
 
 
@@ -398,10 +441,24 @@ def curate_shard(
     docs, row = _filter_step("length", docs, length_reason)
     steps.append(row | {"min_chars": min_chars, "max_chars": max_chars})
 
+    if curate.languages:
+        languages = frozenset(curate.languages)
+        docs, row = _filter_step("language", docs, lambda text: language_reason(text, languages))
+        steps.append(row | {"languages": sorted(languages), "min_probability": LANGUAGE_MIN_PROBABILITY})
+
+    # the rule sets run in FineWeb's order (gopher, c4, fineweb; curation.md 1.1.1) whatever the list's order
     if "gopher" in curate.quality:
         docs, row = _filter_step("gopher_quality", docs, gopher_quality_reason)
         steps.append(row)
         docs, row = _filter_step("gopher_repetition", docs, gopher_repetition_reason)
+        steps.append(row)
+
+    if "c4" in curate.quality:
+        docs, c4_steps = _c4_steps(docs)
+        steps.extend(c4_steps)
+
+    if "fineweb" in curate.quality:
+        docs, row = _filter_step("fineweb_quality", docs, fineweb_quality_reason)
         steps.append(row)
 
     if curate.pii != "keep":
@@ -421,6 +478,12 @@ def curate_shard(
         docs, hashes = kept_docs, kept_hashes
 
     validate_counts(steps)
+    minhash = curate.dedup.minhash
+    if minhash is not None:  # signatures only; the near-duplicates go in curate_source, across the shards
+        sigs = signatures([text for _, text in docs], minhash.ngram, minhash.bands * minhash.rows)
+        _save_npy(out_dir / MINHASH_FILE, sigs)
+    else:
+        (out_dir / MINHASH_FILE).unlink(missing_ok=True)
     _write_jsonl(
         out_dir / DOCS_FILE,
         ({"id": doc_id, "text": text, "sha256": h} for (doc_id, text), h in zip(docs, hashes, strict=True)),
@@ -456,6 +519,26 @@ def _sum_steps(source_name: str, shard_stats: list[dict[str, Any]]) -> list[dict
             for reason, count in (row.get("reasons") or {}).items():
                 total.setdefault("reasons", {})[reason] = total.get("reasons", {}).get(reason, 0) + count
     return [summed[name] for name in names]
+
+
+def _load_signatures(source_name: str, shard_dirs: list[Path], docs: int, columns: int) -> np.ndarray:
+    """The shards' MinHash signatures stacked in shard order; ValueError if they do not fit the spec."""
+    parts = []
+    for directory in shard_dirs:
+        path = directory / MINHASH_FILE
+        if not path.exists():
+            raise ValueError(
+                f"curate_source {source_name}: {path} is missing (the shard was curated without dedup.minhash); "
+                "rebuild the shards"
+            )
+        parts.append(np.load(path, allow_pickle=False))
+    sigs = np.concatenate(parts) if parts else np.empty((0, columns), dtype=np.uint64)
+    if sigs.shape != (docs, columns):
+        raise ValueError(
+            f"curate_source {source_name}: MinHash signatures of shape {sigs.shape}, expected ({docs}, {columns}) "
+            "(bands * rows changed since the shards ran?); rebuild the shards"
+        )
+    return sigs
 
 
 def _steps_summary(steps: list[dict[str, Any]]) -> str:
@@ -509,6 +592,27 @@ def curate_source(spec: RunSpec, source_name: str, shard_dirs: list[Path], out_d
                 "docs_out": sum(keep),
                 "chars_in": sum(c for _, c in entries),
                 "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
+            }
+        )
+    minhash = source.curate.dedup.minhash
+    if minhash is not None:
+        sigs = _load_signatures(source_name, shard_dirs, len(entries), minhash.bands * minhash.rows)
+        candidates = np.nonzero(keep)[0]
+        near = duplicates(sigs[candidates], minhash.bands, minhash.rows)
+        chars_in = sum(entries[i][1] for i in candidates.tolist())
+        for i in candidates[near].tolist():
+            keep[i] = False
+        steps.append(
+            {
+                "step": "minhash_dedup",
+                "kind": "filter",
+                "docs_in": len(candidates),
+                "docs_out": len(candidates) - int(near.sum()),
+                "chars_in": chars_in,
+                "chars_out": chars_in - sum(entries[i][1] for i in candidates[near].tolist()),
+                "ngram": minhash.ngram,
+                "bands": minhash.bands,
+                "rows": minhash.rows,
             }
         )
     kept = [i for i, k in enumerate(keep) if k]
