@@ -1,10 +1,13 @@
-"""Tests of runlib.curate; `make_spec` builds a RunSpec from the audit's base case with its sources replaced."""
+"""Tests of runlib.curate: shared helpers (spec building, jsonl sources, running a source's shards)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from runlib.audit.cases import case_data
+from runlib.curate.stage import curate_shard, curate_source
 from runlib.spec import validate_data
 from runlib.spec.models import RunSpec
 
@@ -12,3 +15,35 @@ from runlib.spec.models import RunSpec
 def make_spec(sources: dict[str, Any], heldout_docs: int = 2, **patch: Any) -> RunSpec:
     """The base case spec with data.sources replaced (mixtures elsewhere are not checked by the loader)."""
     return validate_data(case_data({"data.sources": sources, "data.heldout_docs": heldout_docs, **patch})).spec
+
+
+PROSE = (
+    "The history of the river valley is one of slow change. Farmers came to the banks and built their homes "
+    "with stone that they carried from the hills, and over many years the villages grew into towns that traded "
+    "with each other along the water. Each spring the floods brought new soil to the fields, so the harvests "
+    "were good, and the people learned to read the seasons from the colour of the river and the flight of birds."
+)
+
+
+def jsonl_source(path="data/*.jsonl", **curate):
+    return {"domain": "web", "input": {"format": "jsonl", "path": path}, "curate": curate}
+
+
+def write_jsonl(path, texts):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+
+
+def read_lines(path):
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def run_source(spec, name, shard_files, out="out"):
+    """curate_shard for each file list, then curate_source; returns (shard results, source result)."""
+    dirs, results = [], []
+    for i, files in enumerate(shard_files):
+        d = Path(out) / f"shard{i}"
+        results.append(curate_shard(spec, name, i, len(shard_files), files, d))
+        dirs.append(d)
+    return results, curate_source(spec, name, dirs, Path(out) / "source")

@@ -1,4 +1,3 @@
-import json
 import random
 from pathlib import Path
 
@@ -9,14 +8,8 @@ from runlib.curate.counts import validate_counts
 from runlib.curate.filters import c4_filter, count_sentences, fineweb_quality_reason, identify_language
 from runlib.curate.minhash import duplicates, shingle_hashes, signatures, simplify_text
 from runlib.curate.stage import curate_shard, curate_source
-from tests.curate import make_spec
+from tests.curate import PROSE, jsonl_source, make_spec, read_lines, run_source, write_jsonl
 
-PROSE = (
-    "The history of the river valley is one of slow change. Farmers came to the banks and built their homes "
-    "with stone that they carried from the hills, and over many years the villages grew into towns that traded "
-    "with each other along the water. Each spring the floods brought new soil to the fields, so the harvests "
-    "were good, and the people learned to read the seasons from the colour of the river and the flight of birds."
-)
 GERMAN = (
     "Die Geschichte des Flusstals ist eine Geschichte des langsamen Wandels. Bauern kamen an die Ufer und bauten "
     "ihre Häuser aus Steinen, die sie von den Hügeln herabtrugen, und über viele Jahre wuchsen die Dörfer zu "
@@ -32,34 +25,6 @@ C4_CLEAN = "\n".join(
 _LETTERS = random.Random(42)
 VOCAB = ["".join(_LETTERS.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7)) for _ in range(5000)]  # no digits:
 # simplify_text turns every digit run into "0"
-
-
-def jsonl_source(path="data/*.jsonl", **curate):
-    return {"domain": "web", "input": {"format": "jsonl", "path": path}, "curate": curate}
-
-
-def write_jsonl(path, texts):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-
-
-def read_lines(path):
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
-
-@pytest.fixture(autouse=True)
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-
-
-def run_source(spec, name, shard_files, out="out"):
-    dirs, results = [], []
-    for i, files in enumerate(shard_files):
-        d = Path(out) / f"shard{i}"
-        results.append(curate_shard(spec, name, i, len(shard_files), files, d))
-        dirs.append(d)
-    return results, curate_source(spec, name, dirs, Path(out) / "source")
 
 
 def random_doc(rng, words=200):

@@ -6,51 +6,13 @@ import pytest
 from runlib.curate.counts import CountsError, validate_counts
 from runlib.curate.stage import (
     curate_shard,
-    curate_source,
     gopher_quality_reason,
     gopher_repetition_reason,
     mask_pii,
     normalize_text,
 )
 from runlib.errors import UserError
-from tests.curate import make_spec
-
-PROSE = (
-    "The history of the river valley is one of slow change. Farmers came to the banks and built their homes "
-    "with stone that they carried from the hills, and over many years the villages grew into towns that traded "
-    "with each other along the water. Each spring the floods brought new soil to the fields, so the harvests "
-    "were good, and the people learned to read the seasons from the colour of the river and the flight of birds."
-)
-
-
-def jsonl_source(path="data/*.jsonl", **curate):
-    return {"domain": "web", "input": {"format": "jsonl", "path": path}, "curate": curate}
-
-
-def write_jsonl(path, texts):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-
-
-def read_lines(path):
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
-
-@pytest.fixture(autouse=True)
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-
-
-def run_source(spec, name, shard_files, out="out"):
-    """curate_shard for each file list, then curate_source; returns (shard results, source result)."""
-    dirs, results = [], []
-    for i, files in enumerate(shard_files):
-        d = Path(out) / f"shard{i}"
-        results.append(curate_shard(spec, name, i, len(shard_files), files, d))
-        dirs.append(d)
-    return results, curate_source(spec, name, dirs, Path(out) / "source")
-
+from tests.curate import PROSE, jsonl_source, make_spec, read_lines, run_source, write_jsonl
 
 # ------------------------------------------------------------------------------------------- shards
 
