@@ -70,14 +70,18 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
     from runlib.spec import load_spec
     from runlib.workflow.graph import build_graph
-    from runlib.workflow.plan_view import plan_rows, render
+    from runlib.workflow.plan_view import find_instance, plan_rows, render, stage_view
 
-    rows = plan_rows(build_graph(load_spec(args.spec).spec))
+    graph = build_graph(load_spec(args.spec).spec)
+    if args.stage:  # one stage's config (JSON whatever --format says: it is the config itself)
+        print(json.dumps(stage_view(graph, find_instance(graph, args.stage)), indent=2))
+        return 0
+    rows = plan_rows(graph)
     if args.format == "json":
-        import json
-
         print(json.dumps({"spec": args.spec, "stages": rows}, indent=2))
     else:
         sys.stdout.write(render(rows, args.spec))
@@ -129,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="list every stage of the spec with its key and whether it is built")
     p.add_argument("spec", help="run spec (YAML)")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument(
+        "--stage",
+        metavar="INSTANCE",
+        help="print this stage's config, key and input keys as JSON (an instance name such as "
+        "'train_phase long' or 'curate_shard code/0', or a key)",
+    )
     p.set_defaults(func=_cmd_plan)
 
     for command, text in STAGE_COMMANDS.items():

@@ -68,3 +68,11 @@ def test_spec_audits_without_errors(spec_file: Path) -> None:
     assert not errors, f"{spec_file.name}: " + "; ".join(
         f"{getattr(f, 'code', '?')} at {getattr(f, 'path', '?')}: {getattr(f, 'message', f)}" for f in errors
     )
+
+
+def test_demo_has_nothing_the_trainer_refuses() -> None:
+    """The published specs may describe layouts runlib does not enact (RUN warnings); the demo must run."""
+    from runlib.audit import audit_spec_file
+
+    result = audit_spec_file(ROOT / "specs" / "demo.yaml")
+    assert [f.code for f in result.findings if f.code.startswith("RUN")] == []

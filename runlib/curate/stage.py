@@ -19,6 +19,9 @@ then near-duplicates (minhash_dedup: LSH over the signatures, union-find, the fi
 kept), then splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into
 heldout.jsonl; the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
 
+Both receive their config (runlib.curate.config, built by runlib.workflow.configs) and their input
+directories, never the run spec; the source's name only labels error messages.
+
 Characters are Unicode code points. Rules and thresholds: runlib/curate/filters.py (language, C4, FineWeb),
 runlib/curate/minhash.py (MinHash) and the Gopher section below.
 """
@@ -41,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from runlib.curate.builtin import builtin_documents
+from runlib.curate.config import CurateShardConfig, CurateSourceConfig
 from runlib.curate.counts import validate_counts
 from runlib.curate.filters import (
     LANGUAGE_MIN_PROBABILITY,
@@ -52,7 +56,7 @@ from runlib.curate.filters import (
 from runlib.curate.minhash import duplicates, signatures
 from runlib.curate.readers import read_documents
 from runlib.errors import UserError
-from runlib.spec.models import CurateSpec, RunSpec, SourceSpec
+from runlib.spec.models import CurateSpec
 
 Doc = tuple[str, str]  # (doc_id, text)
 DOCS_FILE = "docs.jsonl"
@@ -63,20 +67,6 @@ MINHASH_FILE = "minhash.npy"  # (docs, bands * rows) uint64 MinHash signatures, 
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def _source(spec: RunSpec, source_name: str) -> SourceSpec:
-    try:
-        return spec.data.sources[source_name]
-    except KeyError:
-        known = ", ".join(spec.data.sources) or "none"
-        raise UserError(f"data.sources: no source {source_name!r} in this spec (sources: {known})") from None
-
-
-def _describe_input(source: SourceSpec) -> str:
-    if source.input.format == "builtin":
-        return f"builtin {source.input.name}"
-    return f"{source.input.format} {source.input.path}"
 
 
 def check_supported(source_name: str, curate: CurateSpec) -> None:
@@ -383,13 +373,20 @@ def _c4_steps(docs: list[Doc]) -> tuple[list[Doc], list[dict[str, Any]]]:
 # ---------------------------------------------------------------------------------------- the stages
 
 
-def _read_shard(
-    source_name: str, source: SourceSpec, shard: int, shards: int, files: list[str]
-) -> tuple[list[Doc], Any]:
-    if source.input.format == "builtin":
-        docs, provenance = builtin_documents(source.input.name, source.input.max_docs, source_name)
+def describe_input(config: CurateShardConfig) -> str:
+    """'builtin python_docs', 'jsonl data/*.jsonl': where a shard's documents come from, for messages."""
+    if config.input.format == "builtin":
+        return f"builtin {config.input.name}"
+    return f"{config.input.format} {config.input.path}"
+
+
+def _read_shard(source_name: str, config: CurateShardConfig) -> tuple[list[Doc], Any]:
+    shard, shards, files = config.shard, config.shards, config.files
+    if config.input.format == "builtin":
+        docs, provenance = builtin_documents(config.input.name, config.input.max_docs, source_name)
         return docs[shard::shards], provenance
-    docs = list(read_documents(source_name, source, files, shards=shards))
+    # read_documents reads the `input` of what it is given: the config has one, like a SourceSpec
+    docs = list(read_documents(source_name, config, files, shards=shards))  # type: ignore[arg-type]
     provenance = {"files": [_file_provenance(f) for f in files]}
     return docs, provenance
 
@@ -402,24 +399,23 @@ def _file_provenance(path: str) -> dict[str, Any]:
     return {"path": path, "bytes": os.path.getsize(path), "sha256": h.hexdigest()}
 
 
-def curate_shard(
-    spec: RunSpec, source_name: str, shard: int, shards: int, files: list[str], out_dir: Path
-) -> dict[str, Any]:
-    """Curate shard `shard` of `shards` of one source into out_dir/docs.jsonl (+ stats.json).
+def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "source") -> dict[str, Any]:
+    """Curate shard `config.shard` of `config.shards` of one source into out_dir/docs.jsonl (+ stats.json).
 
     A builtin source's shard takes documents shard::shards of the builtin list; a file source's shard
-    reads `files` (input.max_docs applies per shard as ceil(max_docs / shards)). Returns
+    reads `config.files` (input.max_docs applies per shard as ceil(max_docs / shards)). Returns
     {"counts", "steps", "provenance", ...}, also written to out_dir/stats.json for curate_source.
+    `source_name` only labels error messages.
     """
+    shard, shards = config.shard, config.shards
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
-    source = _source(spec, source_name)
-    curate = source.curate
+    curate = config.curate
     check_supported(source_name, curate)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    raw, provenance = _read_shard(source_name, source, shard, shards, files)
+    raw, provenance = _read_shard(source_name, config)
     steps: list[dict[str, Any]] = []
 
     docs = [(doc_id, normalize_text(text, curate.normalize)) for doc_id, text in raw]
@@ -497,7 +493,7 @@ def curate_shard(
         },
         "steps": steps,
         "provenance": provenance,
-        "source": source_name,
+        "input": describe_input(config),
         "shard": shard,
         "shards": shards,
     }
@@ -545,16 +541,18 @@ def _steps_summary(steps: list[dict[str, Any]]) -> str:
     return ", ".join(f"{row['step']} {row['docs_in']}->{row['docs_out']}" for row in steps)
 
 
-def curate_source(spec: RunSpec, source_name: str, shard_dirs: list[Path], out_dir: Path) -> dict[str, Any]:
+def curate_source(
+    config: CurateSourceConfig, shard_dirs: list[Path], out_dir: Path, source_name: str = "source"
+) -> dict[str, Any]:
     """Join the shards of one source (in order) into out_dir/train.jsonl and out_dir/heldout.jsonl.
 
-    Exact duplicates across shards are removed (first occurrence wins) when curate.dedup.exact is on.
-    The data.heldout_docs documents with the smallest SHA-256 are held out (a choice that depends on
+    Exact duplicates across shards are removed (first occurrence wins) when dedup.exact is on.
+    The heldout_docs documents with the smallest SHA-256 are held out (a choice that depends on
     the texts only, so it is stable across reruns and shard counts); with exact dedup off, training
     copies of a held-out text are dropped too. Returns {"counts", "steps", ...} (also in stats.json).
+    `source_name` only labels error messages.
     """
-    source = _source(spec, source_name)
-    heldout_docs = spec.data.heldout_docs
+    heldout_docs = config.heldout_docs
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shard_dirs = [Path(d) for d in shard_dirs]
@@ -577,7 +575,7 @@ def curate_source(spec: RunSpec, source_name: str, shard_dirs: list[Path], out_d
                 obj = json.loads(line)
                 entries.append((obj["sha256"], len(obj["text"])))
     keep = [True] * len(entries)
-    if source.curate.dedup.exact:
+    if config.dedup.exact:
         seen: set[str] = set()
         for i, (h, _) in enumerate(entries):
             if h in seen:
@@ -594,7 +592,7 @@ def curate_source(spec: RunSpec, source_name: str, shard_dirs: list[Path], out_d
                 "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
             }
         )
-    minhash = source.curate.dedup.minhash
+    minhash = config.dedup.minhash
     if minhash is not None:
         sigs = _load_signatures(source_name, shard_dirs, len(entries), minhash.bands * minhash.rows)
         candidates = np.nonzero(keep)[0]
@@ -617,8 +615,9 @@ def curate_source(spec: RunSpec, source_name: str, shard_dirs: list[Path], out_d
         )
     kept = [i for i, k in enumerate(keep) if k]
     if not kept:
+        inputs = ", ".join(dict.fromkeys(str(stats.get("input", "?")) for stats in shard_stats))
         raise UserError(
-            f"data.sources.{source_name}: no document left after curation (input: {_describe_input(source)}; "
+            f"data.sources.{source_name}: no document left after curation (input: {inputs or 'no shard'}; "
             f"steps: {_steps_summary(steps) or 'no shard'}); check the input and the curate settings "
             "(min_chars, max_chars, quality, pii)"
         )
@@ -684,7 +683,6 @@ def curate_source(spec: RunSpec, source_name: str, shard_dirs: list[Path], out_d
         },
         "steps": steps,
         "provenance": [stats.get("provenance") for stats in shard_stats],
-        "source": source_name,
         "shards": len(shard_dirs),
     }
     _write_json(out_dir / STATS_FILE, result)

@@ -38,17 +38,17 @@ and np.searchsorted finds each position's document; all gathers are vectorised (
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from runlib.data.loader_config import LoaderConfig
+from runlib.data.mixture import Mixture, Segment, phase_mixture, stream_starts  # noqa: F401 (re-exported)
 from runlib.data.shards import TokenShard
 from runlib.tokenizer import special
 
@@ -160,126 +160,7 @@ def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
     return (doc_ids[:, :, None] == doc_ids[:, None, :]) & causal
 
 
-# ------------------------------------------------------------------------------------------------ mixture
-
-
-@dataclass(frozen=True)
-class Segment:
-    """Steps [start, start + steps) of a phase at B sequences per step (steps None: open-ended)."""
-
-    start: int
-    steps: int | None
-    batch: int
-
-
-class Mixture:
-    """Closed-form per-source sequence counts of a phase (see the module docstring)."""
-
-    def __init__(self, weights: Mapping[str, float], segments: list[Segment]):
-        fractions = {}
-        for name, w in weights.items():
-            if not math.isfinite(w) or w < 0:
-                raise ValueError(f"mixture weight of {name!r} is {w}: weights must be finite and >= 0")
-            if w > 0:
-                fractions[name] = Fraction(repr(float(w)))
-        if not fractions:
-            raise ValueError("the mixture has no source with a positive weight")
-        total = sum(fractions.values())
-        self.names: list[str] = sorted(fractions)
-        self.weights: list[Fraction] = [fractions[n] / total for n in self.names]
-        top = max(self.weights)
-        self.largest = self.weights.index(top)  # ties: the first by name
-        if not segments:
-            raise ValueError("a mixture needs at least one segment")
-        self.segments = segments
-
-    def batch_size(self, step: int) -> int:
-        return self._segment(step).batch
-
-    def _segment(self, step: int) -> Segment:
-        for seg in self.segments:
-            if seg.steps is None or step < seg.start + seg.steps:
-                return seg
-        return self.segments[-1]
-
-    def _cum_in(self, n: int, batch: int) -> list[int]:
-        out = [0] * len(self.names)
-        for i, w in enumerate(self.weights):
-            if i != self.largest:
-                out[i] = (n * batch * w.numerator) // w.denominator
-        out[self.largest] = n * batch - sum(out)
-        return out
-
-    def cum(self, steps: int) -> list[int]:
-        """Sequences of each source (in `names` order) in the phase's first `steps` steps."""
-        if steps < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
-        total = [0] * len(self.names)
-        for j, seg in enumerate(self.segments):
-            if steps <= seg.start:
-                break
-            last = j == len(self.segments) - 1  # the last segment runs on past the phase (skipped data steps)
-            m = steps - seg.start if last or seg.steps is None else min(steps - seg.start, seg.steps)
-            total = [a + b for a, b in zip(total, self._cum_in(m, seg.batch), strict=True)]
-        return total
-
-    def counts(self, step: int) -> list[int]:
-        """Sequences of each source in step `step` (0-based, in the phase)."""
-        counts = [b - a for a, b in zip(self.cum(step), self.cum(step + 1), strict=True)]
-        if min(counts) < 0:
-            raise ValueError(self._too_small(self.batch_size(step)))
-        return counts
-
-    def _too_small(self, batch: int) -> str:
-        mix = ", ".join(f"{n} {float(w):.4g}" for n, w in zip(self.names, self.weights, strict=True))
-        return (
-            f"a global batch of {batch} sequences is too small for the mixture ({mix}): some step would give "
-            f"{self.names[self.largest]} a negative count; raise the batch or merge the small sources"
-        )
-
-    def check(self) -> None:
-        """Raise ValueError if any step of a finite segment would give a source a negative count."""
-        for seg in self.segments:
-            others = [i for i in range(len(self.names)) if i != self.largest]
-            if seg.batch >= sum(math.ceil(seg.batch * self.weights[i]) for i in others):
-                continue  # each other source takes at most ceil(B * w) a step: never negative
-            # exact scan: the per-step pattern repeats with the lcm of the denominators of B * w
-            period = math.lcm(*[(seg.batch * self.weights[i]).denominator for i in others])
-            limit = period if seg.steps is None else min(period, seg.steps)
-            prev = self._cum_in(0, seg.batch)
-            for n in range(1, limit + 1):
-                cur = self._cum_in(n, seg.batch)
-                if cur[self.largest] < prev[self.largest]:
-                    raise ValueError(self._too_small(seg.batch))
-                prev = cur
-
-
-def phase_mixture(plan: Any, phase_index: int) -> Mixture:
-    """The Mixture of plan.phases[phase_index]: its weights, and B per timeline segment."""
-    phase = plan.phases[phase_index]
-    seq_len = phase.settings.seq_len
-    segments = []
-    for seg in phase.span.segments:
-        batch, rest = divmod(seg.tokens_per_step, seq_len)
-        if rest or batch < 1:
-            raise ValueError(
-                f"phase {phase.name}: {seg.tokens_per_step} tokens per step is not a whole number of "
-                f"{seq_len}-token sequences"
-            )
-        segments.append(Segment(seg.start_step - phase.span.start_step, seg.steps, batch))
-    return Mixture(phase.settings.phase.mixture, segments)
-
-
-def stream_starts(plan: Any, phase_index: int, packing: str) -> dict[str, int]:
-    """Where each source's stream stands when phase `phase_index` starts: tokens consumed by the earlier
-    phases (documents with packing `none`): sum over phases j < i of cum_s(steps_j) * seq_len_j."""
-    starts: dict[str, int] = {}
-    for j in range(phase_index):
-        mixture = phase_mixture(plan, j)
-        unit = 1 if packing == "none" else plan.phases[j].settings.seq_len
-        for name, count in zip(mixture.names, mixture.cum(plan.phases[j].steps), strict=True):
-            starts[name] = starts.get(name, 0) + count * unit
-    return starts
+# the mixture (closed-form counts per source) lives in runlib.data.mixture (no torch)
 
 
 # ------------------------------------------------------------------------------------------------ streams
@@ -456,47 +337,45 @@ def normalise_special_ids(ids: Mapping[str, int]) -> dict[str, int]:
 class PhaseLoader:
     """Sequences of one training phase; every method is a pure function of (seed, phase, step)."""
 
-    def __init__(
-        self,
-        spec: Any,
-        plan: Any,
-        phase_index: int,
-        token_dirs: Mapping[str, Path],
-        special_ids: Mapping[str, int],
-    ):
-        phase = plan.phases[phase_index]
-        settings = phase.settings
-        self.plan, self.phase_index = plan, phase_index
-        self.seed = int(spec.seed)
-        self.seq_len = int(settings.seq_len)
-        self.global_batch = settings.micro_batch * settings.grad_accum * settings.data_parallel
-        self.steps = int(phase.steps)
-        self.packing = spec.data.packing
-        self.boundary_targets = spec.data.boundary_targets
+    def __init__(self, config: LoaderConfig, token_dirs: Mapping[str, Path], special_ids: Mapping[str, int]):
+        self.config, self.phase_index = config, config.phase_index
+        self.seed = int(config.seed)
+        self.seq_len = int(config.seq_len)
+        self.packing = config.packing
+        self.boundary_targets = config.boundary_targets
         special_ids = normalise_special_ids(special_ids)
         self.eos_id = int(special_ids["eos"])
-        self.mixture = phase_mixture(plan, phase_index)
+        segments = [Segment(s.start_step, s.steps, s.batch_sequences) for s in config.segments]
+        self.mixture = Mixture(config.mixture, segments)
         self.mixture.check()
         self.source_names: list[str] = list(self.mixture.names)
-        starts = stream_starts(plan, phase_index, self.packing)
-        self.starts = [starts.get(name, 0) for name in self.source_names]
+        self.starts = [config.stream_starts.get(name, 0) for name in self.source_names]
         self.streams: list[SourceStream] = []
         for name in self.source_names:
             if name not in token_dirs:
-                raise ValueError(f"phase {phase.name}: no tokenized shard for source {name!r}")
-            source = spec.data.sources.get(name)
-            fim = source.fim if source is not None else None
-            rate = fim.rate if fim is not None else 0.0
+                raise ValueError(f"phase {config.phase_index}: no tokenized shard for source {name!r}")
+            fim = config.fim.get(name)
             fim_ids = None
-            if rate > 0:
+            if fim is not None:
                 missing = [k for k in ("fim_prefix", "fim_middle", "fim_suffix") if k not in special_ids]
                 if missing:
                     raise ValueError(f"source {name!r} uses FIM, but the tokenizer lacks {', '.join(missing)}")
                 fim_ids = (special_ids["fim_prefix"], special_ids["fim_middle"], special_ids["fim_suffix"])
             shard = TokenShard(Path(token_dirs[name]), "train")
             self.streams.append(
-                SourceStream(name, shard, self.seed, self.eos_id, rate, fim.spm_rate if fim else 0.0, fim_ids)
+                SourceStream(
+                    name, shard, self.seed, self.eos_id, fim.rate if fim else 0.0, fim.spm_rate if fim else 0.0, fim_ids
+                )
             )
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per step at the phase's start (a batch ramp may change it later)."""
+        return self.config.segments[0].batch_sequences
+
+    @property
+    def steps(self) -> int:
+        return sum(s.steps or 0 for s in self.config.segments)
 
     # ---- the plan of a step: which (source, k) fills each row
 
@@ -522,8 +401,13 @@ class PhaseLoader:
 
     def source_tokens_consumed(self, phase_index: int | None = None) -> dict[str, int]:
         """Tokens of each source consumed by the phases before `phase_index` (documents with packing none);
-        default: by this phase and all before it (where the next phase starts). len(plan.phases) is allowed."""
-        return stream_starts(self.plan, self.phase_index + 1 if phase_index is None else phase_index, self.packing)
+        default: by this phase and all before it (where the next phase starts). Only this phase's start
+        (phase_index == this phase) and end (None or this phase + 1) are known to its config."""
+        if phase_index is None or phase_index == self.phase_index + 1:
+            return dict(self.config.stream_ends)
+        if phase_index == self.phase_index:
+            return dict(self.config.stream_starts)
+        raise ValueError(f"the loader of phase {self.phase_index} knows its own start and end, not phase {phase_index}")
 
     # ---- materialising
 

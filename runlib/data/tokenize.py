@@ -1,10 +1,11 @@
 """The tokenize stage: a curated source's documents -> token shards "train" and "heldout".
 
-    tokenize_source(spec, curated_dir, tokenizer_dir, out_dir) -> summary
+    tokenize_source(config, curated_dir, tokenizer_dir, out_dir) -> summary
 
 Each document of curated_dir/{train,heldout}.jsonl is encoded with the run's tokenizer (special-token
 strings inside the text stay text) and followed by the end-of-document id; the ids go to
-out_dir/<split>.bin + <split>.idx.npy (runlib.data.shards), in the dtype data.token_dtype asks for.
+out_dir/<split>.bin + <split>.idx.npy (runlib.data.shards), in the dtype config.token_dtype asks for
+(runlib.data.config.TokenizeConfig: data.token_dtype of the spec).
 
 Speed: documents are encoded in batches of about 1 MB with `encode_batch_fast` (all cores, no offsets),
 a few batches in flight at once, and the ids of a batch become one numpy array at once; the
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from runlib.data.config import TokenizeConfig
 from runlib.data.shards import ShardWriter, token_dtype
 from runlib.tokenizer.train import TOKENIZER_FILE, eos_id, load_tokenizer
 
@@ -111,13 +113,13 @@ def tokenize_file(tok, path: Path, writer: ShardWriter, eos: int) -> dict[str, i
     return {"docs": docs, "tokens": tokens, "chars": chars, "bytes": nbytes}
 
 
-def tokenize_source(spec, curated_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
+def tokenize_source(config: TokenizeConfig, curated_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
     """Write out_dir/{train,heldout}.{bin,idx.npy} for one curated source; return counts and compression."""
     curated_dir, out_dir = Path(curated_dir), Path(out_dir)
     tok = load_tokenizer(Path(tokenizer_dir) / TOKENIZER_FILE)
     eos = eos_id(tok)
     max_id = tok.get_vocab_size(with_added_tokens=True) - 1
-    dtype = token_dtype(spec.data.token_dtype, max_id)
+    dtype = token_dtype(config.token_dtype, max_id)
     stats = {}
     for split in SPLITS:
         path = curated_dir / f"{split}.jsonl"

@@ -1,4 +1,11 @@
-"""The eval_phase stage: a phase's final model on every source's held-out documents and the spec's tasks."""
+"""The eval_phase stage: a phase's final model on every source's held-out documents and the spec's tasks.
+
+    evaluate_phase(config, model_dir, tokenizer_dir, token_dirs, out_dir) -> summary; writes out_dir/eval.json
+
+`config` is a runlib.eval.config.EvalConfig (built by runlib.workflow.configs); the inputs are the
+train_phase artifact (final.pt), the tokenizer artifact and each source's tokenize artifact, whose
+manifests give the end-of-document id and the held-out bytes per token.
+"""
 
 from __future__ import annotations
 
@@ -6,42 +13,44 @@ import json
 from pathlib import Path
 from typing import Any
 
+from runlib.eval.config import EvalConfig
+
 TASK_SEED = 1234  # tasks built from held-out documents are the same for every phase and run
 
 
 def evaluate_phase(
-    spec, phase_index: int, model_dir: Path, tokenizer_dir: Path, token_dirs: dict[str, Path], out_dir: Path
+    config: EvalConfig, model_dir: Path, tokenizer_dir: Path, token_dirs: dict[str, Path], out_dir: Path
 ) -> dict[str, Any]:
     import torch
 
     from runlib.eval.heldout import heldout_metrics
     from runlib.eval.tasks import build_heldout_tasks, load_tasks, score_answer_loglik, score_multiple_choice
-    from runlib.model.transformer import build_model
-    from runlib.plan import derive
+    from runlib.model.transformer import Transformer
     from runlib.tokenizer.train import load_tokenizer
     from runlib.train import checkpoint as ckpt
+    from runlib.workflow.manifest import read_manifest
 
     torch.set_num_threads(1)
-    plan = derive(spec)
-    phase = plan.phases[phase_index]
-    model = build_model(spec, plan)
+    shape = config.model
+    model = Transformer(shape.spec, shape.vocab_rows, shape.position_rows)
     model.load_state_dict(ckpt.load(Path(model_dir) / "final.pt")["model"])
-    model.set_rope(phase.settings.rope_theta, phase.settings.seq_len)
+    if shape.spec.position == "rope":
+        model.set_rope(config.rope_theta, config.seq_len)
     model.eval()
     tokenizer = load_tokenizer(Path(tokenizer_dir) / "tokenizer.json")
-    eos = json.loads((Path(tokenizer_dir) / "manifest.json").read_text())["details"]["eos_id"]
-    seq_len = phase.settings.seq_len
+    eos = read_manifest(tokenizer_dir).details["eos_id"]
+    seq_len = config.seq_len
 
     heldout = {}
     for source, token_dir in sorted(token_dirs.items()):
-        counts = json.loads((Path(token_dir) / "manifest.json").read_text())["counts"]
+        counts = read_manifest(token_dir).counts
         bytes_per_token = counts["bytes_heldout"] / max(counts["tokens_heldout"], 1)
         heldout[source] = heldout_metrics(
-            model, Path(token_dir), seq_len, eos, bytes_per_token, max_tokens=spec.eval.heldout_tokens
+            model, Path(token_dir), seq_len, eos, bytes_per_token, max_tokens=config.heldout_tokens
         )
 
     tasks = {}
-    for task in spec.eval.tasks:
+    for task in config.tasks:
         if task.from_heldout is not None:
             mc, answers = build_heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, TASK_SEED)
             examples = mc if task.kind == "multiple_choice" else answers
@@ -51,9 +60,9 @@ def evaluate_phase(
         tasks[task.name] = {"kind": task.kind, **score(model, tokenizer, examples, seq_len)}
 
     result = {
-        "phase": phase.name,
-        "phase_index": phase_index,
-        "tokens": phase.span.end_tokens,
+        "phase": config.phase,
+        "phase_index": config.phase_index,
+        "tokens": config.end_tokens,
         "heldout": heldout,
         "tasks": tasks,
     }

@@ -30,6 +30,11 @@ doc_ids[i] == doc_ids[j] and j <= i. Backends (`Transformer.attention_backend`):
 The two backends agree (tests/model/test_transformer.py: the mask_mod evaluated on index grids equals
 the boolean mask; flex and sdpa forwards agree on CPU under no_grad).
 
+Parallel training (runlib.model.parallelize) needs two hooks here: Attention reshapes q/k/v with -1
+heads, so a tensor-parallel rank runs on its own heads only; `Block.recompute` (full) and
+`Attention.recompute_core` (selective) switch on activation recomputation with
+torch.utils.checkpoint inside forward, so parameter names (and checkpoints) stay the same.
+
 Initialisation (GPT-2, Radford et al. 2019): normal(0, 0.02) for every linear and embedding weight,
 normal(0, 0.02 / sqrt(2 * layers)) for the two projections that write into the residual stream
 (attention output, MLP down projection), zeros for biases, ones for norm weights. Deterministic
@@ -44,6 +49,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from runlib.plan.params import head_dim as spec_head_dim
@@ -163,6 +169,8 @@ def flex_block_mask(doc_ids: torch.Tensor | None, n: int, length: int, device: t
 class Attention(nn.Module):
     """Grouped-query self-attention with RoPE and optional QK-norm."""
 
+    recompute_core = False  # selective activation recomputation (set by runlib.model.parallelize)
+
     def __init__(self, model: ModelSpec):
         super().__init__()
         d, hd = model.d_model, spec_head_dim(model)
@@ -182,21 +190,30 @@ class Attention(nn.Module):
         q, k, v = self.wq(x), self.wk(x), self.wv(x)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = q.view(n, length, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(n, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(n, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        # -1 heads: under tensor parallelism (runlib.model.parallelize) q/k/v hold this rank's heads only
+        q = q.view(n, length, -1, self.head_dim).transpose(1, 2)
+        k = k.view(n, length, -1, self.head_dim).transpose(1, 2)
+        v = v.view(n, length, -1, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        gqa = self.kv_heads != self.heads
+        if self.recompute_core and torch.is_grad_enabled():
+            # selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, section 4.1): the
+            # attention core's activations are not kept; it runs again in the backward pass
+            y = torch.utils.checkpoint.checkpoint(self.core, q, k, v, mask, use_reentrant=False)
+        else:
+            y = self.core(q, k, v, mask)
+        return self.wo(y.transpose(1, 2).reshape(n, length, -1))
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> torch.Tensor:
+        """softmax(q k^T / sqrt(hd) + mask) v over [n, heads, L, hd], grouped-query when k/v have fewer heads."""
+        gqa = k.shape[1] != q.shape[1]
         if isinstance(mask, AttentionMask) and mask.block_mask is not None:
             # contiguous copies: inductor's CPU flex template misreads rotate-half q/k views (feasibility.md 7)
             q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-            y = flex_attention_fn(q.device)(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
-        elif isinstance(mask, AttentionMask) and mask.bool_mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool_mask, enable_gqa=gqa)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        return self.wo(y.transpose(1, 2).reshape(n, length, self.heads * self.head_dim))
+            return flex_attention_fn(q.device)(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
+        if isinstance(mask, AttentionMask) and mask.bool_mask is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool_mask, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
 
 
 class MLP(nn.Module):
@@ -220,6 +237,8 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
+    recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
+
     def __init__(self, model: ModelSpec):
         super().__init__()
         self.attention_norm = make_norm(model, model.d_model)
@@ -228,6 +247,12 @@ class Block(nn.Module):
         self.mlp = MLP(model)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
+        if self.recompute and torch.is_grad_enabled():
+            # full recomputation (Chen et al. 2016, arXiv 1604.06174): keep only the block's input
+            return torch.utils.checkpoint.checkpoint(self.body, x, rope, mask, use_reentrant=False)
+        return self.body(x, rope, mask)
+
+    def body(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), rope, mask)
         return x + self.mlp(self.mlp_norm(x))
 

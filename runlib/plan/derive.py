@@ -189,7 +189,15 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                 source_tokens=source_tokens,
                 flops_per_token=per_token,
                 flops=phase_flops,
-                memory=phase_memory(spec.model, spec.precision, params, rows, s, accelerator.runtime_overhead_gib),
+                memory=phase_memory(
+                    spec.model,
+                    spec.precision,
+                    params,
+                    rows,
+                    s,
+                    accelerator.runtime_overhead_gib,
+                    nodes=spec.hardware.nodes,
+                ),
                 hours=phase_flops / throughput / 3600 if throughput > 0 else math.inf,
             )
         )

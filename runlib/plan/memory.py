@@ -3,7 +3,9 @@
 Model states (ZeRO, Rajbhandari et al. 2019, arXiv 1910.02054; Megatron distributed-optimizer
 table): bytes per parameter of weights, fp32 master copy, gradients and Adam moments, each divided
 by the data-parallel degree d (not the world size) when sharded: zero1 shards master + moments,
-zero2 also gradients, fsdp everything. Parameters on a device are N / (tensor * pipeline).
+zero2 also gradients, fsdp everything; hsdp shards everything within a node and replicates across
+nodes (Zhao et al. 2023, arXiv 2304.11277, section 3.2), so over d / nodes ranks. Parameters on a
+device are N / (tensor * pipeline).
 
 Activations per layer (Korthikanti et al. 2022, arXiv 2205.05198, Table 2 breakdown, re-derived for
 gated MLPs, grouped-query attention and no dropout), assuming a fused (Flash) attention kernel so
@@ -16,7 +18,8 @@ divides all of it by t; context parallelism divides s by c. Full recompute keeps
 input (2sbh/t) plus one layer's activations while it is recomputed. A pipeline's first stage holds
 p micro-batches of L/p layers: L layers' worth (Megatron theoretical_memory_usage.py).
 Logits: fp32 logits of the micro-batch, 4*s*b*V/t (Megatron theoretical_memory_usage.py L369-377).
-FSDP gathers one layer ahead: 2 unsharded 16-bit layers. Plus the runtime overhead of the device.
+FSDP (and HSDP) gathers one layer ahead: 2 unsharded 16-bit layers. Plus the runtime overhead of
+the device.
 """
 
 from __future__ import annotations
@@ -98,6 +101,11 @@ def activation_bytes_per_layer(
     return values * act_bytes / tensor
 
 
+def shard_degree(sharding: str, data_parallel: int, nodes: int) -> int:
+    """Ranks one copy of the sharded states is split over: d, or for hsdp the data-parallel ranks of one node."""
+    return max(1, data_parallel // nodes) if sharding == "hsdp" else data_parallel
+
+
 def phase_memory(
     model: ModelSpec,
     precision: PrecisionSpec,
@@ -105,20 +113,21 @@ def phase_memory(
     vocab_rows: int,
     settings: PhaseSettings,
     runtime_overhead_gib: float,
+    nodes: int = 1,
 ) -> MemoryBreakdown:
     par = settings.parallelism
-    d = settings.data_parallel
+    d = shard_degree(par.sharding, settings.data_parallel, nodes)
     n_local = params.total / (par.tensor * par.pipeline)
     weights_b, master_b, grads_b, optim_b = state_bytes_per_param(precision)
-    shard_optim = par.sharding in ("zero1", "zero2", "fsdp")
+    shard_optim = par.sharding in ("zero1", "zero2", "fsdp", "hsdp")
     master = n_local * master_b / (d if shard_optim else 1)
     optimizer = n_local * optim_b / (d if shard_optim else 1)
     if par.offload:
         master = optimizer = 0.0
-    gradients = n_local * grads_b / (d if par.sharding in ("zero2", "fsdp") else 1)
-    weights = n_local * weights_b / (d if par.sharding == "fsdp" else 1)
+    gradients = n_local * grads_b / (d if par.sharding in ("zero2", "fsdp", "hsdp") else 1)
+    weights = n_local * weights_b / (d if par.sharding in ("fsdp", "hsdp") else 1)
     layer_weight_bytes = params.per_layer * weights_b / par.tensor
-    buffers = 2 * layer_weight_bytes if par.sharding == "fsdp" else 0.0
+    buffers = 2 * layer_weight_bytes if par.sharding in ("fsdp", "hsdp") else 0.0
 
     act_bytes = 4 if precision.compute == "fp32" else 2
     per_layer = activation_bytes_per_layer(

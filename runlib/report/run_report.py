@@ -31,12 +31,13 @@ from runlib.audit.render import plots
 from runlib.audit.render import report as audit_report
 from runlib.audit.render.json_view import to_dict
 from runlib.audit.render.report import Block, Code, Heading, Image, Para, Table, render_html, render_markdown
+from runlib.errors import UserError
 from runlib.spec import load_spec
 from runlib.spec.units import format_count
 from runlib.util.jsonl import read_jsonl
-from runlib.workflow.artifacts import read_manifest
 from runlib.workflow.graph import StageGraph, StageNode, build_graph
 from runlib.workflow.keys import spec_key
+from runlib.workflow.manifest import Manifest, find_manifest
 
 if TYPE_CHECKING:
     from runlib.plan import Plan
@@ -73,7 +74,7 @@ PLOTS = (
 @dataclass(frozen=True)
 class StageState:
     node: StageNode
-    manifest: dict[str, Any] | None
+    manifest: Manifest | None
     problem: str | None = None  # why a manifest that exists could not be read
 
     @property
@@ -82,7 +83,7 @@ class StageState:
 
     @property
     def wall_seconds(self) -> float | None:
-        wall = ((self.manifest or {}).get("timings") or {}).get("wall_seconds")
+        wall = self.manifest.timings.wall_seconds if self.manifest is not None else None
         return float(wall) if _is_number(wall) else None
 
     @property
@@ -157,9 +158,9 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _stage_state(node: StageNode) -> StageState:
     try:
-        return StageState(node, read_manifest(node.dir))
-    except (OSError, ValueError) as exc:
-        return StageState(node, None, type(exc).__name__)
+        return StageState(node, find_manifest(node.dir))
+    except UserError:
+        return StageState(node, None, "not a valid manifest")
 
 
 def collect_run(spec_path: str | Path) -> RunData:
@@ -270,7 +271,7 @@ def _training(run: RunData) -> list[Block]:
             status = p.train.status if p.train is not None else "no stage"
             rows.append((p.name, status, planned, *(["–"] * 7)))
             continue
-        counts = (p.train.manifest or {}).get("counts") or {}
+        counts = p.train.manifest.counts if p.train.manifest is not None else {}
         last = p.records[-1] if p.records else {}
         end_step = counts.get("steps", last.get("step"))
         end_tokens = counts.get("tokens", last.get("tokens"))
@@ -380,7 +381,7 @@ def _stages(run: RunData) -> list[Block]:
             s.status,
             format_seconds(s.wall_seconds) if s.built else "–",
             Code(s.node.key),
-            Code(str((s.manifest or {}).get("content_hash", ""))[:16]) if s.built else "–",
+            Code(s.manifest.content_hash[:16]) if s.manifest is not None else "–",
         )
         for s in run.stages
     ]

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from runlib.spec.units import BatchSizeField, Count, DurationField
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+# on the Field of a spec field that no stage reads (the audit and the plan do): the schema carries it
+# as "planning_only": true, the README lists these fields, and tests/spec/test_fields_enacted.py
+# checks that every other field reaches a stage key
+PLANNING_ONLY = {"planning_only": True}
 
 
 class SpecModel(BaseModel):
@@ -32,31 +36,31 @@ class HardwareSpec(SpecModel):
     devices_per_node: int = Field(1, ge=1)
     """Accelerators per machine."""
 
-    mfu: float = Field(0.4, gt=0, le=1)
-    """Planning assumption: model FLOPs utilization used for time estimates."""
+    mfu: float = Field(0.4, gt=0, le=1, json_schema_extra=PLANNING_ONLY)
+    """Model FLOPs utilization assumed for time estimates (planning only: read by the audit, not by any stage)."""
 
-    node_mtbf_hours: float | None = Field(None, gt=0)
-    """Mean time between failures of one node, in hours (enables checkpoint-interval advice)."""
+    node_mtbf_hours: float | None = Field(None, gt=0, json_schema_extra=PLANNING_ONLY)
+    """Mean time between failures of one node, in hours, for checkpoint-interval advice (planning only: read by the audit, not by any stage)."""
 
-    memory_gib: float | None = Field(None, gt=0)
-    """Memory per device in GiB; overrides the catalog (for hardware not in it)."""
+    memory_gib: float | None = Field(None, gt=0, json_schema_extra=PLANNING_ONLY)
+    """Memory per device in GiB, overriding the catalog for hardware not in it (planning only: read by the audit, not by any stage)."""
 
     peak_tflops: dict[Literal["fp32", "fp16", "bf16", "fp8"], float] | None = None
-    """Dense peak TFLOP/s per dtype; overrides the catalog."""
+    """Dense peak TFLOP/s per dtype; overrides the catalog (the plan's times, and the MFU a training phase reports)."""
 
-    checkpoint_write_gb_per_s: float = Field(2.0, gt=0)
-    """Checkpoint write bandwidth per node, GB/s (for the checkpoint write time); planning assumption."""
+    checkpoint_write_gb_per_s: float = Field(2.0, gt=0, json_schema_extra=PLANNING_ONLY)
+    """Checkpoint write bandwidth per node in GB/s, for the checkpoint write time (planning only: read by the audit, not by any stage)."""
 
 
 class BudgetSpec(SpecModel):
-    gpu_hours: Count | None = Field(None, ge=0)
-    """Device-hours available (all devices together)."""
+    gpu_hours: Count | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
+    """Device-hours available, all devices together (planning only: read by the audit, not by any stage)."""
 
-    days: float | None = Field(None, ge=0)
-    """Wall-clock days available."""
+    days: float | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
+    """Wall-clock days available (planning only: read by the audit, not by any stage)."""
 
-    flops: float | None = Field(None, ge=0)
-    """Training FLOPs available."""
+    flops: float | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
+    """Training FLOPs available (planning only: read by the audit, not by any stage)."""
 
 
 class ModelSpec(SpecModel):
@@ -199,12 +203,12 @@ Domain = Literal["web", "code", "math", "books", "wiki", "papers", "dialogue", "
 
 
 class SourceSpec(SpecModel):
-    domain: Domain
-    """What the text is; drives domain checks (e.g. FIM only on code)."""
+    domain: Domain = Field(json_schema_extra=PLANNING_ONLY)
+    """What the text is; drives domain checks such as FIM only on code (planning only: read by the audit, not by any stage)."""
     input: InputSpec
     """Where the raw documents come from."""
-    tokens: Count | None = Field(None, ge=0)
-    """Tokens available after curation: declared for planning, measured once curated."""
+    tokens: Count | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
+    """Tokens available after curation: declared for planning, measured once curated (planning only: read by the audit, not by any stage)."""
     curate: CurateSpec = CurateSpec()
     """Curation steps for this source."""
     fim: FimSpec | None = None
@@ -224,11 +228,11 @@ class DataSpec(SpecModel):
     """global_tokens: sum of token losses / scored tokens of the whole optimizer step; micro_batch_mean: mean per micro-batch."""
     token_dtype: Literal["auto", "uint16", "uint32"] = "auto"
     """Storage of token ids on disk; auto picks the smallest that holds the largest id."""
-    mean_doc_tokens: Count | None = Field(None, ge=1)
-    """Typical document length in tokens (planning: packing occupancy); measured once tokenized."""
+    mean_doc_tokens: Count | None = Field(None, ge=1, json_schema_extra=PLANNING_ONLY)
+    """Typical document length in tokens (for packing occupancy); measured once tokenized (planning only: read by the audit, not by any stage)."""
 
 
-Sharding = Literal["none", "zero1", "zero2", "fsdp"]
+Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
 Recompute = Literal["none", "selective", "full"]
 
 
@@ -240,7 +244,7 @@ class ParallelismSpec(SpecModel):
     context: int = Field(1, ge=1)
     """Context-parallel degree (the sequence split across devices)."""
     sharding: Sharding = "none"
-    """Sharding of model states over the data-parallel degree: none | zero1 | zero2 | fsdp (= zero3)."""
+    """Sharding of model states over the data-parallel degree: none | zero1 | zero2 | fsdp (= zero3) | hsdp (fsdp within each node, replicated across nodes)."""
     activation_checkpointing: Recompute = "none"
     """Activation recomputation."""
     offload: bool = False
@@ -274,8 +278,8 @@ class BatchSpec(SpecModel):
     """Sequences per data-parallel rank per micro-step."""
     grad_accum: int = Field(1, ge=1)
     """Micro-steps per optimizer step on each rank (steady state)."""
-    global_batch: BatchSizeField | None = None
-    """Optional declaration, checked against micro_batch * grad_accum * dp (* seq_len for tokens)."""
+    global_batch: BatchSizeField | None = Field(None, json_schema_extra=PLANNING_ONLY)
+    """Optional declaration, checked against micro_batch * grad_accum * dp, times seq_len for a count in tokens (planning only: read by the audit, not by any stage)."""
     ramp: list[RampStage] | None = None
     """The global batch by tokens seen; grad_accum follows and must stay whole."""
 
@@ -285,13 +289,13 @@ class BatchOverride(SpecModel):
     """Sequences per data-parallel rank per micro-step in this phase."""
     grad_accum: int | None = Field(None, ge=1)
     """Micro-steps per optimizer step in this phase."""
-    global_batch: BatchSizeField | None = None
-    """Declared global batch in this phase."""
+    global_batch: BatchSizeField | None = Field(None, json_schema_extra=PLANNING_ONLY)
+    """Declared global batch in this phase, checked like batch.global_batch (planning only: read by the audit, not by any stage)."""
 
 
 class OptimizerSpec(SpecModel):
-    kind: Literal["adamw", "adam"] = "adamw"
-    """adamw: decoupled weight decay; adam: L2 penalty through the gradient."""
+    kind: Literal["adamw", "adam", "adafactor", "muon", "lion"] = "adamw"
+    """adamw: decoupled weight decay; adam: L2 penalty through the gradient; adafactor: factored second moments; muon: orthogonalized momentum on 2-D hidden matrices (AdamW for embeddings, head, norms); lion: sign momentum (not enacted by the trainer)."""
     lr: float
     """Peak learning rate."""
     betas: tuple[float, float] = (0.9, 0.95)
@@ -335,8 +339,8 @@ class PrecisionSpec(SpecModel):
 class PhaseSpec(SpecModel):
     name: str = Field(pattern=NAME_PATTERN)
     """Phase name; names its training stage and checkpoints."""
-    kind: Literal["foundation", "enrichment", "long_context", "anneal"]
-    """What the phase is for; anneal carries the schedule's decay."""
+    kind: Literal["foundation", "enrichment", "long_context", "anneal"] = Field(json_schema_extra=PLANNING_ONLY)
+    """What the phase is for; the audit checks that the anneal phase carries the schedule's decay (planning only: read by the audit, not by any stage)."""
     tokens: DurationField
     """Training tokens of the phase: '<count> tokens', '<count> steps' or '<p>%' of the run."""
     mixture: dict[str, float]
@@ -416,8 +420,8 @@ class TrackingSpec(SpecModel):
 
 
 class AuditSpec(SpecModel):
-    ignore: dict[str, str] = {}
-    """CODE: reason. A finding may be silenced only with a written reason."""
+    ignore: dict[str, str] = Field({}, json_schema_extra=PLANNING_ONLY)
+    """CODE: reason. A finding may be silenced only with a written reason (planning only: read by the audit, not by any stage)."""
 
 
 class RunSpec(SpecModel):
@@ -425,8 +429,8 @@ class RunSpec(SpecModel):
 
     name: str = Field(pattern=NAME_PATTERN)
     """Names artifacts, reports and MLflow runs."""
-    description: str = ""
-    """Free text."""
+    description: str = Field("", json_schema_extra=PLANNING_ONLY)
+    """Free text, shown in the reports (planning only: read by the audit, not by any stage)."""
     seed: int = 0
     """Seed of data order and initialization."""
     hardware: HardwareSpec

@@ -1,13 +1,16 @@
 """Train the run's tokenizer: byte-level BPE on a weighted sample of the curated sources.
 
-    train_tokenizer(spec, {source: curated_dir}, out_dir) -> summary; writes out_dir/tokenizer.json
+    train_tokenizer(config, {source: curated_dir}, out_dir) -> summary; writes out_dir/tokenizer.json
+
+`config` is a runlib.tokenizer.config.TokenizerConfig (the spec's tokenizer section, built by
+runlib.workflow.configs); the field names below are its fields.
 
 Layout of a trained tokenizer (runlib.tokenizer.special): ids 0..R-1 are the R reserved special
 tokens (id 0 = `<|endoftext|>`, the end-of-document token), then the 256 byte symbols and the learned
 merges up to `tokenizer.vocab_size + reserved_tokens` ids, then the domain tokens. The file is
 byte-for-byte the same for the same spec and corpus, whatever the thread count.
 
-Sampling: `tokenizer.train_bytes` (UTF-8 bytes of text) are split between the `train_on` sources in
+Sampling: `train_bytes` (UTF-8 bytes of text) are split between the `train_on` sources in
 proportion to their weights; each source contributes the documents of its curated train.jsonl in file
 order, cut at its share, starting over from the first document when the file holds less than its share.
 Without `train_bytes`: 1 GB, or less when the sources are smaller, so that no document repeats.
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from runlib.errors import UserError
+from runlib.tokenizer.config import TokenizerConfig
 from runlib.tokenizer.special import EOS, EOS_ID, special_ids, special_tokens
 from runlib.util.atomic import write_text_atomic
 
@@ -340,8 +344,7 @@ def _heldout_compression(tok, names: Iterable[str], curated: dict[str, Path]) ->
     return out
 
 
-def _check_inputs(spec, curated: dict[str, Path]) -> dict[str, float]:
-    cfg = spec.tokenizer
+def _check_inputs(cfg: TokenizerConfig, curated: dict[str, Path]) -> dict[str, float]:
     weights = {n: float(w) for n, w in cfg.train_on.items() if w > 0}
     if not weights:
         raise UserError(
@@ -358,10 +361,9 @@ def _check_inputs(spec, curated: dict[str, Path]) -> dict[str, float]:
     return weights
 
 
-def _pretrained(spec, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
+def _pretrained(cfg: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
     from tokenizers import Tokenizer
 
-    cfg = spec.tokenizer
     src = Path(cfg.pretrained).expanduser()
     if not src.is_file():
         raise UserError(
@@ -407,13 +409,15 @@ def _pretrained(spec, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]
     }
 
 
-def train_tokenizer(spec, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
-    """Train (or copy, with tokenizer.pretrained) the tokenizer into out_dir/tokenizer.json; return its summary."""
-    cfg = spec.tokenizer
+def train_tokenizer(config: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
+    """Train (or copy, with config.pretrained) the tokenizer into out_dir/tokenizer.json; return its summary.
+
+    `curated`: source name -> its curate_source artifact directory (train.jsonl, heldout.jsonl)."""
+    cfg = config
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.pretrained:
-        return _pretrained(spec, curated, out_dir)
+        return _pretrained(cfg, curated, out_dir)
     if cfg.vocab_size is None:
         raise UserError("tokenizer.vocab_size: required to train a tokenizer (or give tokenizer.pretrained)")
     if cfg.vocab_size < 256:
@@ -423,7 +427,7 @@ def train_tokenizer(spec, curated: dict[str, Path], out_dir: Path) -> dict[str, 
     reserved = cfg.reserved_tokens
     if reserved < 1:
         raise UserError("tokenizer.reserved_tokens: must be at least 1, the end-of-document token is one of them")
-    weights = _check_inputs(spec, curated)
+    weights = _check_inputs(cfg, curated)
     files = {n: Path(curated[n]) / "train.jsonl" for n in weights}
 
     total = cfg.train_bytes if cfg.train_bytes is not None else _default_total(weights, files)

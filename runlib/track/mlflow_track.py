@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from runlib.track.flatten import clean_key, flatten
 from runlib.util.jsonl import read_jsonl
 from runlib.workflow.keys import canonical, spec_key
+from runlib.workflow.manifest import Manifest
 from runlib.workflow.settings import tracking_uri, work_dir
 
 if TYPE_CHECKING:
@@ -146,13 +147,13 @@ def numeric_leaves(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return out
 
 
-def stage_metrics(manifest: dict[str, Any]) -> dict[str, float]:
+def stage_metrics(manifest: Manifest) -> dict[str, float]:
     """counts (under their own names), wall_seconds, and numeric details under "details."."""
-    metrics = numeric_leaves(manifest.get("counts") or {})
-    wall = (manifest.get("timings") or {}).get("wall_seconds")
+    metrics = numeric_leaves(manifest.counts)
+    wall = manifest.timings.wall_seconds
     if _is_number(wall):
         metrics["wall_seconds"] = float(wall)
-    metrics.update(numeric_leaves(manifest.get("details") or {}, "details."))
+    metrics.update(numeric_leaves(manifest.details, "details."))
     return metrics
 
 
@@ -297,15 +298,15 @@ def parent_run(spec: RunSpec, spec_path: str | Path | None) -> str:
 # ------------------------------------------------------------------------------------- the stages
 
 
-def manifest_digest(manifest: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical(manifest).encode()).hexdigest()[:16]
+def manifest_digest(manifest: Manifest) -> str:
+    return hashlib.sha256(canonical(manifest.model_dump(mode="json")).encode()).hexdigest()[:16]
 
 
 def _log_stage(
     spec: RunSpec,
     spec_path: str | Path | None,
     node: StageNode,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     artifact_files: Iterable[str | Path],
 ) -> str:
     client, experiment_id, parent_id = _parent(spec, spec_path)
@@ -318,21 +319,20 @@ def _log_stage(
     if existing:  # this very manifest was logged already (a rerun that found the artifact built)
         return existing
 
-    timings = manifest.get("timings") or {}
-    started = timings.get("started_at")
+    started, wall = manifest.timings.started_at, manifest.timings.wall_seconds
     start_ms = int(started * 1000) if _is_number(started) else None
     end_ms = None
-    if start_ms is not None and _is_number(timings.get("wall_seconds")):
-        end_ms = start_ms + int(timings["wall_seconds"] * 1000)
+    if start_ms is not None and _is_number(wall):
+        end_ms = start_ms + int(wall * 1000)
     tags = {
         "mlflow.parentRunId": parent_id,
         "runlib.stage": node.stage,
         "runlib.key": node.key,
-        "runlib.content_hash": str(manifest.get("content_hash", "")),
+        "runlib.content_hash": manifest.content_hash,
         "runlib.spec_key": spec_key(spec),
         "runlib.manifest_digest": digest,
     }
-    params = flatten(node.projection, "projection.")
+    params = flatten(node.config.model_dump(mode="json"), "config.")
     params.update({clean_key(f"input.{role}"): key for role, key in node.inputs.items()})
     artifact_files = [Path(p) for p in artifact_files]
     history: list[tuple[str, float, int]] = []  # metrics with their own steps
@@ -359,7 +359,7 @@ def _log_stage(
         _log_params(client, run_id, params)
         points = [(k, v, 0) for k, v in summary.items()] + history
         _log_metric_points(client, run_id, points, end_ms or int(time.time() * 1000))
-        _retry(client.log_dict, run_id, manifest, "manifest.json")
+        _retry(client.log_dict, run_id, manifest.model_dump(mode="json"), "manifest.json")
         for path in artifact_files:
             if path.is_dir():
                 _retry(client.log_artifacts, run_id, str(path), path.name)
@@ -388,7 +388,7 @@ def log_stage(
     spec: RunSpec,
     spec_path: str | Path | None,
     node: StageNode,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     artifact_files: Iterable[str | Path] = (),
 ) -> str | None:
     """Record a built stage as a child run of the spec's parent run; its id, or None when tracking failed.

@@ -1,14 +1,15 @@
 """The training loop of one phase, run under `accelerate launch` (one process per device).
 
 Readable in one screen (nanoGPT style): the arithmetic lives in accumulate.py, the data in
-runlib.data.loader (a pure function of seed, phase and data step), checkpoints in checkpoint.py.
+runlib.data.loader (a pure function of seed, phase and data step), the mesh, tensor parallelism, FSDP2
+and activation checkpointing in runlib.model.parallelize, the optimizers in optim.py, checkpoints in
+checkpoint.py (the consolidated end-of-phase state) and dist_checkpoint.py (sharded, resumable).
 Optimizer steps and data steps differ only when monitor.spike skips a batch or rolls back: the
 offending data steps are recorded and the data index steps over them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from runlib.train import checkpoint as ckpt
 from runlib.train.accumulate import accumulate, token_loss_sum
+from runlib.train.engine import Engine
 from runlib.train.spikes import SpikeDetector
 
 
@@ -26,13 +27,12 @@ from runlib.train.spikes import SpikeDetector
 class PhaseRun:
     """Everything the loop needs, prepared by runlib.train.worker."""
 
-    spec: object
-    plan: object
-    phase_index: int
+    config: object  # runlib.train.config.TrainPhaseConfig
     loader: object  # runlib.data.loader.PhaseLoader
-    out_dir: Path  # the artifact being built (rank 0 writes final.pt, metrics.jsonl, spikes.json)
+    out_dir: Path  # the artifact being built (rank 0 writes final.pt, metrics.jsonl, spikes.json, run.json)
     scratch_dir: Path  # this phase's resumable checkpoints (they survive a killed job)
     init_checkpoint: Path | None  # the previous phase's final state
+    heldout_dirs: dict  # source -> token directory (held-out split) for monitor.eval_every
     stop_after_steps: int | None = None  # tests: stop early, as if killed
 
 
@@ -46,76 +46,62 @@ def data_step(update: int, skipped: list[int]) -> int:
 
 
 def train_phase_loop(run: PhaseRun, accelerator) -> dict:
-    from runlib.model.transformer import build_model, param_groups
-
-    spec, plan, phase = run.spec, run.plan, run.plan.phases[run.phase_index]
-    rank, world, micro = accelerator.process_index, accelerator.num_processes, phase.settings.micro_batch
-    torch.manual_seed(spec.seed)
-    model = build_model(spec, plan)
-    model.set_rope(phase.settings.rope_theta, phase.settings.seq_len)
-    opt = spec.optimizer
-    optimizer = torch.optim.AdamW(param_groups(model, opt.weight_decay), lr=opt.lr, betas=opt.betas, eps=opt.eps)
-    state = {
-        "step": phase.span.start_step,
-        "tokens": phase.span.start_tokens,
-        "losses": [],
-        "skipped": [],
-        "rollbacks": 0,
-    }
-    resume = ckpt.latest(run.scratch_dir)
-    for path in (run.init_checkpoint, resume):  # the previous phase's end, then this phase's last save
-        if path is not None:
-            saved = ckpt.load(path)
-            model.load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
+    cfg, span = run.config, run.config.span
+    engine = Engine(cfg, accelerator)  # model, mesh, optimizer, checkpoints as the config says
+    state = {"step": span.start_step, "tokens": span.start_tokens, "losses": [], "skipped": [], "rollbacks": 0}
+    state.update(engine.restore(run.init_checkpoint, run.scratch_dir))
+    model, optimizer, dp_rank, dp_size = engine.model, engine.optimizer, engine.dp_rank, engine.dp_size
     metrics = run.scratch_dir / "metrics.jsonl"  # beside the checkpoints, so a resumed job keeps its history
-    if resume is not None:
-        state.update(saved["state"])
-        ckpt.set_rng_state(saved["rng"])
-        if accelerator.scaler is not None and saved.get("scaler"):  # fp16: the loss scale resumes too
-            accelerator.scaler.load_state_dict(saved["scaler"])
-        if rank == 0 and metrics.exists():  # drop what was logged after the checkpoint: it is replayed
-            kept = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= state["step"]]
-            metrics.write_text("".join(line + "\n" for line in kept))
-    model, optimizer = accelerator.prepare(model, optimizer)
-    spike = spec.monitor.spike
+    if engine.rank == 0 and metrics.exists():  # drop what was logged after the checkpoint: it is replayed
+        kept = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= state["step"]]
+        metrics.write_text("".join(line + "\n" for line in kept))
+    spike, mon = cfg.monitor.spike, cfg.monitor
     detector = SpikeDetector(spike.zscore, spike.window, state["losses"]) if spike else None
-    every = round(plan.duration_steps(spec.checkpoint.every)) if spec.checkpoint.every else 0
-    log_every = max(1, phase.steps // 20)
-    spikes, t0, first = [], time.time(), state["step"]
-    while state["step"] < phase.span.end_step:
-        update = state["step"] - phase.span.start_step
+    spikes, t0, first, first_tokens = [], time.time(), state["step"], state["tokens"]
+    paused = 0.0  # seconds in held-out evaluation and checkpoints: not training throughput
+    while state["step"] < span.end_step:
+        update = state["step"] - span.start_step
         data = data_step(update, state["skipped"])
         batch_sequences = run.loader.batch_size(data)  # a batch ramp may change it within the phase
-        accum = batch_sequences // (micro * world)  # micro-steps per update on this rank
-        tokens_per_step = batch_sequences * phase.settings.seq_len
+        accum = batch_sequences // (cfg.micro_batch * dp_size)  # micro-steps per update on this rank
+        tokens_per_step = batch_sequences * cfg.seq_len
         # the one schedule, in tokens, across phases; at the step's end so the first update's LR is not 0
-        lr = plan.schedule.lr_at(state["tokens"] + tokens_per_step)
+        lr = cfg.schedule.lr_at(state["tokens"] + tokens_per_step)
         for group in optimizer.param_groups:
-            group["lr"] = lr
-        batches = [run.loader.micro_batch(data, m, rank, world, micro) for m in range(accum)]
-        local = torch.tensor([float(sum(b.scored_tokens for b in batches))])
-        total_scored = int(accelerator.reduce(local, reduction="sum").item())
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        batches = [run.loader.micro_batch(data, m, dp_rank, dp_size, cfg.micro_batch) for m in range(accum)]
         by_source = torch.zeros(2, len(run.loader.source_names))  # [loss sum, scored tokens] per source
 
         def loss_sum(b, stats=by_source):
-            logits = model(b.input_ids, b.position_ids, b.doc_ids)
+            logits = engine.forward(b)
             with torch.no_grad():
                 tok = torch.nn.functional.cross_entropy(
                     logits.transpose(1, 2), b.targets, ignore_index=-100, reduction="none"
                 )
                 stats[0].index_add_(0, b.source_index, tok.sum(1))
                 stats[1].index_add_(0, b.source_index, (b.targets != -100).sum(1).float())
-            return token_loss_sum(logits, b.targets, opt.z_loss)
+            return token_loss_sum(logits, b.targets, cfg.optimizer.z_loss)
 
         model.train()
-        syncs = [accelerator.no_sync(model) if m < accum - 1 else contextlib.nullcontext() for m in range(accum)]
+        if cfg.loss_normalization == "global_tokens":  # one token mean over the whole step (all ranks)
+            total_scored = int(engine.dp_sum(torch.tensor([float(sum(b.scored_tokens for b in batches))])).item())
+            weight = None
+        else:  # micro_batch_mean: each micro-batch's own token mean, averaged over micro-batches and ranks
+            total_scored, weight = accum, [b.scored_tokens for b in batches]
         local_loss = accumulate(
-            batches, loss_sum, lambda b: b.scored_tokens, total_scored, world, accelerator.backward, syncs
+            batches,
+            loss_sum if weight is None else (lambda b, f=loss_sum: f(b) / max(b.scored_tokens, 1)),
+            lambda b: b.scored_tokens,
+            total_scored,
+            dp_size,
+            engine.backward,
+            engine.sync_contexts(accum),
         )
-        loss = float(accelerator.reduce(torch.tensor([local_loss]), reduction="sum").item())
-        by_source = accelerator.reduce(by_source, reduction="sum")
-        grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), opt.grad_clip or math.inf))
+        loss = float(engine.dp_sum(torch.tensor([local_loss])).item())
+        if weight is not None:
+            loss /= dp_size
+        by_source = engine.dp_sum(by_source)
+        grad_norm = engine.clip_gradients(cfg.optimizer.grad_clip)
 
         if detector is not None and (detector.is_spike(loss) or not math.isfinite(grad_norm)):
             spikes.append(
@@ -125,17 +111,18 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
                 optimizer.zero_grad(set_to_none=True)  # this batch makes no update
                 state["skipped"].append(data)
                 if spike.action == "rollback":
-                    rollback(run, model, optimizer, state, spike.max_retries)
+                    state.update(engine.rollback(run.scratch_dir, state, spike.rollback_steps, spike.max_retries))
                 continue
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        engine.step()
         if detector is not None:
             detector.accept(loss)
             state["losses"] = list(detector.losses)
         state["step"] += 1
         state["tokens"] += tokens_per_step
-        if rank == 0 and (state["step"] % log_every == 0 or state["step"] == phase.span.end_step):
-            seconds = time.time() - t0
+        done = state["step"] == span.end_step
+        record = None
+        if state["step"] % mon.log_every_steps == 0 or done:
+            seconds = time.time() - t0 - paused
             tokens_per_s = (state["step"] - first) * tokens_per_step / max(seconds, 1e-9)
             record = {
                 "step": state["step"],
@@ -144,66 +131,47 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
                 "lr": lr,
                 "grad_norm": grad_norm,
                 "tokens_per_s": tokens_per_s,
-                "mfu": tokens_per_s * phase.flops_per_token / (plan.peak_flops() * world),
+                "mfu": tokens_per_s
+                * cfg.estimates.flops_per_token
+                / (cfg.estimates.peak_flops_per_device * engine.world),
                 "loss_by_source": {
                     s: float(by_source[0, j] / by_source[1, j])
                     for j, s in enumerate(run.loader.source_names)
                     if by_source[1, j] > 0
                 },
             }
+        if mon.eval_every_steps and (state["step"] % mon.eval_every_steps == 0 or done):
+            started = time.time()
+            record = (record or {"step": state["step"], "tokens": state["tokens"]}) | {
+                "heldout_loss_by_source": engine.heldout_losses(run.heldout_dirs, run.loader.eos_id, mon.eval_tokens)
+            }
+            paused += time.time() - started
+        if record is not None and engine.rank == 0:
             metrics.parent.mkdir(parents=True, exist_ok=True)
             with metrics.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-            eta = (phase.span.end_step - state["step"]) * tokens_per_step / max(tokens_per_s, 1e-9)
-            print(
-                f"[{phase.name}] step {state['step']}/{phase.span.end_step} loss {loss:.4f} lr {lr:.2e} "
-                f"{tokens_per_s:,.0f} tok/s ETA {eta:,.0f} s",
-                flush=True,
-            )
-        if every and state["step"] % every == 0 and state["step"] < phase.span.end_step:
-            save_state(
-                run.scratch_dir / f"step-{state['step']}.pt", model, optimizer, state, accelerator, spec.checkpoint.keep
-            )
-        if run.stop_after_steps is not None and state["step"] - first >= run.stop_after_steps:
-            save_state(run.scratch_dir / f"step-{state['step']}.pt", model, optimizer, state, accelerator)
+            if "loss" in record:
+                eta = (span.end_step - state["step"]) * tokens_per_step / max(record["tokens_per_s"], 1e-9)
+                print(
+                    f"[{cfg.phase_name}] step {state['step']}/{span.end_step} loss {loss:.4f} lr {lr:.2e} "
+                    f"{record['tokens_per_s']:,.0f} tok/s ETA {eta:,.0f} s",
+                    flush=True,
+                )
+        every = cfg.checkpoint.every_steps
+        stop = run.stop_after_steps is not None and state["step"] - first >= run.stop_after_steps
+        if (every and state["step"] % every == 0 and not done) or stop:
+            started = time.time()
+            engine.save_resumable(run.scratch_dir, state)
+            paused += time.time() - started
+        if stop:
             return state  # tests: stop here, with the state saved like a regular checkpoint
-    save_state(run.out_dir / "final.pt", model, optimizer, state, accelerator)
-    if rank == 0:
+    seconds = time.time() - t0 - paused
+    engine.save_final(run.out_dir / "final.pt", state)
+    measured = engine.measurements(seconds, state["tokens"] - first_tokens, cfg)
+    if engine.rank == 0:
         (run.out_dir / "metrics.jsonl").write_text(metrics.read_text() if metrics.exists() else "")
         (run.out_dir / "spikes.json").write_text(
             json.dumps({"spikes": spikes, "skipped_data_steps": state["skipped"]}, indent=2)
         )
+        (run.out_dir / "run.json").write_text(json.dumps(measured, indent=2, sort_keys=True) + "\n")
     return state
-
-
-def save_state(path: Path, model, optimizer, state: dict, accelerator, keep: int = 0) -> None:
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        payload = {
-            "model": accelerator.unwrap_model(model).state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "state": dict(state),
-            "rng": ckpt.rng_state(),
-            "scaler": accelerator.scaler.state_dict() if accelerator.scaler is not None else {},
-        }
-        ckpt.save(path, payload)
-        if keep:
-            ckpt.prune(path.parent, keep)
-    accelerator.wait_for_everyone()
-
-
-def rollback(run: PhaseRun, model, optimizer, state: dict, max_retries: int) -> None:
-    """Back to the last checkpoint, keeping the offending data steps skipped from now on."""
-    path = ckpt.latest(run.scratch_dir)
-    state["rollbacks"] += 1
-    if state["rollbacks"] > max_retries:
-        raise RuntimeError(f"loss spikes persisted after {max_retries} rollbacks (monitor.spike.max_retries)")
-    if path is None:
-        return  # nothing saved yet in this phase: the skip alone applies
-    saved = ckpt.load(path)
-    model_to_load = model.module if hasattr(model, "module") else model
-    model_to_load.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
-    skipped, rollbacks = state["skipped"], state["rollbacks"]
-    state.update(saved["state"])
-    state["skipped"], state["rollbacks"] = sorted(set(skipped)), rollbacks

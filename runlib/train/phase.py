@@ -1,8 +1,10 @@
-"""The train_phase stage: launch one process per device with `accelerate launch`, then commit.
+"""The train_phase stage: launch the phase's processes (`accelerate launch`, one per device, under `srun`
+on several nodes), then commit.
 
-Checkpoints inside a phase go to a scratch directory keyed like the artifact, so a killed job
-resumes where its last checkpoint left off; the artifact (final.pt, metrics.jsonl, spikes.json)
-appears only when the phase is complete.
+The stage receives its TrainPhaseConfig and its inputs' artifact directories, never the spec: the workers
+read the config from a JSON file beside the phase's checkpoints. Checkpoints inside a phase go to a
+scratch directory keyed like the artifact, so a killed job resumes where its last checkpoint left off;
+the artifact (final.pt, metrics.jsonl, spikes.json, run.json) appears only when the phase is complete.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from runlib.errors import UserError
+from runlib.train.config import TrainPhaseConfig
+from runlib.train.launch import launch_commands, run_launches
 from runlib.workflow.settings import work_dir
 
 
@@ -22,84 +26,86 @@ def scratch_dir(key: str) -> Path:
     return work_dir() / "scratch" / "train_phase" / key
 
 
-def process_count(spec) -> int:
-    """Processes to launch: RUNLIB_PROCESSES (machine-local), else the spec's devices on one node."""
+def processes_per_node(config: TrainPhaseConfig) -> int:
+    """RUNLIB_PROCESSES (machine-local, one node only), else the spec's devices per node."""
     override = os.environ.get("RUNLIB_PROCESSES")
-    return int(override) if override else spec.hardware.nodes * spec.hardware.devices_per_node
+    if not override:
+        return config.parallel.processes_per_node
+    if not override.isdigit() or int(override) < 1:
+        raise UserError(f"RUNLIB_PROCESSES={override!r}: give a whole number of processes >= 1, or unset it")
+    return int(override)
 
 
-def launch_command(
-    spec,
-    spec_path: str,
-    key: str,
-    out_dir: Path,
-    processes: int,
-    stop_after: int | None = None,
-    scratch: Path | None = None,
+def worker_argv(
+    config_file: Path, inputs: dict[str, Path], out_dir: Path, scratch: Path, stop_after: int | None = None
 ) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_machines",
-        "1",
-        "--num_processes",
-        str(processes),
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-    ]
-    if processes > 1:
-        cmd.append("--multi_gpu")  # with ACCELERATE_USE_CPU this is gloo DDP across CPU processes
-    cmd += [
-        "-m",
-        "runlib.train.worker",
-        "--spec",
-        spec_path,
-        "--key",
-        key,
-        "--out",
-        str(out_dir),
-        "--scratch",
-        str(scratch or scratch_dir(key)),
-    ]
+    argv = ["-m", "runlib.train.worker", "--config", str(config_file), "--out", str(out_dir), "--scratch", str(scratch)]
+    for role, directory in sorted(inputs.items()):
+        argv += ["--input", f"{role}={directory}"]
     if stop_after is not None:
-        cmd += ["--stop-after", str(stop_after)]
-    return cmd
+        argv += ["--stop-after", str(stop_after)]
+    return argv
 
 
-def launch_env(spec, processes: int) -> dict[str, str]:
-    env = dict(os.environ)
-    if spec.hardware.accelerator == "cpu":
-        env["ACCELERATE_USE_CPU"] = "true"  # without it, --multi_gpu on CPU silently runs world-1 processes
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
-    env["HF_HOME"] = str(work_dir() / "hf")  # no stray ~/.cache/huggingface/accelerate/default_config.yaml
-    return env
-
-
-def train_phase(spec, spec_path: str, node, out_dir: Path) -> dict[str, Any]:
-    processes = process_count(spec)
-    proc = subprocess.run(
-        launch_command(spec, spec_path, node.key, out_dir, processes), env=launch_env(spec, processes)
+def launch_phase(
+    config: TrainPhaseConfig,
+    inputs: dict[str, Path],
+    out_dir: Path,
+    scratch: Path,
+    stop_after: int | None = None,
+    processes: int | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Write the config beside the checkpoints and run the phase's launches; returns the exit status."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    config_file = scratch / "config.json"
+    config_file.write_text(config.model_dump_json(indent=2) + "\n")
+    parallel = config.parallel
+    per_node = processes or processes_per_node(config)
+    if per_node != parallel.processes_per_node:
+        parallel = parallel.model_copy(update={"processes_per_node": per_node})
+    base_env = dict(os.environ if env is None else env)
+    base_env["HF_HOME"] = str(work_dir().resolve() / "hf")  # no stray ~/.cache/huggingface/accelerate config
+    launches = launch_commands(
+        parallel, config.accelerator, worker_argv(config_file, inputs, out_dir, scratch, stop_after), base_env
     )
-    if proc.returncode != 0:
+    return run_launches(launches)
+
+
+def train_phase(config: TrainPhaseConfig, inputs: dict[str, Path], out_dir: Path, key: str) -> dict[str, Any]:
+    scratch = scratch_dir(key)
+    status = launch_phase(config, inputs, out_dir, scratch)
+    if status != 0:
         raise RuntimeError(
-            f"{node.instance}: training processes failed (exit {proc.returncode}); "
-            f"checkpoints kept in {scratch_dir(node.key)} for the next attempt"
+            f"train_phase {config.phase_name}: training processes failed (exit {status}); "
+            f"checkpoints kept in {scratch} for the next attempt"
         )
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     spikes = json.loads((out_dir / "spikes.json").read_text())
-    last = records[-1] if records else {}
-    shutil.rmtree(scratch_dir(node.key), ignore_errors=True)
+    measured = json.loads((out_dir / "run.json").read_text())
+    last = next((r for r in reversed(records) if "loss" in r), {})
+    shutil.rmtree(scratch, ignore_errors=True)
+    print(f"train_phase {config.phase_name}: {measured['tokens_per_s']:,.0f} tokens/s", file=sys.stderr)
     return {
         "counts": {
             "steps": last.get("step", 0),
             "tokens": last.get("tokens", 0),
             "final_loss": last.get("loss"),
-            "tokens_per_s": last.get("tokens_per_s"),
+            "tokens_per_s": measured["tokens_per_s"],
+            "mfu": measured["mfu"],
             "spikes": len(spikes["spikes"]),
-            "processes": processes,
+            "processes": measured["world"],
         },
         "loss_by_source": last.get("loss_by_source", {}),
+        "mesh": measured["mesh"],
+        "memory": {
+            "estimate_bytes_per_device": config.estimates.memory_bytes_per_device,
+            "measured_peak_bytes_per_rank": measured["peak_memory_bytes"],
+            "measured_kind": measured["memory_kind"],
+            "estimate_over_measured": (
+                config.estimates.memory_bytes_per_device / max(measured["peak_memory_bytes"])
+                if measured["peak_memory_bytes"]
+                else None
+            ),
+        },
     }

@@ -1,6 +1,8 @@
-"""One training process: `accelerate launch -m runlib.train.worker --spec S --key K --out D --scratch C`.
+"""One training process: `accelerate launch -m runlib.train.worker --config C --input ROLE=DIR ... --out D --scratch S`.
 
-runlib.train.phase starts it (one process per device); it builds the phase's loader and runs the loop.
+runlib.train.phase starts it (one process per device, on every node); it reads its TrainPhaseConfig (the
+stage's key covers exactly that file) and its inputs' artifact directories, builds the phase's loader and
+runs the loop. It never reads the spec.
 """
 
 from __future__ import annotations
@@ -10,15 +12,12 @@ import json
 import os
 from pathlib import Path
 
-MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
 
-
-def scaler_kwargs(spec) -> list:
+def scaler_kwargs(precision) -> list:
     """fp16 loss scaling as the spec says: dynamic from loss_scale (default 2^16), or static (the
     scale never grows; torch's GradScaler still halves it on an overflow, then skips that step)."""
     from accelerate.utils import GradScalerKwargs
 
-    precision = spec.precision
     if precision.compute != "fp16" or precision.loss_scaling == "none":
         return []
     init = precision.loss_scale or 2.0**16
@@ -27,10 +26,29 @@ def scaler_kwargs(spec) -> list:
     return [GradScalerKwargs(init_scale=init)]
 
 
+def parse_inputs(pairs: list[str]) -> dict[str, Path]:
+    inputs = {}
+    for pair in pairs:
+        role, _, directory = pair.partition("=")
+        inputs[role] = Path(directory)
+    return inputs
+
+
+def special_token_ids(tokenizer_dir: Path) -> dict[str, int]:
+    from runlib.workflow.manifest import read_manifest
+
+    details = read_manifest(tokenizer_dir).details
+    special = details["special_ids"]
+    return {
+        "eos": details["eos_id"],
+        **{k: special[f"<|{k}|>"] for k in ("fim_prefix", "fim_middle", "fim_suffix") if f"<|{k}|>" in special},
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--key", required=True)
+    parser.add_argument("--config", required=True, type=Path)
+    parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--scratch", required=True, type=Path)
     parser.add_argument("--stop-after", type=int, default=None)
@@ -40,27 +58,17 @@ def main(argv: list[str] | None = None) -> None:
     from accelerate import Accelerator
 
     from runlib.data.loader import PhaseLoader
-    from runlib.plan import derive
-    from runlib.spec import load_spec
+    from runlib.train.config import TrainPhaseConfig
     from runlib.train.loop import PhaseRun, train_phase_loop
-    from runlib.workflow.graph import build_graph
 
-    spec = load_spec(args.spec).spec
-    plan = derive(spec)
-    graph = build_graph(spec)
-    node = graph.by_key("train_phase", args.key)
-    inputs = graph.input_nodes(node)
-    token_dirs = {role.removeprefix("tokens:"): n.dir for role, n in inputs.items() if role.startswith("tokens:")}
-    tokenizer = json.loads((inputs["tokenizer"].dir / "manifest.json").read_text())["details"]
-    special = tokenizer["special_ids"]
-    special_ids = {
-        "eos": tokenizer["eos_id"],
-        **{k: special[f"<|{k}|>"] for k in ("fim_prefix", "fim_middle", "fim_suffix") if f"<|{k}|>" in special},
-    }
-    on_cpu = spec.hardware.accelerator == "cpu" or not torch.cuda.is_available()
-    accelerator = Accelerator(
-        cpu=on_cpu, mixed_precision=MIXED_PRECISION[spec.precision.compute], kwargs_handlers=scaler_kwargs(spec)
-    )
+    config = TrainPhaseConfig.model_validate_json(args.config.read_text())
+    inputs = parse_inputs(args.input)
+    token_dirs = {role.removeprefix("tokens:"): d for role, d in inputs.items() if role.startswith("tokens:")}
+    on_cpu = config.accelerator == "cpu" or not torch.cuda.is_available()
+    # Accelerate's part in precision is the fp16 GradScaler; runlib.model.parallelize casts (FSDP2's
+    # MixedPrecisionPolicy, or autocast where no FSDP2 policy applies)
+    mixed = "fp16" if config.precision.compute == "fp16" else "no"
+    accelerator = Accelerator(cpu=on_cpu, mixed_precision=mixed, kwargs_handlers=scaler_kwargs(config.precision))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // accelerator.num_processes))
     # the tests read this line: the wrong launch flags silently give independent world-1 processes
     print(
@@ -68,14 +76,20 @@ def main(argv: list[str] | None = None) -> None:
         f"{accelerator.distributed_type.value}, {torch.get_num_threads()} threads",
         flush=True,
     )
-    i = node.params["phase"]
-    loader = PhaseLoader(spec, plan, i, token_dirs, special_ids)
+    loader = PhaseLoader(config.loader, token_dirs, special_token_ids(inputs["tokenizer"]))
     previous = inputs.get("previous")
     run = PhaseRun(
-        spec, plan, i, loader, args.out, args.scratch, previous.dir / "final.pt" if previous else None, args.stop_after
+        config=config,
+        loader=loader,
+        out_dir=args.out,
+        scratch_dir=args.scratch,
+        init_checkpoint=previous / "final.pt" if previous else None,
+        heldout_dirs=token_dirs,
+        stop_after_steps=args.stop_after,
     )
     train_phase_loop(run, accelerator)
     accelerator.end_training()
+    print(json.dumps({"rank": accelerator.process_index, "done": True}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Content-addressed artifacts: `artifacts/<stage>/<key>/` with a manifest.json, written atomically.
 
-A stage builds into a temporary sibling directory; the manifest is written last and the directory
-renamed into place, so a killed job never leaves a directory that looks finished (one with a
-manifest). The manifest's content hash covers the output files only (not timings), so a rebuild
-of an unchanged key can be compared byte for byte.
+A stage builds into a temporary sibling directory; the manifest (runlib.workflow.manifest.Manifest)
+is written last and the directory renamed into place, so a killed job never leaves a directory that
+looks finished (one with a manifest). The manifest's content hash covers the output files only (not
+timings), so a rebuild of an unchanged key can be compared byte for byte.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 from runlib import __version__
 from runlib.workflow.graph import StageNode
+from runlib.workflow.manifest import MANIFEST, Manifest, find_manifest, read_manifest, write_manifest
 
-MANIFEST = "manifest.json"
+__all__ = ["MANIFEST", "Manifest", "build_artifact", "find_manifest", "is_built", "read_manifest"]
 TRACKED_LIBRARIES = (
     "pydantic",
     "tokenizers",
@@ -68,18 +69,11 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def read_manifest(directory: Path) -> dict[str, Any] | None:
-    path = directory / MANIFEST
-    if not path.exists():
-        return None
-    return json.loads(path.read_text())
-
-
 def is_built(node: StageNode) -> bool:
     return node.manifest_path.exists()
 
 
-def build_artifact(node: StageNode, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+def build_artifact(node: StageNode, build: Callable[[Path], dict[str, Any]]) -> Manifest:
     """Run `build(tmp_dir)` and commit its files as node's artifact; returns the manifest.
 
     `build` writes its files into tmp_dir and returns what the manifest should record about them
@@ -91,25 +85,27 @@ def build_artifact(node: StageNode, build: Callable[[Path], dict[str, Any]]) -> 
     tmp.mkdir()
     started = time.time()
     try:
-        result = build(tmp)
+        result = json.loads(json.dumps(build(tmp), default=str))  # as the manifest file will hold it
         outputs = output_hashes(tmp)
-        manifest = {
-            "stage": node.stage,
-            "instance": node.instance,
-            "key": node.key,
-            "projection": node.projection,
-            "inputs": node.inputs,
-            "counts": result.get("counts", {}),
-            "details": {k: v for k, v in result.items() if k != "counts"},
-            "timings": {"started_at": started, "wall_seconds": round(time.time() - started, 3)},
-            "libraries": library_versions(),
-            "outputs": outputs,
-            "content_hash": content_hash(outputs),
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+        manifest = Manifest.model_validate(
+            {
+                "stage": node.stage,
+                "instance": node.instance,
+                "key": node.key,
+                "config": node.config.model_dump(mode="json"),
+                "inputs": node.inputs,
+                "counts": result.get("counts", {}),
+                "details": {k: v for k, v in result.items() if k != "counts"},
+                "timings": {"started_at": started, "wall_seconds": round(time.time() - started, 3)},
+                "libraries": library_versions(),
+                "outputs": outputs,
+                "content_hash": content_hash(outputs),
+            }
+        )
+        write_manifest(tmp, manifest)
         if (final / MANIFEST).exists():  # built meanwhile by another process: keep that one
             shutil.rmtree(tmp)
-            return read_manifest(final) or manifest
+            return read_manifest(final)
         if final.exists():
             shutil.rmtree(final)  # an empty directory Snakemake made for the output, or leftovers
         os.replace(tmp, final)

@@ -1,25 +1,29 @@
 """Stage keys: a hash of exactly what a stage reads.
 
-key = sha256(canonical JSON of {stage, code version, the spec projection the stage reads, the keys
-of its inputs})[:16]. The projection never holds the run's name, anything machine-local, or spec
-fields the stage does not read, so renaming a run or editing its schedule keeps the curated data,
-and two specs with the same curation settings share it.
+key = sha256(canonical JSON of {stage, code version, the stage's config, the keys of its inputs})[:16].
+The config (runlib.stageconfig.StageConfig, built by runlib.workflow.configs) is all the stage code
+receives besides its inputs' artifacts, so the key covers what the stage reads by construction. A
+config never holds the run's name or anything machine-local, so renaming a run or editing its
+schedule keeps the curated data, and two specs with the same curation settings share it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runlib.stageconfig import StageConfig
 
 # Bump a stage's version when its code changes what it writes.
 STAGE_VERSIONS: dict[str, int] = {
-    "curate_shard": 1,
-    "curate_source": 1,
-    "train_tokenizer": 1,
-    "tokenize": 1,
-    "train_phase": 1,
-    "eval_phase": 1,
+    "curate_shard": 2,
+    "curate_source": 2,
+    "train_tokenizer": 2,
+    "tokenize": 2,
+    "train_phase": 2,
+    "eval_phase": 2,
 }
 
 
@@ -27,9 +31,18 @@ def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def stage_key(stage: str, projection: dict[str, Any], input_keys: dict[str, str]) -> str:
-    payload = {"stage": stage, "version": STAGE_VERSIONS[stage], "projection": projection, "inputs": input_keys}
-    return hashlib.sha256(canonical(payload).encode()).hexdigest()[:16]
+def key_payload(stage: str, config: StageConfig, input_keys: dict[str, str]) -> dict[str, Any]:
+    """What a key hashes: the stage, its code version, its config as JSON, its inputs' keys by role."""
+    return {
+        "stage": stage,
+        "version": STAGE_VERSIONS[stage],
+        "config": config.model_dump(mode="json"),
+        "inputs": dict(input_keys),
+    }
+
+
+def stage_key(stage: str, config: StageConfig, input_keys: dict[str, str]) -> str:
+    return hashlib.sha256(canonical(key_payload(stage, config, input_keys)).encode()).hexdigest()[:16]
 
 
 def spec_key(spec: Any) -> str:

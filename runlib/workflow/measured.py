@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from runlib.errors import UserError
 from runlib.spec.models import RunSpec
 
@@ -11,6 +9,7 @@ from runlib.spec.models import RunSpec
 def measured_tokens(spec: RunSpec) -> dict[str, int]:
     """Training tokens per source from built tokenize artifacts; sources not yet tokenized are absent."""
     from runlib.workflow.graph import build_graph
+    from runlib.workflow.manifest import find_manifest
     from runlib.workflow.settings import artifacts_dir
 
     if not (artifacts_dir() / "tokenize").is_dir():
@@ -21,9 +20,9 @@ def measured_tokens(spec: RunSpec) -> dict[str, int]:
         return {}  # inputs not on this machine: nothing measured here
     out = {}
     for node in graph.of("tokenize"):
-        path = node.manifest_path
-        if path.exists():
-            counts = json.loads(path.read_text()).get("counts", {})
+        manifest = find_manifest(node.dir)
+        if manifest is not None:
+            counts = manifest.counts
             if "tokens_train" in counts:
                 out[node.params["source"]] = int(counts["tokens_train"])
     return out

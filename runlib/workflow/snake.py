@@ -18,6 +18,7 @@ from pathlib import Path
 
 from runlib.errors import SpecError, UserError
 from runlib.workflow.graph import StageGraph, build_graph
+from runlib.workflow.manifest import MANIFEST
 from runlib.workflow.settings import artifacts_dir, done_stamp, work_dir
 
 KEY_PATTERN = "[0-9a-f]{16}"
@@ -48,6 +49,16 @@ class Workflow:
                 f"{spec_path}: the audit found {result.count('error')} error(s) (listed above); "
                 "no job was started. Fix the spec, or silence a finding in audit.ignore with a reason."
             )
+        # RUN findings (runlib.audit.enact): values the trainer cannot enact; audit.ignore does not lift them
+        refused = [f for f in result.findings + [i.finding for i in result.ignored] if f.code.startswith("RUN")]
+        if refused:
+            for f in refused:
+                where = f"{result.file}:{f.line}: " if f.line else f"{result.file}: "
+                print(f"{where}{f.code} {f.path}: {f.message}\n    fix: {f.fix}", file=sys.stderr)
+            raise GateRefused(
+                f"{spec_path}: {len(refused)} value(s) the trainer cannot enact (listed above); no job was started. "
+                "Change them as each fix says."
+            )
         self.spec = loaded.spec
         try:
             self.graph: StageGraph = build_graph(self.spec)
@@ -61,7 +72,7 @@ class Workflow:
 
     # paths by stage and key (a key may be a wildcard like "{key}")
     def manifest(self, stage: str, key: str = "{key}") -> str:
-        return str(artifacts_dir() / stage / key / "manifest.json")
+        return str(artifacts_dir() / stage / key / MANIFEST)
 
     def done(self, stage: str, key: str = "{key}") -> str:
         return str(done_stamp(stage, key))
@@ -94,24 +105,37 @@ class Workflow:
         )
 
     def train_processes(self) -> int:
-        from runlib.train.phase import process_count
+        """Processes a training job starts on its node (the most of any phase; RUNLIB_PROCESSES overrides)."""
+        from runlib.train.phase import processes_per_node
 
-        return process_count(self.spec)
+        return max((processes_per_node(n.config) for n in self.graph.of("train_phase")), default=1)
 
     def train_resources(self) -> dict:
-        """Slurm resources of a training job: one node, its accelerators, a core per process.
-        (accelerate launch starts the processes itself, so the job is one task.)"""
-        hw = self.spec.hardware
-        resources = {
-            "mem_mb": 8000,
-            "runtime": 24 * 60,
-            "nodes": 1,
-            "tasks": 1,
-            "cpus_per_task": self.train_processes(),
-        }
-        if hw.accelerator != "cpu":
-            resources["gpu"] = hw.devices_per_node
-        return resources
+        """Slurm resources of each train_phase job, from the plan of its phase (one rule serves every
+        phase, so each value is a function of the job's wildcards): nodes, a task per node (one
+        `accelerate launch` each), a core per process, host memory and a time limit from the plan's
+        estimates with a margin (runlib.train.launch.slurm_resources says how)."""
+        from runlib.plan import derive
+        from runlib.train.launch import phase_job_resources
+        from runlib.train.phase import processes_per_node
+
+        plan = derive(self.spec)
+        cache: dict[str, dict] = {}
+
+        def of(key: str) -> dict:
+            if key not in cache:
+                config = self.graph.by_key("train_phase", key).config
+                cache[key] = phase_job_resources(
+                    config.parallel, config.accelerator, processes_per_node(config), plan.phases[config.phase_index]
+                )
+            return cache[key]
+
+        def value(name: str):
+            return lambda wildcards: of(wildcards.key)[name]
+
+        phases = self.graph.of("train_phase")
+        names = of(phases[0].key).keys() if phases else ()
+        return {name: value(name) for name in names}
 
     def report(self) -> dict[str, str]:
         """The run report: a view for people, rebuilt whenever a stage it shows changes key."""

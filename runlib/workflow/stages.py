@@ -1,5 +1,6 @@
 """Run one stage instance: find it in the spec's graph by key, check its inputs are built, build its
-artifact atomically, record it in MLflow. One function per stage adapts the graph to the stage code."""
+artifact atomically, record it in MLflow. One function per stage adapts the graph to the stage code,
+which receives the node's config and its inputs' artifact directories, never the spec."""
 
 from __future__ import annotations
 
@@ -8,56 +9,58 @@ from pathlib import Path
 from typing import Any
 
 from runlib.errors import UserError
-from runlib.spec import LoadedSpec, load_spec
-from runlib.workflow.artifacts import build_artifact, is_built, read_manifest
-from runlib.workflow.graph import StageGraph, StageNode, build_graph, shard_plan
+from runlib.spec import load_spec
+from runlib.workflow.artifacts import build_artifact, is_built
+from runlib.workflow.graph import StageGraph, StageNode, build_graph
+from runlib.workflow.manifest import Manifest, read_manifest
 from runlib.workflow.settings import done_stamp
 
 
-def _curate_shard(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+def input_dirs(graph: StageGraph, node: StageNode) -> dict[str, Path]:
+    """Input role -> the input artifact's directory."""
+    return {role: n.dir for role, n in graph.input_nodes(node).items()}
+
+
+def _curate_shard(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.curate.stage import curate_shard
 
-    name, shard = node.params["source"], node.params["shard"]
-    files = shard_plan(name, loaded.spec.data.sources[name])[shard]
-    return curate_shard(loaded.spec, name, shard, node.projection["shards"], files, out)
+    return curate_shard(node.config, out, source_name=node.params["source"])
 
 
-def _curate_source(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+def _curate_source(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.curate.stage import curate_source
 
-    shards = graph.input_nodes(node)
-    dirs = [shards[f"shard{i}"].dir for i in range(len(shards))]
-    return curate_source(loaded.spec, node.params["source"], dirs, out)
+    dirs = input_dirs(graph, node)
+    shard_dirs = [dirs[f"shard{i}"] for i in range(len(dirs))]
+    return curate_source(node.config, shard_dirs, out, source_name=node.params["source"])
 
 
-def _train_tokenizer(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+def _train_tokenizer(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.tokenizer.train import train_tokenizer
 
-    curated = {role.removeprefix("source:"): n.dir for role, n in graph.input_nodes(node).items()}
-    return train_tokenizer(loaded.spec, curated, out)
+    curated = {role.removeprefix("source:"): d for role, d in input_dirs(graph, node).items()}
+    return train_tokenizer(node.config, curated, out)
 
 
-def _tokenize(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+def _tokenize(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.data.tokenize import tokenize_source
 
-    inputs = graph.input_nodes(node)
-    return tokenize_source(loaded.spec, inputs["curated"].dir, inputs["tokenizer"].dir, out)
+    dirs = input_dirs(graph, node)
+    return tokenize_source(node.config, dirs["curated"], dirs["tokenizer"], out)
 
 
-def _train_phase(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+def _train_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.train.phase import train_phase
 
-    return train_phase(loaded.spec, loaded.source_map.file, node, out)
+    return train_phase(node.config, input_dirs(graph, node), out, key=node.key)
 
 
-def _eval_phase(loaded: LoadedSpec, graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+def _eval_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.eval.stage import evaluate_phase
 
-    inputs = graph.input_nodes(node)
-    token_dirs = {role.removeprefix("tokens:"): n.dir for role, n in inputs.items() if role.startswith("tokens:")}
-    return evaluate_phase(
-        loaded.spec, node.params["phase"], inputs["model"].dir, inputs["tokenizer"].dir, token_dirs, out
-    )
+    dirs = input_dirs(graph, node)
+    token_dirs = {role.removeprefix("tokens:"): d for role, d in dirs.items() if role.startswith("tokens:")}
+    return evaluate_phase(node.config, dirs["model"], dirs["tokenizer"], token_dirs, out)
 
 
 BUILDERS = {
@@ -75,7 +78,7 @@ TRACKED_FILES = {
 }
 
 
-def run_stage(stage: str, spec_path: str, key: str, track: bool = True) -> dict[str, Any]:
+def run_stage(stage: str, spec_path: str, key: str, track: bool = True) -> Manifest:
     loaded = load_spec(spec_path)
     graph = build_graph(loaded.spec)
     node = graph.by_key(stage, key)
@@ -89,11 +92,11 @@ def run_stage(stage: str, spec_path: str, key: str, track: bool = True) -> dict[
         print(f"{node.instance}: already built at {node.dir}", file=sys.stderr)
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.touch()
-        return read_manifest(node.dir) or {}
-    manifest = build_artifact(node, lambda tmp: BUILDERS[stage](loaded, graph, node, tmp))
+        return read_manifest(node.dir)
+    manifest = build_artifact(node, lambda tmp: BUILDERS[stage](graph, node, tmp))
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(manifest["content_hash"] + "\n")
-    print(f"{node.instance}: built {node.dir} in {manifest['timings']['wall_seconds']} s", file=sys.stderr)
+    stamp.write_text(manifest.content_hash + "\n")
+    print(f"{node.instance}: built {node.dir} in {manifest.timings.wall_seconds} s", file=sys.stderr)
     if track:
         from runlib.track.mlflow_track import log_stage
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from runlib.audit.cases import case_data
+from runlib.curate.config import CurateShardConfig
 from runlib.curate.stage import curate_shard, curate_source
 from runlib.spec import validate_data
 from runlib.spec.models import RunSpec
@@ -39,11 +40,25 @@ def read_lines(path):
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
 
 
+def shard_config(spec: RunSpec, name: str, shard: int = 0, shards: int = 1, files=()) -> CurateShardConfig:
+    """The curate_shard config of one shard of source `name` with the given files (the workflow's
+    runlib.workflow.configs.curate_shard_configs makes the same from the files the glob matches)."""
+    source = spec.data.sources[name]
+    return CurateShardConfig(input=source.input, curate=source.curate, shard=shard, shards=shards, files=list(files))
+
+
+def source_config(spec: RunSpec, name: str):
+    """The curate_source config of source `name`, as the workflow builds it."""
+    from runlib.workflow.configs import curate_source_configs
+
+    return curate_source_configs(spec)[name]
+
+
 def run_source(spec, name, shard_files, out="out"):
     """curate_shard for each file list, then curate_source; returns (shard results, source result)."""
     dirs, results = [], []
     for i, files in enumerate(shard_files):
         d = Path(out) / f"shard{i}"
-        results.append(curate_shard(spec, name, i, len(shard_files), files, d))
+        results.append(curate_shard(shard_config(spec, name, i, len(shard_files), files), d, name))
         dirs.append(d)
-    return results, curate_source(spec, name, dirs, Path(out) / "source")
+    return results, curate_source(source_config(spec, name), dirs, Path(out) / "source", name)

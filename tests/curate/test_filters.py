@@ -8,7 +8,16 @@ from runlib.curate.counts import validate_counts
 from runlib.curate.filters import c4_filter, count_sentences, fineweb_quality_reason, identify_language
 from runlib.curate.minhash import duplicates, shingle_hashes, signatures, simplify_text
 from runlib.curate.stage import curate_shard, curate_source
-from tests.curate import PROSE, jsonl_source, make_spec, read_lines, run_source, write_jsonl
+from tests.curate import (
+    PROSE,
+    jsonl_source,
+    make_spec,
+    read_lines,
+    run_source,
+    shard_config,
+    source_config,
+    write_jsonl,
+)
 
 GERMAN = (
     "Die Geschichte des Flusstals ist eine Geschichte des langsamen Wandels. Bauern kamen an die Ufer und bauten "
@@ -81,7 +90,7 @@ def test_c4_steps_in_the_table():
     noisy = C4_CLEAN + "\nHome | About | Contact"
     write_jsonl("data/a.jsonl", [noisy, "Just one sentence.", C4_CLEAN + "\nvar x = {a: 1}."])
     spec = make_spec({"web": jsonl_source(quality=["c4"])})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     steps = {s["step"]: s for s in result["steps"]}
     assert steps["c4_quality"]["kind"] == "filter" and steps["c4_quality"]["docs_out"] == 1
     assert steps["c4_quality"]["reasons"] == {"curly_bracket": 1, "too_few_sentences": 1}
@@ -113,11 +122,11 @@ def test_fineweb_step_in_the_table():
     menu = "\n".join(f"Menu item number {i} of the site navigation bar" for i in range(20))
     write_jsonl("data/a.jsonl", [PROSE, menu])
     spec = make_spec({"web": jsonl_source(quality=["fineweb", "gopher", "c4"])})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     names = [s["step"] for s in result["steps"]]
     assert names.index("gopher_quality") < names.index("c4_quality") < names.index("fineweb_quality")
     spec = make_spec({"web": jsonl_source(quality=["fineweb"])})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out2"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out2"), "web")
     step = next(s for s in result["steps"] if s["step"] == "fineweb_quality")
     assert step["kind"] == "filter" and step["reasons"] == {"line_punct_ratio": 1}
     assert [r["text"] for r in read_lines("out2/docs.jsonl")] == [PROSE]
@@ -131,13 +140,13 @@ def test_language_filter_keeps_english_drops_german():
     assert identify_language(PROSE)[0] == "en" and identify_language(GERMAN)[0] == "de"
     write_jsonl("data/a.jsonl", [PROSE, GERMAN])
     spec = make_spec({"web": jsonl_source(languages=["en"])})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     step = next(s for s in result["steps"] if s["step"] == "language")
     assert step["kind"] == "filter" and step["reasons"] == {"lang_de": 1} and step["min_probability"] == 0.65
     assert [r["text"] for r in read_lines("out/docs.jsonl")] == [PROSE]
     validate_counts(result["steps"])
     spec = make_spec({"web": jsonl_source(languages=["de", "en"])})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out2"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out2"), "web")
     assert len(read_lines("out2/docs.jsonl")) == 2
 
 
@@ -193,4 +202,4 @@ def test_minhash_dedup_across_shards():
     # the shards were built for another bands * rows: an error, not a silent mismatch
     other = make_spec({"web": jsonl_source(dedup={"minhash": {"bands": 10}})}, heldout_docs=5)
     with pytest.raises(ValueError, match="rebuild the shards"):
-        curate_source(other, "web", [Path("out/shard0"), Path("out/shard1")], Path("out/other"))
+        curate_source(source_config(other, "web"), [Path("out/shard0"), Path("out/shard1")], Path("out/other"), "web")

@@ -12,7 +12,15 @@ from runlib.curate.stage import (
     normalize_text,
 )
 from runlib.errors import UserError
-from tests.curate import PROSE, jsonl_source, make_spec, read_lines, run_source, write_jsonl
+from tests.curate import (
+    PROSE,
+    jsonl_source,
+    make_spec,
+    read_lines,
+    run_source,
+    shard_config,
+    write_jsonl,
+)
 
 # ------------------------------------------------------------------------------------------- shards
 
@@ -20,7 +28,7 @@ from tests.curate import PROSE, jsonl_source, make_spec, read_lines, run_source,
 def test_shard_writes_docs_with_ids_and_hashes():
     write_jsonl("data/a.jsonl", ["alpha", "beta"])
     spec = make_spec({"web": jsonl_source()})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     rows = read_lines("out/docs.jsonl")
     assert [r["id"] for r in rows] == ["a.jsonl:1", "a.jsonl:2"]
     assert [r["text"] for r in rows] == ["alpha", "beta"]
@@ -46,7 +54,7 @@ def test_normalization_nfkc_nfc_nul_newlines():
     assert normalize_text("a\ud800b", "NFC") == "a?b"  # a lone surrogate from a JSON escape
     write_jsonl("data/a.jsonl", ["\ufb01ne"])
     spec = make_spec({"web": jsonl_source(normalize="NFKC")})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     assert read_lines("out/docs.jsonl")[0]["text"] == "fine"
     norm = result["steps"][0]
     assert norm["step"] == "normalize" and norm["chars_in"] == 3 and norm["chars_out"] == 4  # NFKC may add chars
@@ -55,13 +63,13 @@ def test_normalization_nfkc_nfc_nul_newlines():
 def test_length_filter():
     write_jsonl("data/a.jsonl", ["x" * 5, "x" * 10, "x" * 20, "   \n ", ""])
     spec = make_spec({"web": jsonl_source(min_chars=10, max_chars=15)})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     assert [len(r["text"]) for r in read_lines("out/docs.jsonl")] == [10]
     length = result["steps"][1]
     assert length["reasons"] == {"too_long": 1, "too_short": 3}
     # with min_chars 0, empty and whitespace-only documents still go
     spec = make_spec({"web": jsonl_source()})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out2"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out2"), "web")
     assert result["steps"][1]["reasons"] == {"empty": 2}
 
 
@@ -154,15 +162,13 @@ def test_unknown_language_is_an_error():
     write_jsonl("data/a.jsonl", ["x"])
     spec = make_spec({"web": jsonl_source(languages=["en", "xx"])})
     with pytest.raises(UserError, match=r"data\.sources\.web\.curate\.languages: 'xx' not known"):
-        curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+        curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
 
 
-def test_unknown_source_and_bad_shard():
+def test_bad_shard():
     spec = make_spec({"web": jsonl_source()})
-    with pytest.raises(UserError, match="no source 'nope'"):
-        curate_shard(spec, "nope", 0, 1, [], Path("out"))
     with pytest.raises(ValueError):
-        curate_shard(spec, "web", 2, 2, [], Path("out"))
+        curate_shard(shard_config(spec, "web", 2, 2, []), Path("out"), "web")
 
 
 # ------------------------------------------------------------------------------------------------ PII
@@ -180,12 +186,12 @@ def test_pii_mask():
 def test_pii_steps_in_the_table():
     write_jsonl("data/a.jsonl", ["mail me: someone@somewhere.net", "nothing here", "ip 8.8.4.4"])
     spec = make_spec({"web": jsonl_source(pii="mask")})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     step = next(s for s in result["steps"] if s["step"] == "pii_mask")
     assert step["kind"] == "transform" and step["reasons"] == {"emails": 1, "ips": 1, "docs_changed": 2}
     assert "someone@" not in Path("out/docs.jsonl").read_text()
     spec = make_spec({"web": jsonl_source(pii="drop")})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out2"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out2"), "web")
     step = next(s for s in result["steps"] if s["step"] == "pii_drop")
     assert step["docs_in"] == 3 and step["docs_out"] == 1
     assert [r["text"] for r in read_lines("out2/docs.jsonl")] == ["nothing here"]
@@ -212,7 +218,7 @@ def test_gopher_rules():
 def test_gopher_steps_in_the_table():
     write_jsonl("data/a.jsonl", [PROSE, "short one", (PROSE + "\n\n") * 3])
     spec = make_spec({"web": jsonl_source(quality=["gopher"])})
-    result = curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     steps = {s["step"]: s for s in result["steps"]}
     assert steps["gopher_quality"]["reasons"] == {"too_few_words": 1}
     assert steps["gopher_repetition"]["reasons"] == {"dup_paragraphs": 1}
@@ -257,6 +263,6 @@ def test_docs_lines_survive_splitlines():
     text = "a\u2028b\u2029c\x85d\x0be\x1cf\r\ng"
     write_jsonl("data/a.jsonl", [text])
     spec = make_spec({"web": jsonl_source()})
-    curate_shard(spec, "web", 0, 1, ["data/a.jsonl"], Path("out"))
+    curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     lines = Path("out/docs.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["text"] == text.replace("\r\n", "\n")

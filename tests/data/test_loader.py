@@ -21,6 +21,7 @@ from runlib.data.loader import (
     pack_window,
     stable_seed,
 )
+from runlib.data.loader_config import build_loader_config
 from runlib.data.shards import TokenShard, write_shard
 from runlib.plan.derive import derive
 from runlib.spec import validate_data
@@ -169,7 +170,7 @@ def two_phase(tmp_path):
 
 def test_attributes(two_phase):
     spec, plan, dirs = two_phase
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     assert loader.source_names == ["books", "code", "web"]
     assert loader.global_batch == 2 * 2 * 2 and loader.seq_len == 16 and loader.steps == 12
     batch = loader.global_batch_at(0)
@@ -182,16 +183,16 @@ def test_attributes(two_phase):
     assert torch.equal(
         batch.targets[:, :-1][batch.targets[:, :-1] != -100], batch.input_ids[:, 1:][batch.targets[:, :-1] != -100]
     )
-    later = PhaseLoader(spec, plan, 1, dirs, IDS)
+    later = PhaseLoader(build_loader_config(spec, plan, 1), dirs, IDS)
     assert later.source_names == ["code", "web"]  # books has no weight in phase b
 
 
 def test_pure_and_resumable(two_phase):
     spec, plan, dirs = two_phase
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     assert_batches_equal(loader.global_batch_at(5), loader.global_batch_at(5))
     first = [loader.global_batch_at(s) for s in range(loader.steps)]
-    fresh = PhaseLoader(spec, plan, 0, dirs, IDS)
+    fresh = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     for s in reversed(range(loader.steps)):  # any order: no cursor
         assert_batches_equal(fresh.global_batch_at(s), first[s])
     assert not torch.equal(first[0].input_ids, first[1].input_ids)
@@ -199,7 +200,7 @@ def test_pure_and_resumable(two_phase):
 
 def test_windows_tile_each_stream(two_phase):
     spec, plan, dirs = two_phase
-    a, b = PhaseLoader(spec, plan, 0, dirs, IDS), PhaseLoader(spec, plan, 1, dirs, IDS)
+    a, b = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS), PhaseLoader(build_loader_config(spec, plan, 1), dirs, IDS)
     length = a.seq_len
     ends = {}
     for si, name in enumerate(a.source_names):
@@ -233,7 +234,7 @@ def test_windows_tile_each_stream(two_phase):
 
 def test_same_batch_on_any_world(two_phase):
     spec, plan, dirs = two_phase
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     for step in (0, 3, 11):
         whole = loader.global_batch_at(step)
         for world, micro in ((1, 2), (2, 2), (1, 8), (4, 1), (2, 4)):
@@ -253,7 +254,7 @@ def test_same_batch_on_any_world(two_phase):
 
 def test_mixture_counts(two_phase):
     spec, plan, dirs = two_phase
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     mix, big = loader.mixture, loader.global_batch
     weights = {"books": 0.2, "code": 0.3, "web": 0.5}
     cum = [0, 0, 0]
@@ -282,13 +283,13 @@ def test_batch_too_small_is_a_value_error(tmp_path):
     spec, plan = make_spec([phase("a", 4, {"web": 0.34, "code": 0.33, "books": 0.33})], micro=1, accum=1, devices=1)
     dirs = make_dirs(tmp_path, {"web": make_docs(5, 1), "code": make_docs(5, 2), "books": make_docs(5, 3)})
     with pytest.raises(ValueError, match="too small"):
-        PhaseLoader(spec, plan, 0, dirs, IDS)
+        PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
 
 
 def test_tiny_source_wraps_into_new_epochs(tmp_path):
     spec, plan = make_spec([phase("a", 10, {"web": 0.5, "code": 0.5})])
     dirs = make_dirs(tmp_path, {"web": make_docs(40, 1), "code": make_docs(4, 2, 1, 4)})  # code: <= 16 tokens
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     code = loader.streams[loader.source_names.index("code")]
     assert code.epoch_tokens < loader.seq_len + 1  # one window spans several epochs
     perms = [code.epoch(e).perm.tolist() for e in range(4)]
@@ -373,7 +374,7 @@ def test_fim_rate_zero_and_half(tmp_path):
 def test_fim_through_the_spec(tmp_path):
     spec, plan = make_spec([phase("a", 3, {"code": 1.0})], fim={"rate": 1.0, "spm_rate": 0.0}, packing="none")
     dirs = make_dirs(tmp_path, {"code": make_docs(20, 4, 1, 10)})
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     batch = loader.global_batch_at(0)
     assert (batch.input_ids[:, 0] == FIM_P).all()
     for r in range(len(batch)):
@@ -388,7 +389,7 @@ def test_stream_packing(tmp_path):
     dirs = make_dirs(tmp_path, {"web": make_docs(40, 1, 1, 8), "code": make_docs(40, 2, 1, 8)})
     for boundary in ("masked", "kept"):
         spec, plan = make_spec([phase("a", 3, {"web": 0.5, "code": 0.5})], packing="stream", boundary=boundary)
-        batch = PhaseLoader(spec, plan, 0, dirs, IDS).global_batch_at(1)
+        batch = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS).global_batch_at(1)
         assert (batch.doc_ids == 0).all()
         assert (batch.position_ids == torch.arange(16)).all()
         at_eos = batch.input_ids == EOS
@@ -401,7 +402,7 @@ def test_stream_packing(tmp_path):
 
 def test_document_packing_rows(two_phase):
     spec, plan, dirs = two_phase
-    batch = PhaseLoader(spec, plan, 0, dirs, IDS).global_batch_at(2)
+    batch = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS).global_batch_at(2)
     for r in range(len(batch)):
         ids, pos, doc = batch.input_ids[r], batch.position_ids[r], batch.doc_ids[r]
         for i in range(1, len(ids)):
@@ -417,7 +418,7 @@ def test_none_packing(tmp_path):
     spec, plan = make_spec(
         [phase("a", 4, {"web": 0.5, "code": 0.5}), phase("b", 2, {"web": 0.5, "code": 0.5})], packing="none"
     )
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     length = loader.seq_len
     seen = {0: [], 1: []}
     for s in range(loader.steps):
@@ -439,7 +440,7 @@ def test_none_packing(tmp_path):
             seen[si] += sorted(in_step[si])  # shuffled within a step
     for si in seen:  # document k of the stream, each once, step after step
         assert seen[si] == list(range(len(seen[si])))
-    nxt = PhaseLoader(spec, plan, 1, dirs, IDS)
+    nxt = PhaseLoader(build_loader_config(spec, plan, 1), dirs, IDS)
     assert nxt.source_tokens_consumed(1) == {n: len(seen[i]) for i, n in enumerate(loader.source_names)}
 
 
@@ -448,8 +449,8 @@ def test_seed_changes_order(two_phase, tmp_path):
     other_spec, other_plan = make_spec(
         [phase("a", 12, {"web": 0.5, "code": 0.3, "books": 0.2}), phase("b", 6, {"web": 0.25, "code": 0.75})], seed=8
     )
-    a = PhaseLoader(spec, plan, 0, dirs, IDS).global_batch_at(0)
-    b = PhaseLoader(other_spec, other_plan, 0, dirs, IDS).global_batch_at(0)
+    a = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS).global_batch_at(0)
+    b = PhaseLoader(build_loader_config(other_spec, other_plan, 0), dirs, IDS).global_batch_at(0)
     assert not torch.equal(a.input_ids, b.input_ids)
     assert stable_seed(1, "x") == stable_seed(1, "x") != stable_seed(1, "y")
 
@@ -466,7 +467,7 @@ def test_speed(tmp_path):
         devices=2,
         fim={"rate": 0.5, "spm_rate": 0.5},
     )
-    loader = PhaseLoader(spec, plan, 0, dirs, IDS)
+    loader = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS)
     assert loader.global_batch == 16
     for s in range(5):
         loader.global_batch_at(s)
@@ -482,8 +483,8 @@ def test_special_ids_by_token_name(two_phase):
     from runlib.tokenizer.special import special_ids
 
     spec, plan, dirs = two_phase
-    by_name = PhaseLoader(spec, plan, 0, dirs, special_ids(256)).global_batch_at(1)
-    assert_batches_equal(by_name, PhaseLoader(spec, plan, 0, dirs, IDS).global_batch_at(1))
+    by_name = PhaseLoader(build_loader_config(spec, plan, 0), dirs, special_ids(256)).global_batch_at(1)
+    assert_batches_equal(by_name, PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS).global_batch_at(1))
 
 
 def test_mixture_segments():

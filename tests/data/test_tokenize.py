@@ -6,20 +6,24 @@ import numpy as np
 import pytest
 
 from runlib.data import tokenize
+from runlib.data.config import TokenizeConfig
 from runlib.data.shards import TokenShard
 from runlib.data.tokenize import tokenize_source
 from runlib.errors import UserError
 from runlib.spec.loader import load_spec, validate_data
 from runlib.tokenizer.train import iter_texts, load_tokenizer, train_tokenizer
+from runlib.workflow.configs import tokenize_configs, tokenizer_config
 from tests.conftest import ROOT
-from tests.tokenizer.test_train import SAMPLES, make_curated, make_spec
+from tests.tokenizer.test_train import SAMPLES, make_config, make_curated
+
+AUTO = TokenizeConfig(token_dtype="auto")
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     curated = make_curated(tmp_path_factory.mktemp("curated"))
     tok_dir = tmp_path_factory.mktemp("tok")
-    train_tokenizer(make_spec(domain_tokens=["amoxicillin"]), curated, tok_dir)
+    train_tokenizer(make_config(domain_tokens=["amoxicillin"]), curated, tok_dir)
     return curated, tok_dir
 
 
@@ -30,7 +34,7 @@ def expected_docs(tok, path) -> list[list[int]]:
 @pytest.mark.parametrize("source", ["code", "prose"])
 def test_documents_come_back_exactly(setup, tmp_path, source):
     curated, tok_dir = setup
-    summary = tokenize_source(make_spec(), curated[source], tok_dir, tmp_path)
+    summary = tokenize_source(AUTO, curated[source], tok_dir, tmp_path)
     tok = load_tokenizer(tok_dir / "tokenizer.json")
     for split in ("train", "heldout"):
         shard = TokenShard(tmp_path, split)
@@ -50,7 +54,7 @@ def test_documents_come_back_exactly(setup, tmp_path, source):
 
 def test_special_strings_stay_text(setup, tmp_path):
     curated, tok_dir = setup
-    tokenize_source(make_spec(), curated["code"], tok_dir, tmp_path)
+    tokenize_source(AUTO, curated["code"], tok_dir, tmp_path)
     shard = TokenShard(tmp_path, "heldout")
     texts = list(iter_texts(curated["code"] / "heldout.jsonl"))
     i = texts.index(SAMPLES["special"])
@@ -61,18 +65,16 @@ def test_special_strings_stay_text(setup, tmp_path):
 
 def test_many_small_batches_keep_order(setup, tmp_path, monkeypatch):
     curated, tok_dir = setup
-    tokenize_source(make_spec(), curated["prose"], tok_dir, tmp_path / "one")
+    tokenize_source(AUTO, curated["prose"], tok_dir, tmp_path / "one")
     monkeypatch.setattr(tokenize, "BATCH_BYTES", 500)
-    tokenize_source(make_spec(), curated["prose"], tok_dir, tmp_path / "many")
+    tokenize_source(AUTO, curated["prose"], tok_dir, tmp_path / "many")
     for name in ("train.bin", "train.idx.npy", "heldout.bin", "heldout.idx.npy"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes()
 
 
 def test_token_dtype_uint32(setup, tmp_path):
     curated, tok_dir = setup
-    spec = make_spec()
-    spec.data.token_dtype = "uint32"
-    summary = tokenize_source(spec, curated["prose"], tok_dir, tmp_path)
+    summary = tokenize_source(TokenizeConfig(token_dtype="uint32"), curated["prose"], tok_dir, tmp_path)
     assert summary["dtype"] == "uint32"
     assert TokenShard(tmp_path, "train").dtype == np.uint32
     assert (tmp_path / "train.bin").stat().st_size == 4 * summary["counts"]["tokens_train"]
@@ -85,10 +87,8 @@ def test_uint16_overflow_is_a_user_error(tmp_path):
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
     (tmp_path / "tok").mkdir()
     tok.save(str(tmp_path / "tok" / "tokenizer.json"))
-    spec = make_spec()
-    spec.data.token_dtype = "uint16"
     with pytest.raises(UserError, match="data.token_dtype"):
-        tokenize_source(spec, tmp_path, tmp_path / "tok", tmp_path / "out")
+        tokenize_source(TokenizeConfig(token_dtype="uint16"), tmp_path, tmp_path / "tok", tmp_path / "out")
 
 
 def test_with_a_real_run_spec(setup, tmp_path):
@@ -96,7 +96,7 @@ def test_with_a_real_run_spec(setup, tmp_path):
     data = load_spec(ROOT / "specs" / "demo.yaml").data
     data["tokenizer"] |= {"vocab_size": 512, "reserved_tokens": 8, "train_on": {"docs": 1.0}, "train_bytes": "50K"}
     spec = validate_data(data).spec
-    summary = train_tokenizer(spec, {"docs": curated["prose"]}, tmp_path / "tok")
+    summary = train_tokenizer(tokenizer_config(spec), {"docs": curated["prose"]}, tmp_path / "tok")
     assert summary["train_bytes_per_source"] == {"docs": 50_000}
-    result = tokenize_source(spec, curated["prose"], tmp_path / "tok", tmp_path / "out")
+    result = tokenize_source(tokenize_configs(spec)["docs"], curated["prose"], tmp_path / "tok", tmp_path / "out")
     assert result["counts"]["docs_train"] == len(TokenShard(tmp_path / "out", "train"))

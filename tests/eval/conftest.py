@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from runlib.audit.cases import case_data
+from runlib.data.config import TokenizeConfig
 from runlib.data.tokenize import tokenize_source
 from runlib.model.transformer import Transformer
 from runlib.spec.loader import validate_data
 from runlib.spec.models import ModelSpec
 from runlib.tokenizer.train import TOKENIZER_FILE, eos_id, load_tokenizer, train_tokenizer
+from runlib.workflow.configs import tokenizer_config
 from tests.curated import write_curated
 
 WORDS = (
@@ -51,8 +53,9 @@ def source(tmp_path_factory) -> SimpleNamespace:
             }
         )
     ).spec
-    train_tokenizer(spec, {"web": curated}, root / "tokenizer")
-    summary = tokenize_source(spec, curated, root / "tokenizer", root / "tokens" / "web")
+    train_tokenizer(tokenizer_config(spec), {"web": curated}, root / "tokenizer")
+    tokens = TokenizeConfig(token_dtype=spec.data.token_dtype)
+    summary = tokenize_source(tokens, curated, root / "tokenizer", root / "tokens" / "web")
     tok = load_tokenizer(root / "tokenizer" / TOKENIZER_FILE)
     return SimpleNamespace(
         tokenizer=tok,

@@ -17,6 +17,7 @@ from runlib.report import run_report
 from runlib.report.run_report import PLOTS, format_seconds, main_report, write_run_report
 from runlib.spec import load_spec, validate_data
 from runlib.workflow.graph import StageGraph, StageNode, build_graph
+from runlib.workflow.manifest import Manifest, write_manifest
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOT_FILES = [name for name, _, _ in PLOTS]
@@ -62,19 +63,20 @@ def wall_time(i: int) -> float:
     return round(1.0 + 1.7 * i, 1)
 
 
-def manifest(node: StageNode, wall: float, counts: dict | None = None) -> dict:
-    return {
-        "stage": node.stage,
-        "instance": node.instance,
-        "key": node.key,
-        "projection": node.projection,
-        "inputs": node.inputs,
-        "counts": counts or {},
-        "details": {},
-        "timings": {"started_at": 1.7e9, "wall_seconds": wall},
-        "outputs": {},
-        "content_hash": f"hash{node.key}",
-    }
+def manifest(node: StageNode, wall: float, counts: dict | None = None) -> Manifest:
+    return Manifest(
+        stage=node.stage,
+        instance=node.instance,
+        key=node.key,
+        config=node.config.model_dump(mode="json"),
+        inputs=node.inputs,
+        counts=counts or {},
+        details={},
+        timings={"started_at": 1.7e9, "wall_seconds": wall},
+        libraries={},
+        outputs={},
+        content_hash=f"hash{node.key}",
+    )
 
 
 def fake_records(plan, i: int) -> list[dict]:
@@ -151,7 +153,7 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
             }
             (node.dir / "eval.json").write_text(json.dumps(data))
         walls[node.instance] = wall_time(i)
-        (node.dir / "manifest.json").write_text(json.dumps(manifest(node, wall_time(i), counts)))
+        write_manifest(node.dir, manifest(node, wall_time(i), counts))
     return graph, walls
 
 
@@ -272,3 +274,12 @@ def test_write_is_atomic(spec_path: Path, tmp_path: Path, monkeypatch: pytest.Mo
         write_run_report(str(spec_path), out)
     assert read_both(out) == before  # the previous report, whole
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_manifest_that_does_not_validate_is_reported_not_raised(spec_path: Path, tmp_path: Path) -> None:
+    graph, _ = build_fake_run(spec_path)
+    node = graph.of("train_tokenizer")[0]
+    node.manifest_path.write_text(json.dumps({"stage": node.stage, "projection": {}}))  # an older runlib's
+    out = write_run_report(str(spec_path), tmp_path / "out")
+    md, _ = read_both(out)
+    assert "unreadable (not a valid manifest)" in md

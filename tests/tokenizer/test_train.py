@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from tokenizers import Tokenizer
 
 from runlib.errors import UserError
 from runlib.spec.models import TokenizerSpec
+from runlib.tokenizer.config import TokenizerConfig
 from runlib.tokenizer.special import EOS, FIM_PREFIX, PAD, special_ids, special_tokens
 from runlib.tokenizer.train import byte_level, decode, load_tokenizer, train_tokenizer
 from tests.curated import write_curated
@@ -67,14 +67,15 @@ def make_curated(root: Path) -> dict[str, Path]:
     }
 
 
-def make_spec(**tokenizer):
+def make_config(**tokenizer) -> TokenizerConfig:
+    """The train_tokenizer config of a spec whose tokenizer section holds these fields."""
     fields = {
         "vocab_size": 512,
         "reserved_tokens": 8,
         "train_on": {"code": 0.5, "prose": 0.5},
         "train_bytes": 200_000,
     } | tokenizer
-    return SimpleNamespace(tokenizer=TokenizerSpec(**fields), data=SimpleNamespace(token_dtype="auto"))
+    return TokenizerConfig(**TokenizerSpec(**fields).model_dump())
 
 
 DOMAIN = ["amoxicillin", "café"]
@@ -89,7 +90,7 @@ def curated(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def trained(curated, tmp_path_factory):
     out = tmp_path_factory.mktemp("tok")
-    summary = train_tokenizer(make_spec(domain_tokens=DOMAIN, drop_tokens=DROP), curated, out)
+    summary = train_tokenizer(make_config(domain_tokens=DOMAIN, drop_tokens=DROP), curated, out)
     return summary, out / "tokenizer.json"
 
 
@@ -110,7 +111,7 @@ def test_special_token_layout():
 
 
 def test_deterministic_bytes(curated, trained, tmp_path):
-    train_tokenizer(make_spec(domain_tokens=DOMAIN, drop_tokens=DROP), curated, tmp_path)
+    train_tokenizer(make_config(domain_tokens=DOMAIN, drop_tokens=DROP), curated, tmp_path)
     assert (tmp_path / "tokenizer.json").read_bytes() == trained[1].read_bytes()
 
 
@@ -127,7 +128,7 @@ def test_vocab_layout(trained, tok):
 
 
 def test_train_bytes_follow_the_weights(curated, tmp_path):
-    summary = train_tokenizer(make_spec(train_on={"code": 3, "prose": 1}, train_bytes=100_000), curated, tmp_path)
+    summary = train_tokenizer(make_config(train_on={"code": 3, "prose": 1}, train_bytes=100_000), curated, tmp_path)
     assert summary["train_bytes_per_source"] == {"code": 75_000, "prose": 25_000}
     assert summary["counts"]["train_bytes"] == 100_000
 
@@ -135,13 +136,13 @@ def test_train_bytes_follow_the_weights(curated, tmp_path):
 def test_small_source_cycles(tmp_path):
     tiny = write_curated(tmp_path / "tiny", ["ab cd ef 12"] * 3, [])
     big = write_curated(tmp_path / "big", prose_texts(50), [])
-    spec = make_spec(vocab_size=300, train_on={"tiny": 0.5, "big": 0.5}, train_bytes=20_000)
-    summary = train_tokenizer(spec, {"tiny": tiny, "big": big}, tmp_path / "out")
+    config = make_config(vocab_size=300, train_on={"tiny": 0.5, "big": 0.5}, train_bytes=20_000)
+    summary = train_tokenizer(config, {"tiny": tiny, "big": big}, tmp_path / "out")
     assert summary["train_bytes_per_source"] == {"big": 10_000, "tiny": 10_000}  # 33 bytes of text, repeated
 
 
 def test_without_train_bytes_no_document_repeats(curated, tmp_path):
-    summary = train_tokenizer(make_spec(train_bytes=None), curated, tmp_path)
+    summary = train_tokenizer(make_config(train_bytes=None), curated, tmp_path)
     sizes = {
         n: sum(len(json.loads(line)["text"].encode()) for line in open(d / "train.jsonl")) for n, d in curated.items()
     }
@@ -152,7 +153,7 @@ def test_without_train_bytes_no_document_repeats(curated, tmp_path):
 def test_small_corpus_learns_fewer_tokens_and_says_so(tmp_path):
     src = write_curated(tmp_path / "s", ["the cat sat on the mat"] * 5, [])
     summary = train_tokenizer(
-        make_spec(vocab_size=5000, train_on={"s": 1}, train_bytes=1000), {"s": src}, tmp_path / "o"
+        make_config(vocab_size=5000, train_on={"s": 1}, train_bytes=1000), {"s": src}, tmp_path / "o"
     )
     assert summary["counts"]["learned"] < 5000
     assert summary["counts"]["vocab_size"] == summary["counts"]["learned"] + 8
@@ -165,12 +166,12 @@ def test_digits_single(tok):
 
 
 def test_digits_triplets_and_none(curated, tmp_path):
-    train_tokenizer(make_spec(digits="triplets"), curated, tmp_path / "t")
+    train_tokenizer(make_config(digits="triplets"), curated, tmp_path / "t")
     triplets = load_tokenizer(tmp_path / "t" / "tokenizer.json")
     assert [p for p, _ in triplets.pre_tokenizer.pre_tokenize_str("12345")] == ["123", "45"]
     assert triplets.encode("12345").tokens == ["123", "45"]  # both frequent in the prose corpus
     assert all(len(t) <= 3 for t in triplets.encode("1234567890").tokens)
-    train_tokenizer(make_spec(digits="none"), curated, tmp_path / "n")
+    train_tokenizer(make_config(digits="none"), curated, tmp_path / "n")
     plain = load_tokenizer(tmp_path / "n" / "tokenizer.json")
     assert [p for p, _ in plain.pre_tokenizer.pre_tokenize_str("x 12345")] == ["x", "Ġ12345"]
 
@@ -190,7 +191,7 @@ def test_domain_tokens_are_one_token(trained, tok):
 
 def test_drop_tokens_never_produced(curated, trained, tok, tmp_path):
     summary, _ = trained
-    plain = train_tokenizer(make_spec(), curated, tmp_path)  # same corpus, no drop: " return" is learned
+    plain = train_tokenizer(make_config(), curated, tmp_path)  # same corpus, no drop: " return" is learned
     plain_tok = load_tokenizer(tmp_path / "tokenizer.json")
     learned = {i for t, i in plain_tok.get_vocab().items() if "return" in decode(plain_tok, [i])}
     assert plain_tok.token_to_id(byte_level(" return")) in learned
@@ -238,7 +239,7 @@ def test_compression_on_heldout(trained):
 
 
 def test_pretrained_copy(curated, trained, tmp_path):
-    summary = train_tokenizer(make_spec(vocab_size=None, pretrained=str(trained[1])), curated, tmp_path)
+    summary = train_tokenizer(make_config(vocab_size=None, pretrained=str(trained[1])), curated, tmp_path)
     assert (tmp_path / "tokenizer.json").read_bytes() == trained[1].read_bytes()
     assert summary["eos_id"] == 0
     assert summary["counts"]["vocab_size"] == trained[0]["counts"]["vocab_size"]
@@ -246,11 +247,11 @@ def test_pretrained_copy(curated, trained, tmp_path):
 
 
 def test_pretrained_with_domain_and_drop_tokens(curated, tmp_path):
-    train_tokenizer(make_spec(), curated, tmp_path / "base")
-    spec = make_spec(
+    train_tokenizer(make_config(), curated, tmp_path / "base")
+    config = make_config(
         pretrained=str(tmp_path / "base" / "tokenizer.json"), domain_tokens=["penicillin"], drop_tokens=["def"]
     )
-    summary = train_tokenizer(spec, curated, tmp_path / "edited")
+    summary = train_tokenizer(config, curated, tmp_path / "edited")
     tok = load_tokenizer(tmp_path / "edited" / "tokenizer.json")
     assert summary["counts"]["vocab_size"] == 512 + 8 + 1
     assert tok.encode("penicillin").ids == [summary["domain_ids"]["penicillin"]]
@@ -262,11 +263,11 @@ def test_pretrained_with_domain_and_drop_tokens(curated, tmp_path):
 
 def test_pretrained_errors(curated, tmp_path):
     with pytest.raises(UserError, match="tokenizer.pretrained"):
-        train_tokenizer(make_spec(pretrained=str(tmp_path / "missing.json")), curated, tmp_path / "a")
+        train_tokenizer(make_config(pretrained=str(tmp_path / "missing.json")), curated, tmp_path / "a")
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a tokenizer"}')
     with pytest.raises(UserError, match="tokenizer.pretrained"):
-        train_tokenizer(make_spec(pretrained=str(bad)), curated, tmp_path / "b")
+        train_tokenizer(make_config(pretrained=str(bad)), curated, tmp_path / "b")
 
 
 @pytest.mark.parametrize(
@@ -284,7 +285,7 @@ def test_pretrained_errors(curated, tmp_path):
 )
 def test_user_errors(curated, tmp_path, fields, field):
     with pytest.raises(UserError, match=field):
-        train_tokenizer(make_spec(**fields), curated, tmp_path)
+        train_tokenizer(make_config(**fields), curated, tmp_path)
 
 
 def test_byte_level_spelling():

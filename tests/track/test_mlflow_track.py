@@ -20,10 +20,14 @@ from ruamel.yaml import YAML
 from runlib.audit import audit
 from runlib.audit.cases import case_data
 from runlib.audit.render.json_view import derived
+from runlib.curate.config import CurateShardConfig
 from runlib.spec import load_spec, validate_data
+from runlib.spec.models import CurateSpec, InputSpec
+from runlib.stageconfig import StageConfig
 from runlib.track.flatten import MAX_PARAM_VAL_LENGTH, flatten
 from runlib.workflow.graph import StageNode
 from runlib.workflow.keys import spec_key
+from runlib.workflow.manifest import Manifest
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient  # mlflow: the stages' optional extra
 
@@ -54,24 +58,36 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return work
 
 
+class SeqLenConfig(StageConfig):
+    seq_len: int
+    """A one-field stage config."""
+
+
 def _node(instance: str, stage: str, key: str, inputs: dict[str, str] | None = None) -> StageNode:
-    projection = {"input": {"format": "jsonl", "path": "data/web/*.jsonl"}, "shard": 0, "files": ["a.jsonl", "b.jsonl"]}
-    return StageNode(stage, instance, key, projection, inputs or {})
+    config = CurateShardConfig(
+        input=InputSpec(format="jsonl", path="data/web/*.jsonl"),
+        curate=CurateSpec(),
+        shard=0,
+        shards=1,
+        files=["a.jsonl", "b.jsonl"],
+    )
+    return StageNode(stage, instance, key, config, inputs or {})
 
 
-def _manifest(node: StageNode, counts: dict[str, int], details: dict | None = None) -> dict:
-    return {
-        "stage": node.stage,
-        "instance": node.instance,
-        "key": node.key,
-        "projection": node.projection,
-        "inputs": node.inputs,
-        "counts": counts,
-        "details": details or {},
-        "timings": {"started_at": time.time() - 3.0, "wall_seconds": 2.5},
-        "outputs": {},
-        "content_hash": f"hash-{node.key}",
-    }
+def _manifest(node: StageNode, counts: dict[str, int], details: dict | None = None) -> Manifest:
+    return Manifest(
+        stage=node.stage,
+        instance=node.instance,
+        key=node.key,
+        config=node.config.model_dump(mode="json"),
+        inputs=node.inputs,
+        counts=counts,
+        details=details or {},
+        timings={"started_at": time.time() - 3.0, "wall_seconds": 2.5},
+        libraries={},
+        outputs={},
+        content_hash=f"hash-{node.key}",
+    )
 
 
 def _artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
@@ -156,12 +172,12 @@ def test_parent_and_stage_runs_in_sqlite(work: Path, tmp_path: Path, spec, spec_
         assert run.info.status == "FINISHED"
         assert run.data.tags["runlib.stage"] == node.stage
         assert run.data.tags["runlib.key"] == node.key
-        assert run.data.tags["runlib.content_hash"] == manifest["content_hash"]
-        for name, value in manifest["counts"].items():
+        assert run.data.tags["runlib.content_hash"] == manifest.content_hash
+        for name, value in manifest.counts.items():
             assert run.data.metrics[name] == value
         assert run.data.metrics["wall_seconds"] == 2.5
-        assert run.data.params["projection.files.1"] == "b.jsonl"
-        assert run.data.params["projection.input.format"] == "jsonl"
+        assert run.data.params["config.files.1"] == "b.jsonl"
+        assert run.data.params["config.input.format"] == "jsonl"
         assert "manifest.json" in _artifact_paths(client, run.info.run_id)
     tok_run = runs["train_tokenizer"]
     assert tok_run.data.params["input.source:web"] == "k1"
@@ -184,7 +200,7 @@ def test_train_and_eval_phase_metrics(
 
     monkeypatch.setattr(MlflowClient, "log_batch", counting_log_batch)
 
-    train = StageNode("train_phase", "train_phase foundation", "kt1", {"start_tokens": 0}, {}, {"phase": 0})
+    train = StageNode("train_phase", "train_phase foundation", "kt1", SeqLenConfig(seq_len=2048), {}, {"phase": 0})
     train.dir.mkdir(parents=True)
     steps = list(range(10, 3010, 10))  # 300 records x 8 metrics: more than one batch of 1000
     records = [
@@ -220,7 +236,9 @@ def test_train_and_eval_phase_metrics(
     checkpoint = str((train.dir / "final.pt").resolve())
     assert run.data.tags["runlib.checkpoint"] == checkpoint and run.data.params["checkpoint"] == checkpoint
 
-    evaluation = StageNode("eval_phase", "eval_phase long", "ke1", {"seq_len": 4096}, {"model": "kt1"}, {"phase": 2})
+    evaluation = StageNode(
+        "eval_phase", "eval_phase long", "ke1", SeqLenConfig(seq_len=4096), {"model": "kt1"}, {"phase": 2}
+    )
     evaluation.dir.mkdir(parents=True)
     data = {
         "phase": "long",

@@ -58,7 +58,13 @@ def largest_parts(memory: MemoryBreakdown, n: int = 3) -> str:
 def _total(ctx: Context, s: PhaseSettings) -> float:
     plan, spec = ctx.plan, ctx.spec
     return phase_memory(
-        spec.model, spec.precision, plan.params, plan.vocab_rows, s, plan.accelerator.runtime_overhead_gib
+        spec.model,
+        spec.precision,
+        plan.params,
+        plan.vocab_rows,
+        s,
+        plan.accelerator.runtime_overhead_gib,
+        spec.hardware.nodes,
     ).total
 
 
@@ -75,7 +81,8 @@ def _knobs(s: PhaseSettings) -> list[list[Option]]:
     """Groups of options in order of throughput cost; each group's options from the mildest to the strongest."""
     par = s.parallelism
     groups: list[list[Option]] = []
-    level = SHARDING_ORDER.index(par.sharding)
+    # hsdp shards every state (within a node): no zero1/zero2 to suggest, only fsdp across nodes
+    level = SHARDING_ORDER.index("fsdp" if par.sharding == "hsdp" else par.sharding)
     if s.data_parallel > 1:
         groups.append(
             [
@@ -297,6 +304,7 @@ PASS = [
 ]
 FAIL = [
     case({"hardware.memory_gib": 8.0}, "error"),
+    case({"hardware.nodes": 2, "parallelism.sharding": "hsdp", "hardware.memory_gib": 5.0}, "error"),
     case({"batch.micro_batch": 128, "batch.grad_accum": 1}, "error"),
     case({"phases[2].seq_len": 65536, "phases[2].rope_theta": 10000000}, "error"),
     case({"hardware.memory_gib": 2.0}, "error"),  # nothing fits

@@ -88,6 +88,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 plan.vocab_rows,
                 reduced,
                 plan.accelerator.runtime_overhead_gib,
+                ctx.spec.hardware.nodes,
             )
             cache[key] = mem.total
         return cache[key]

@@ -1,0 +1,65 @@
+"""The RUN checks' common body: runlib.audit.enact's refusals of one code, as findings at the spec's paths.
+
+A refusal of a parallelism value is checked on each phase's effective settings: reported at the
+phase's path when the phase overrides the value, else once at the global path, naming the phases.
+RUN findings are warnings in `runlib audit` (a published spec may name a layout the trainer does
+not enact and still audit clean), and the workflow gate refuses a spec with any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from runlib.audit.checks._shared import overrides_parallelism, who
+from runlib.audit.enact import optimizer_refusals, parallelism_refusals, precision_refusals
+from runlib.audit.registry import Context, Finding
+from runlib.spec.models import ParallelismSpec
+
+REFUSED = "; the runner refuses it: the workflow gate starts no job while this finding stands"
+
+
+def _parallelism(ctx: Context, par: ParallelismSpec, seq_len: int):
+    spec = ctx.spec
+    return parallelism_refusals(
+        accelerator=spec.hardware.accelerator,
+        nodes=spec.hardware.nodes,
+        devices_per_node=spec.hardware.devices_per_node,
+        tensor=par.tensor,
+        pipeline=par.pipeline,
+        context=par.context,
+        sharding=par.sharding,
+        offload=par.offload,
+        heads=spec.model.heads,
+        kv_heads=spec.model.kv_heads,
+        d_ff=spec.model.d_ff,
+        qk_norm=spec.model.qk_norm,
+        seq_len=seq_len,
+    )
+
+
+def refusal_findings(ctx: Context, code: str) -> Iterator[Finding]:
+    spec = ctx.spec
+    phases = ctx.plan.phases
+    global_hits: dict[tuple[str, str, str], list[str]] = {}  # (field, reason, fix) -> phases using the global value
+    for p in phases:
+        for r in _parallelism(ctx, p.settings.parallelism, p.settings.seq_len):
+            if r.code != code:
+                continue
+            name = r.field.split(".", 1)[1]
+            if overrides_parallelism(name)(p.settings.phase):
+                yield ctx.finding(f"{p.settings.path}.{r.field}", f"phase {p.name!r}: {r.reason}{REFUSED}", r.fix)
+            else:
+                global_hits.setdefault((r.field, r.reason, r.fix), []).append(p.name)
+    if not phases:
+        for r in _parallelism(ctx, spec.parallelism, spec.model.seq_len):
+            if r.code == code:
+                global_hits.setdefault((r.field, r.reason, r.fix), [])
+    for (field, reason, fix), names in global_hits.items():
+        yield ctx.finding(field, f"{who(names, len(phases))}: {reason}{REFUSED}", fix)
+    precision = spec.precision
+    others = precision_refusals(
+        compute=precision.compute, master_weights=precision.master_weights, optimizer_states=precision.optimizer_states
+    ) + optimizer_refusals(kind=spec.optimizer.kind)
+    for r in others:
+        if r.code == code:
+            yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)

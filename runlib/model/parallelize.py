@@ -1,0 +1,387 @@
+"""The parallel layout of one training run: a device mesh, tensor parallelism, recomputation, FSDP2 or DDP.
+
+    mesh = build_mesh(parallel)                       # None on one process
+    model = parallelize(model, mesh, parallel, precision)
+    rank, size = data_parallel_rank_and_size(mesh)    # which slice of the batch this rank reads
+    with forward_context(model): logits = model(...)  # autocast where FSDP2 does not cast (DDP, one process)
+    grad_norm = clip_grad_norm_(model, max_norm)      # across DTensors of several meshes
+
+`parallel` is any object with dp_replicate, dp_shard, tp, cp, pp (their product is the world size),
+sharding (none | zero1 | zero2 | fsdp | hsdp), activation_checkpointing (none | selective | full) and
+offload; `precision` any object with compute, master_weights, grads (runlib.train.config).
+
+The mesh is torch's init_device_mesh with Accelerate's names and order (ParallelismConfig._get_mesh
+in accelerate 1.15, after torchtitan's ParallelDims): dp_replicate, dp_shard, tp, size-1 dimensions
+dropped, plus the flattened "dp" (all data-parallel ranks). Accelerate's own
+`ParallelismConfig(...).build_device_mesh("cpu")` builds the same mesh on CPU with gloo, but in
+accelerate 1.15 a tp_size > 1 constructs a TorchTensorParallelConfig that requires the transformers
+package (not a runlib dependency), and it refuses tensor parallelism beside pure replication
+(dp_replicate > 1, dp_shard == 1); so the mesh is built here, one way for every layout. Accelerate's
+`prepare` is not used on the model either: its tensor parallelism needs a transformers model with a
+`tp_plan`, and its FSDP2 wrapping knows nothing of runlib's blocks. This module applies both itself,
+as torchtitan does (torchtitan/models/llama3/infra/parallelize.py); the caller must not pass the
+result to accelerator.prepare (Accelerate still launches the processes and owns the process group).
+
+Data parallelism, by `sharding` (FSDP2: torch.distributed.fsdp.fully_shard, one group per block and
+one for the root; ZeRO: Rajbhandari et al. 2019, arXiv 1910.02054):
+  * none: DDP (torch.nn.parallel.DistributedDataParallel over the dp_replicate ranks): replicated
+    weights, gradients and optimizer states, gradients all-reduced. With tensor parallelism (DDP
+    cannot hold DTensor parameters) the same arithmetic runs through FSDP2's replicate
+    (torch.distributed._composable.replicate_with_fsdp), which all-reduces DTensor gradients.
+  * fsdp (= ZeRO-3): fully_shard with reshard_after_forward=True: weights, gradients and optimizer
+    states sharded; weights all-gathered again in the backward pass.
+  * zero2: fully_shard with reshard_after_forward=False: gradients and optimizer states sharded
+    (reduce-scatter), weights stay gathered from the forward to the end of the backward pass, so
+    there is no second all-gather. FSDP2 frees the gathered weights after the backward pass, so
+    between steps the weights are sharded too (more saving than ZeRO-2's replicated weights).
+  * zero1: the same as zero2. FSDP2 has no layout with replicated gradients and sharded optimizer
+    states only (ZeRO-1); zero2 is the nearest, and it uses less memory than ZeRO-1 would.
+  * hsdp: fully_shard on the 2-D (dp_replicate, dp_shard) mesh: sharded within a dp_shard group
+    (within a node), replicated across dp_replicate groups, reshard_after_forward=True.
+A data-parallel degree of 1 (one process, or tensor parallelism only) wraps nothing.
+
+Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, arXiv 1909.08053; sequence parallelism,
+Korthikanti et al. 2022, arXiv 2205.05198), the plan of torchtitan's llama3 for runlib's Block:
+q/k/v projections and the MLP's w1 (gate) and w3 (up) column-wise (each rank computes heads/tp of the
+heads, d_ff/tp of the hidden units), the attention output wo and the MLP's w2 (down) row-wise. The
+norms run sequence-parallel: the residual stream between blocks is split along the sequence on the tp
+ranks; each attention/MLP input is all-gathered, each row-wise output reduce-scattered. The token
+embedding is split row-wise (vocabulary) and the untied LM head column-wise (vocabulary, logits
+gathered); with tied embeddings both stay replicated on the tp ranks (one matrix cannot be split both
+ways), as do learned position embeddings. Needs heads, kv_heads, d_ff and the sequence length divisible
+by tp, and no QK-norm (runlib's QK-norm normalises the whole q projection across heads, which a rank
+holding heads/tp of them cannot compute locally).
+
+Activation recomputation (torch.utils.checkpoint inside Block/Attention forward, so parameter names
+do not change): full recomputes each block in the backward pass (Chen et al. 2016, arXiv
+1604.06174), keeping only its input; selective recomputes only the attention core, softmax(qk^T)v
+(Korthikanti et al. 2022, section 4.1), as runlib.plan.memory assumes.
+
+Precision: with FSDP2, MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=fp32 or the compute
+dtype per precision.grads): the sharded fp32 parameters are the master weights, the all-gathered copies
+are in the compute dtype. master_weights none casts the parameters themselves to the compute dtype
+(RoPE tables stay fp32). Without FSDP2 (one process, DDP) the compute dtype is torch.autocast
+(`forward_context`), and grads bf16 under DDP is bf16_compress_hook (gradients all-reduced in bf16).
+
+Not enacted here (the gate refuses them, runlib.audit.enact): context parallelism (cp > 1) and
+pipeline parallelism (pp > 1) raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
+RESHARD_AFTER_FORWARD = {"fsdp": True, "hsdp": True, "zero2": False, "zero1": False}
+
+
+# ----------------------------------------------------------------------------------------- mesh
+
+
+def _sizes(parallel) -> dict[str, int]:
+    return {name: int(getattr(parallel, name)) for name in ("dp_replicate", "dp_shard", "tp", "cp", "pp")}
+
+
+def _device_type() -> str:
+    backend = dist.get_backend() if dist.is_initialized() else None
+    if backend is not None and "nccl" in str(backend) and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def build_mesh(parallel):
+    """The DeviceMesh of dims dp_replicate, dp_shard, tp (size-1 dims dropped) plus flattened "dp"; None on one process."""
+    sizes = _sizes(parallel)
+    if sizes["cp"] > 1:
+        raise NotImplementedError(
+            f"context parallelism {sizes['cp']} is not enacted (parallelism.context): runlib's "
+            "document-masked attention has no context-parallel path, and gloo has no ring attention"
+        )
+    if sizes["pp"] > 1:
+        raise NotImplementedError(
+            f"pipeline parallelism {sizes['pp']} is not enacted (parallelism.pipeline): no pipeline schedule"
+        )
+    total = math.prod(sizes.values())
+    world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    if total != world:
+        raise ValueError(f"dp_replicate x dp_shard x tp x cp x pp = {total} is not the world size {world}")
+    if parallel.sharding == "none" and sizes["dp_shard"] > 1:
+        raise ValueError(f"sharding none (DDP) replicates: dp_shard must be 1, not {sizes['dp_shard']}")
+    if world == 1:
+        return None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    # accelerate's order (ParallelismConfig._get_mesh): dp_replicate, dp_shard, cp, tp; size-1 dims dropped
+    dims = [(name, sizes[name]) for name in ("dp_replicate", "dp_shard", "tp") if sizes[name] > 1]
+    names, shape = tuple(n for n, _ in dims), tuple(n for _, n in dims)
+    mesh = init_device_mesh(_device_type(), shape, mesh_dim_names=names)
+    dp = tuple(n for n in names if n.startswith("dp"))
+    if dp:
+        mesh[dp]._flatten("dp")  # all data-parallel ranks, as accelerate's "dp"
+    return mesh
+
+
+def _dims(mesh) -> tuple[str, ...]:
+    return tuple(mesh.mesh_dim_names or ()) if mesh is not None else ()
+
+
+def _size(mesh, name: str) -> int:
+    return mesh[name].size() if name in _dims(mesh) else 1
+
+
+def data_parallel_rank_and_size(mesh) -> tuple[int, int]:
+    """(this rank's index among the data-parallel ranks, their count); the ranks of one tp group share it."""
+    if mesh is None:
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            raise ValueError("a multi-process run needs its mesh (build_mesh)")
+        return 0, 1
+    dims = [d for d in ("dp_replicate", "dp_shard") if d in _dims(mesh)]
+    rank, size = 0, 1
+    for d in dims:  # row-major over (dp_replicate, dp_shard), as the flattened "dp" dimension
+        rank, size = rank * mesh[d].size() + mesh[d].get_local_rank(), size * mesh[d].size()
+    return rank, size
+
+
+def data_parallel_group(mesh):
+    """The process group of this rank's data-parallel peers (None: no data parallelism)."""
+    if mesh is None or data_parallel_rank_and_size(mesh)[1] == 1:
+        return None
+    return mesh["dp"].get_group()
+
+
+# ----------------------------------------------------------------------------------------- parallelize
+
+
+def parallelize(model: nn.Module, mesh, parallel, precision) -> nn.Module:
+    """Cast, tensor-parallelise, set recomputation, then shard (FSDP2) or replicate (DDP) the model, in place.
+
+    Returns the module to train: the model itself, or its DDP wrapper under sharding none."""
+    compute = DTYPES.get(precision.compute)
+    if compute is None:
+        raise NotImplementedError(f"precision.compute {precision.compute} is not enacted (no fp8 matmul path)")
+    if precision.master_weights == "none" and compute != torch.float32:
+        for p in model.parameters():  # parameters only: the RoPE tables stay fp32
+            p.data = p.data.to(compute)
+    tp = _size(mesh, "tp")
+    if tp > 1:
+        apply_tensor_parallel(model, mesh["tp"])
+    set_recompute(model, parallel.activation_checkpointing)
+
+    dp_dims = [d for d in ("dp_replicate", "dp_shard") if d in _dims(mesh)]
+    fsdp = bool(dp_dims) and (parallel.sharding in SHARDED or tp > 1)
+    model.runlib_autocast = None if fsdp or compute == torch.float32 or precision.master_weights == "none" else compute
+    if not dp_dims:
+        if parallel.offload:
+            raise NotImplementedError("parallelism.offload needs a sharded data-parallel layout (FSDP2)")
+        return model
+    if parallel.sharding in SHARDED:
+        if "dp_shard" not in dp_dims:
+            raise ValueError(f"sharding {parallel.sharding} needs dp_shard > 1 (got dp_replicate only)")
+        apply_fsdp(model, mesh[tuple(dp_dims)], precision, RESHARD_AFTER_FORWARD[parallel.sharding], parallel.offload)
+        return model
+    if parallel.offload:
+        raise NotImplementedError("parallelism.offload needs sharding zero1, zero2, fsdp or hsdp (FSDP2's offload)")
+    if tp > 1:
+        apply_replicate(model, mesh, precision)
+        return model
+    return apply_ddp(model, mesh["dp_replicate"], precision)
+
+
+def forward_context(model: nn.Module):
+    """torch.autocast in the compute dtype where no FSDP2 policy casts (one process, DDP); else nothing."""
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    dtype = getattr(inner, "runlib_autocast", None)
+    if dtype is None:
+        return contextlib.nullcontext()
+    device = next(inner.parameters()).device.type
+    return torch.autocast(device_type=device, dtype=dtype)
+
+
+def set_recompute(model: nn.Module, mode: str) -> None:
+    """Activation recomputation per block: none | selective (the attention core) | full (the whole block)."""
+    if mode not in ("none", "selective", "full"):
+        raise ValueError(f"activation_checkpointing {mode!r}: expected none, selective or full")
+    for block in model.layers:
+        block.recompute = mode == "full"
+        block.attention.recompute_core = mode == "selective"
+
+
+def _check_tensor_parallel(model: nn.Module, tp: int) -> None:
+    spec = model.spec
+    kv = spec.kv_heads or spec.heads
+    bad = [f"{n} {v}" for n, v in (("heads", spec.heads), ("kv_heads", kv), ("d_ff", spec.d_ff)) if v % tp]
+    if bad:
+        raise ValueError(f"tensor parallelism {tp} needs {', '.join(bad)} divisible by {tp}")
+    if spec.qk_norm:
+        raise NotImplementedError(
+            "tensor parallelism with model.qk_norm is not enacted: the QK-norm spans all heads of a projection"
+        )
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
+    """torchtitan's llama3 plan with sequence-parallel norms (see the module docstring)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    tp = tp_mesh.size()
+    _check_tensor_parallel(model, tp)
+    tied = model.lm_head.weight is model.tok_embeddings.weight
+    plan: dict[str, Any] = {
+        # the residual stream enters the first block split along the sequence (a local slice, no traffic)
+        "layers.0": PrepareModuleInput(
+            input_layouts=(Replicate(), None, None),
+            desired_input_layouts=(Shard(1), None, None),
+            use_local_output=True,
+        ),
+        "norm": SequenceParallel(),
+    }
+    if tied or model.vocab_rows % tp:
+        plan["lm_head"] = PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+        )
+    else:
+        plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+    parallelize_module(model, tp_mesh, plan)
+    block_plan = {
+        "attention_norm": SequenceParallel(),
+        "attention": PrepareModuleInput(
+            input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
+        ),
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+        "mlp_norm": SequenceParallel(),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp.w1": ColwiseParallel(),
+        "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
+    }
+    if model.spec.activation == "swiglu":
+        block_plan["mlp.w3"] = ColwiseParallel()
+    for block in model.layers:
+        parallelize_module(block, tp_mesh, block_plan)
+
+    def check_length(module, args, kwargs):
+        input_ids = args[0] if args else kwargs["input_ids"]
+        if input_ids.shape[1] % tp:
+            raise ValueError(f"sequence parallelism: sequence length {input_ids.shape[1]} is not divisible by tp {tp}")
+
+    model.register_forward_pre_hook(check_length, with_kwargs=True)
+
+
+def _mixed_precision(precision):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    compute = DTYPES[precision.compute]
+    reduce = torch.float32 if precision.grads == "fp32" else torch.bfloat16
+    if precision.master_weights == "none" or compute == torch.float32:
+        return MixedPrecisionPolicy(param_dtype=None, reduce_dtype=reduce if reduce != compute else None)
+    return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce)
+
+
+def apply_fsdp(model: nn.Module, dp_mesh, precision, reshard_after_forward: bool, offload: bool) -> None:
+    """fully_shard each block, then the root (embeddings, final norm, head); 2-D dp_mesh: HSDP."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    if offload and dp_mesh.device_type == "cpu":
+        raise NotImplementedError("parallelism.offload on cpu: the device memory is host memory already")
+    kwargs = dict(
+        mesh=dp_mesh,
+        mp_policy=_mixed_precision(precision),
+        offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy(),
+    )
+    for i, block in enumerate(model.layers):
+        # the last block is needed first in the backward pass: keep it gathered (torchtitan)
+        fully_shard(block, reshard_after_forward=reshard_after_forward and i < len(model.layers) - 1, **kwargs)
+    fully_shard(model, reshard_after_forward=False, **kwargs)
+
+
+def apply_replicate(model: nn.Module, mesh, precision) -> None:
+    """DDP arithmetic for a tensor-parallel model (DTensor parameters): FSDP2's replicate on dp_replicate."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    for block in model.layers:
+        replicate(block, mesh=mesh["dp_replicate"], mp_policy=_mixed_precision(precision))
+    replicate(model, mesh=mesh["dp_replicate"], mp_policy=_mixed_precision(precision))
+
+
+def apply_ddp(model: nn.Module, dp_mesh, precision) -> nn.Module:
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=dp_mesh.get_group())
+    if precision.grads == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+        ddp.register_comm_hook(dp_mesh.get_group(), bf16_compress_hook)
+    return ddp
+
+
+# ----------------------------------------------------------------------------------------- gradients
+
+
+def _grad_norm_squared(grads: list[torch.Tensor]) -> torch.Tensor:
+    """sum of squares of all gradients, identical on every rank: one reduction per (mesh, placements) group."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    groups: dict[Any, list[torch.Tensor]] = {}  # insertion order = parameter order, the same on every rank
+    for g in grads:
+        key = (g.device_mesh, tuple(g.placements)) if isinstance(g, DTensor) else None
+        groups.setdefault(key, []).append(g)
+    total = torch.zeros((), dtype=torch.float32)
+    for key, members in groups.items():
+        local = [g.to_local() if key is not None else g for g in members]
+        squares = torch.stack([torch.linalg.vector_norm(t, dtype=torch.float32) ** 2 for t in local]).sum()
+        if key is not None:
+            mesh, placements = key
+            # shards (Shard, and FSDP's _StridedShard, whose is_shard() is False) add up across their
+            # mesh dims; replicas are counted once (partial gradients were reduced by the caller)
+            summed = [Replicate() if p.is_replicate() else Partial() for p in placements]
+            if any(p.is_partial() for p in summed):
+                squares = DTensor.from_local(squares, mesh, summed, run_check=False).full_tensor()
+        total = total + squares.to(total.device)
+    return total
+
+
+@torch.no_grad()
+def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
+    """Scale the gradients to a global L2 norm of at most max_norm; return the norm before clipping.
+
+    Works when gradients are DTensors of different meshes (FSDP x TP parameters beside FSDP-only
+    ones), where torch.nn.utils.clip_grad_norm_ cannot combine the per-parameter norms. Partial
+    gradients (tensor parallelism without FSDP) are all-reduced first, so call it every step (with
+    max_norm inf for no clipping)."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    for p in model.parameters():
+        g = p.grad
+        if isinstance(g, DTensor) and any(pl.is_partial() for pl in g.placements):
+            # a replicated weight used on sequence shards (sequence-parallel norms) gets partial sums
+            p.grad = g.redistribute(g.device_mesh, [Replicate() if pl.is_partial() else pl for pl in g.placements])
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    total = float(_grad_norm_squared(grads).sqrt()) if grads else 0.0
+    coef = max_norm / (total + 1e-6)  # torch.nn.utils.clip_grad_norm_'s formula
+    if coef < 1.0:
+        for g in grads:
+            g.mul_(coef)
+    return total
+
+
+def no_sync(model: nn.Module):
+    """For all micro-batches but a step's last: DDP skips its all-reduce; FSDP2 reduce-scatters every
+    micro-batch (keeping gradients sharded), so nothing is skipped there."""
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        return model.no_sync()
+    return contextlib.nullcontext()

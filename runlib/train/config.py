@@ -1,0 +1,298 @@
+"""The train_phase stage's config: everything one training phase reads, and so its cache key.
+
+`build_train_phase_configs(spec, plan)` is the one function that makes it (one per phase). The worker
+receives this config and its inputs' artifact directories, never the RunSpec, so a spec edit reruns a
+phase exactly when it changes something the phase reads: its model shape (with learned positions, the
+table has max(seq_len over all phases) rows, so a later phase's seq_len changes every phase), its data
+order (runlib.data.loader_config), the LR schedule inside the phase, optimizer, precision, parallel
+layout, checkpointing and monitoring. No torch import here: `runlib plan` builds these.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from runlib.data.loader_config import LoaderConfig, build_loader_config
+from runlib.plan.schedule import Schedule
+from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec
+from runlib.stageconfig import StageConfig
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ParallelConfig(_Part):
+    """The phase's device mesh as the spec lays it out: world = nodes * processes_per_node
+    = dp_replicate * dp_shard * tp * cp * pp."""
+
+    nodes: int
+    """Machines (hardware.nodes)."""
+    processes_per_node: int
+    """Training processes per machine, one per device (hardware.devices_per_node)."""
+    dp_replicate: int
+    """Data-parallel replicas holding whole copies of the (TP-sharded) states (DDP; HSDP: across nodes)."""
+    dp_shard: int
+    """Data-parallel ranks sharding the states (FSDP2; HSDP: within a node)."""
+    tp: int
+    """Tensor-parallel degree."""
+    cp: int
+    """Context-parallel degree."""
+    pp: int
+    """Pipeline-parallel degree."""
+    sharding: Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
+    """parallelism.sharding."""
+    activation_checkpointing: Literal["none", "selective", "full"]
+    """parallelism.activation_checkpointing."""
+    offload: bool
+    """parallelism.offload."""
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.processes_per_node
+
+    @property
+    def data_parallel(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+
+class ScheduleConfig(_Part):
+    """The LR schedule's parameters that matter inside the phase (Schedule.lr_at on the run's token
+    timeline); a part that cannot apply inside the phase is None, so editing a later phase leaves an
+    earlier phase's key alone."""
+
+    kind: Literal["wsd", "cosine", "linear", "constant"]
+    """schedule.kind."""
+    peak_lr: float
+    """optimizer.lr."""
+    warmup_tokens: float | None
+    """End of the linear warmup (None: the phase starts after it)."""
+    floor_lr: float | None
+    """peak_lr * min_lr_ratio (None: the phase ends before the decay starts)."""
+    decay_start_tokens: float | None
+    """Where the LR starts to fall below the peak."""
+    decay_end_tokens: float | None
+    """Where it reaches the floor."""
+
+    def lr_at(self, tokens: float) -> float:
+        decay = self.decay_start_tokens is not None and self.kind != "constant"
+        return Schedule(
+            self.kind,
+            self.peak_lr,
+            self.floor_lr if self.floor_lr is not None else self.peak_lr,
+            self.warmup_tokens or 0.0,
+            self.decay_start_tokens if decay else float("inf"),
+            self.decay_end_tokens if decay else float("inf"),
+            0.0,
+        ).lr_at(tokens)
+
+
+class SpanConfig(_Part):
+    """Where the phase lies on the run's timeline."""
+
+    start_step: int
+    """First optimizer step (counted over the run)."""
+    end_step: int
+    """One past the last optimizer step."""
+    start_tokens: int
+    """Tokens seen before the phase."""
+    end_tokens: int
+    """Tokens seen after the phase."""
+
+
+class CheckpointConfig(_Part):
+    every_steps: int | None
+    """Save the resumable state every this many steps (None: at the phase's end only)."""
+    keep: int
+    """Checkpoints kept in the phase's scratch directory."""
+    state: list[Literal["model", "optimizer", "scheduler", "rng", "data", "scaler"]]
+    """What a checkpoint holds (checkpoint.state)."""
+
+
+class SpikeConfig(_Part):
+    zscore: float
+    """A loss this many standard deviations above the recent mean is a spike."""
+    window: int
+    """Steps in the running statistics."""
+    action: Literal["log", "skip", "rollback"]
+    """monitor.spike.action."""
+    rollback_steps: int | None
+    """Roll back to the newest checkpoint at least this many steps before the spike (None: the newest)."""
+    max_retries: int
+    """Rollbacks allowed before the phase fails."""
+
+
+class MonitorConfig(_Part):
+    log_every_steps: int
+    """Training metrics every this many steps (monitor.log_every; default: 20 records per phase)."""
+    eval_every_steps: int | None
+    """Held-out loss per source every this many steps (monitor.eval_every)."""
+    eval_tokens: int
+    """Held-out tokens per source in each of those evaluations (eval.heldout_tokens, capped)."""
+    spike: SpikeConfig | None
+    """Loss-spike policy."""
+
+
+class EstimateConfig(_Part):
+    """The plan's figures, recorded in the manifest beside what was measured."""
+
+    memory_bytes_per_device: float
+    """Planned peak memory of one device in this phase."""
+    flops_per_token: float
+    """Training FLOPs per token (model FLOPs, for MFU)."""
+    peak_flops_per_device: float
+    """Dense peak FLOP/s of one device in the compute dtype (for MFU)."""
+
+
+class TrainPhaseConfig(StageConfig):
+    """One training phase: everything its processes read."""
+
+    phase_index: int
+    """Index of the phase in the run."""
+    phase_name: str
+    """phases[].name."""
+    seed: int
+    """Seed of initialization (the data order's seed is in `loader`)."""
+    accelerator: str
+    """hardware.accelerator (catalog key)."""
+    model: ModelSpec
+    """The model's shape (model.seq_len and rope_theta: the first phase's; this phase's are below)."""
+    vocab_rows: int
+    """Embedding rows (model.vocab_size or the padded tokenizer size)."""
+    position_rows: int
+    """Rows of the learned position table (max seq_len over all phases); the RoPE table size otherwise."""
+    seq_len: int
+    """Context length of this phase."""
+    rope_theta: float
+    """RoPE base of this phase."""
+    micro_batch: int
+    """Sequences per data-parallel rank per micro-step."""
+    loss_normalization: Literal["global_tokens", "micro_batch_mean"]
+    """data.loss_normalization."""
+    loader: LoaderConfig
+    """The phase's data order."""
+    span: SpanConfig
+    """Where the phase lies on the timeline."""
+    schedule: ScheduleConfig
+    """The LR inside the phase."""
+    optimizer: OptimizerSpec
+    """optimizer.* (lr: the peak; the LR of a step comes from `schedule`)."""
+    precision: PrecisionSpec
+    """precision.*."""
+    parallel: ParallelConfig
+    """The mesh and the memory-saving settings of this phase."""
+    checkpoint: CheckpointConfig
+    """Checkpointing."""
+    monitor: MonitorConfig
+    """Logging, evaluation during training, spikes."""
+    estimates: EstimateConfig
+    """Plan figures to compare with measurements."""
+
+
+def schedule_within(plan: Any, start_tokens: float, end_tokens: float) -> ScheduleConfig:
+    s = plan.schedule
+    warmup = s.warmup_tokens if start_tokens < s.warmup_tokens else None
+    decays = s.kind != "constant" and end_tokens > s.decay_start_tokens
+    return ScheduleConfig(
+        kind=s.kind,
+        peak_lr=s.peak_lr,
+        warmup_tokens=warmup,
+        floor_lr=s.floor_lr if decays else None,
+        decay_start_tokens=s.decay_start_tokens if decays else None,
+        decay_end_tokens=s.decay_end_tokens if decays else None,
+    )
+
+
+def parallel_config(spec: Any, settings: Any) -> ParallelConfig:
+    hw, p = spec.hardware, settings.parallelism
+    dp = settings.data_parallel
+    sharding = p.sharding
+    if sharding == "none":
+        replicate, shard = dp, 1
+    elif sharding == "hsdp":  # replicate across nodes, shard within one (Zhao et al. 2023, PyTorch FSDP, sec. 3.2.1)
+        replicate = min(hw.nodes, dp)
+        shard = max(1, dp // replicate)
+    else:
+        replicate, shard = 1, dp
+    return ParallelConfig(
+        nodes=hw.nodes,
+        processes_per_node=hw.devices_per_node,
+        dp_replicate=replicate,
+        dp_shard=shard,
+        tp=p.tensor,
+        cp=p.context,
+        pp=p.pipeline,
+        sharding=sharding,
+        activation_checkpointing=p.activation_checkpointing,
+        offload=p.offload,
+    )
+
+
+def _steps(plan: Any, duration: Any) -> int | None:
+    return max(1, round(plan.duration_steps(duration))) if duration is not None else None
+
+
+def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
+    """One TrainPhaseConfig per phase of the plan (pure)."""
+    longest = max([p.settings.seq_len for p in plan.phases] + [spec.model.seq_len])
+    learned = spec.model.position == "learned"
+    spike = spec.monitor.spike
+    checkpoint = CheckpointConfig(
+        every_steps=_steps(plan, spec.checkpoint.every),
+        keep=spec.checkpoint.keep,
+        state=list(spec.checkpoint.state),
+    )
+    eval_cap = spec.eval.heldout_tokens
+    configs = []
+    for i, phase in enumerate(plan.phases):
+        s = phase.settings
+        monitor = MonitorConfig(
+            log_every_steps=_steps(plan, spec.monitor.log_every) or max(1, phase.steps // 20),
+            eval_every_steps=_steps(plan, spec.monitor.eval_every),
+            eval_tokens=int(min(eval_cap, 1 << 20)) if eval_cap else 1 << 20,
+            spike=SpikeConfig(
+                zscore=spike.zscore,
+                window=spike.window,
+                action=spike.action,
+                rollback_steps=_steps(plan, spike.rollback),
+                max_retries=spike.max_retries,
+            )
+            if spike
+            else None,
+        )
+        configs.append(
+            TrainPhaseConfig(
+                phase_index=i,
+                phase_name=phase.name,
+                seed=int(spec.seed),
+                accelerator=spec.hardware.accelerator,
+                model=spec.model,
+                vocab_rows=plan.vocab_rows,
+                position_rows=longest if learned else s.seq_len,
+                seq_len=s.seq_len,
+                rope_theta=s.rope_theta,
+                micro_batch=s.micro_batch,
+                loss_normalization=spec.data.loss_normalization,
+                loader=build_loader_config(spec, plan, i),
+                span=SpanConfig(
+                    start_step=phase.span.start_step,
+                    end_step=phase.span.end_step,
+                    start_tokens=phase.span.start_tokens,
+                    end_tokens=phase.span.end_tokens,
+                ),
+                schedule=schedule_within(plan, phase.span.start_tokens, phase.span.end_tokens),
+                optimizer=spec.optimizer,
+                precision=spec.precision,
+                parallel=parallel_config(spec, s),
+                checkpoint=checkpoint,
+                monitor=monitor,
+                estimates=EstimateConfig(
+                    memory_bytes_per_device=float(phase.memory.total),
+                    flops_per_token=float(phase.flops_per_token),
+                    peak_flops_per_device=float(plan.peak_flops()),
+                ),
+            )
+        )
+    return configs

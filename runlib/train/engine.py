@@ -1,0 +1,263 @@
+"""The model, its parallel layout, optimizer and checkpoints for one phase, as its TrainPhaseConfig says.
+
+runlib.model.parallelize lays the model on the device mesh (TP plan, activation checkpointing, then
+FSDP2 `fully_shard` with its mixed-precision policy, or DDP for sharding none); Accelerate launched the
+processes and keeps the process group, the optimizer wrapper and the fp16 GradScaler.
+Checkpoints: inside a phase, sharded resumable states through torch.distributed.checkpoint
+(runlib.train.dist_checkpoint: each rank writes its shard, any world size can read them); at the
+phase's end, one consolidated file (final.pt: full model and optimizer state dicts keyed by parameter
+name) that the next phase (on any layout) and the eval stage load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import resource
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from runlib.model.parallelize import (
+    build_mesh,
+    clip_grad_norm_,
+    data_parallel_rank_and_size,
+    forward_context,
+    no_sync,
+    parallelize,
+)
+from runlib.model.transformer import Transformer
+from runlib.train import checkpoint as ckpt
+from runlib.train import dist_checkpoint as dcp_ckpt
+from runlib.train.optim import build_optimizer
+
+
+def effective_parallel(parallel: Any, world: int) -> Any:
+    """The config's layout on the processes actually launched: RUNLIB_PROCESSES may give another world
+    size on one machine; model-parallel degrees stay, the data-parallel degree follows the world."""
+    if world == parallel.world:
+        return parallel
+    model_parallel = parallel.tp * parallel.cp * parallel.pp
+    if world % model_parallel:
+        raise ValueError(
+            f"{world} processes cannot hold tensor x context x pipeline = {model_parallel}; "
+            "set RUNLIB_PROCESSES to a multiple of it (or unset it)"
+        )
+    dp = world // model_parallel
+    replicate, shard = (dp, 1) if parallel.sharding == "none" else (1, dp)
+    return parallel.model_copy(
+        update={"nodes": 1, "processes_per_node": world, "dp_replicate": replicate, "dp_shard": shard}
+    )
+
+
+def mesh_dims(parallel: Any) -> dict[str, int]:
+    return {
+        "dp_replicate": parallel.dp_replicate,
+        "dp_shard": parallel.dp_shard,
+        "tp": parallel.tp,
+        "cp": parallel.cp,
+        "pp": parallel.pp,
+    }
+
+
+class Engine:
+    def __init__(self, cfg: Any, accelerator: Any):
+        self.cfg, self.accelerator = cfg, accelerator
+        self.rank, self.world = accelerator.process_index, accelerator.num_processes
+        self.parallel = effective_parallel(cfg.parallel, self.world)
+        torch.manual_seed(cfg.seed)
+        model = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
+        if cfg.model.position == "rope":
+            model.set_rope(cfg.rope_theta, cfg.seq_len)
+        self.model_only = model  # unwrapped, for loading consolidated weights before wrapping
+        self.mesh = build_mesh(self.parallel)  # None on one process
+        self.dp_rank, self.dp_size = data_parallel_rank_and_size(self.mesh)
+        self.pending_optimizer_state: dict | None = None
+        self.model = model
+        self.optimizer = None
+
+    # ---- set-up and restore
+
+    def _wrap(self) -> None:
+        cfg, accelerator = self.cfg, self.accelerator
+        model = parallelize(self.model_only.to(accelerator.device), self.mesh, self.parallel, cfg.precision)
+        optimizer = build_optimizer(model, cfg.optimizer, cfg.precision)
+        self._load_pending_optimizer(model, optimizer)
+        self.model, self.optimizer = (
+            model,
+            accelerator.prepare(optimizer),
+        )  # the optimizer wrapper steps the fp16 scaler
+
+    def _load_pending_optimizer(self, model, optimizer) -> None:
+        if self.pending_optimizer_state:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(
+                model, optimizer, self.pending_optimizer_state, options=StateDictOptions(full_state_dict=True)
+            )
+        self.pending_optimizer_state = None
+
+    def restore(self, init_checkpoint: Path | None, scratch: Path) -> dict:
+        """Load the previous phase's consolidated state, wrap, then resume this phase's newest sharded
+        checkpoint if there is one; returns the loop state to continue from (empty: start of phase)."""
+        keep = set(self.cfg.checkpoint.state)
+        if init_checkpoint is not None:
+            saved = ckpt.load(init_checkpoint)
+            if "model" in saved:
+                self.model_only.load_state_dict(saved["model"])
+            if "optimizer" in saved and "optimizer" in keep:
+                self.pending_optimizer_state = saved["optimizer"]
+        self._wrap()
+        resume = dcp_ckpt.latest_checkpoint(scratch)
+        if resume is None:
+            return {}
+        return self._load_resumable(resume)
+
+    def _load_resumable(self, path: Path) -> dict:
+        extra = dcp_ckpt.load_checkpoint(path, self.model, self.optimizer_for_state())
+        keep = set(self.cfg.checkpoint.state)
+        if "rng" in keep and extra.get("rng") is not None:
+            torch.set_rng_state(extra["rng"])
+        if "scaler" in keep and self.accelerator.scaler is not None and extra.get("scaler"):
+            self.accelerator.scaler.load_state_dict(extra["scaler"])
+        state = extra.get("state", {})
+        if not {"data", "scheduler"} <= keep:  # without the data and LR position, the phase starts over
+            state = {k: v for k, v in state.items() if k not in ("step", "tokens", "skipped")}
+        return state
+
+    # ---- one step
+
+    def forward(self, b) -> torch.Tensor:
+        with forward_context(self.model):
+            return self.model(b.input_ids, b.position_ids, b.doc_ids)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.accelerator.backward(loss)
+
+    def sync_contexts(self, accum: int) -> list:
+        """Gradient reduction only on the last micro-batch of a step (DDP no_sync; FSDP2 set_requires_gradient_sync)."""
+        return [no_sync(self.model) if m < accum - 1 else contextlib.nullcontext() for m in range(accum)]
+
+    def dp_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over the data-parallel ranks (ranks of one tensor-parallel group hold the same numbers)."""
+        if self.world == 1:
+            return tensor
+        total = self.accelerator.reduce(tensor.clone(), reduction="sum")
+        return total / (self.world // self.dp_size)
+
+    def clip_gradients(self, max_norm: float | None) -> float:
+        if self.accelerator.scaler is not None:
+            self.accelerator.unscale_gradients()
+        return clip_grad_norm_(self.model, max_norm or math.inf)
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # ---- checkpoints
+
+    def _extra(self, state: dict) -> dict:
+        keep = set(self.cfg.checkpoint.state)
+        extra: dict[str, Any] = {"state": dict(state)}
+        if "rng" in keep:
+            extra["rng"] = torch.get_rng_state()
+        if "scaler" in keep and self.accelerator.scaler is not None:
+            extra["scaler"] = self.accelerator.scaler.state_dict()
+        return extra
+
+    def save_resumable(self, scratch: Path, state: dict) -> None:
+        self.accelerator.wait_for_everyone()
+        dcp_ckpt.save_checkpoint(
+            scratch / f"step-{state['step']}", self.model, self.optimizer_for_state(), self._extra(state)
+        )
+        dcp_ckpt.prune_checkpoints(scratch, self.cfg.checkpoint.keep)
+        self.accelerator.wait_for_everyone()
+
+    def save_final(self, path: Path, state: dict) -> None:
+        """The consolidated end-of-phase state (checkpoint.state decides what it holds)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        keep = set(self.cfg.checkpoint.state) | {"model"}  # the next phase and eval need the weights
+        self.accelerator.wait_for_everyone()
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer_for_state(), options=options)
+        if self.rank == 0:
+            payload: dict[str, Any] = {"model": model_sd, **self._extra(state)}
+            if "optimizer" in keep:
+                payload["optimizer"] = optim_sd
+            ckpt.save(path, payload)
+        self.accelerator.wait_for_everyone()
+
+    def optimizer_for_state(self):
+        return getattr(self.optimizer, "optimizer", self.optimizer)  # AcceleratedOptimizer -> torch optimizer
+
+    def rollback(self, scratch: Path, state: dict, rollback_steps: int | None, max_retries: int) -> dict:
+        """Back to the newest checkpoint at least rollback_steps before this step, keeping the offending
+        data steps skipped from now on."""
+        rollbacks = state["rollbacks"] + 1
+        if rollbacks > max_retries:
+            raise RuntimeError(f"loss spikes persisted after {max_retries} rollbacks (monitor.spike.max_retries)")
+        limit = state["step"] - (rollback_steps or 0)
+        path = newest_checkpoint_at_most(scratch, limit)
+        if path is None:
+            return {"rollbacks": rollbacks}  # nothing saved early enough in this phase: the skip alone applies
+        restored = self._load_resumable(path)
+        restored["skipped"] = sorted(set(state["skipped"]))
+        restored["rollbacks"] = rollbacks
+        return restored
+
+    # ---- evaluation and measurements
+
+    def heldout_losses(self, dirs: dict, eos_id: int, max_tokens: int) -> dict[str, float]:
+        from runlib.eval.heldout import heldout_metrics
+
+        out = {}
+        for name in sorted(dirs):
+            metrics = heldout_metrics(self.model, dirs[name], self.cfg.seq_len, eos_id, 1.0, max_tokens=max_tokens)
+            out[name] = metrics["loss"]
+        return out
+
+    def measurements(self, seconds: float, tokens: int, cfg: Any) -> dict[str, Any]:
+        if torch.cuda.is_available() and self.accelerator.device.type == "cuda":
+            peak, kind = float(torch.cuda.max_memory_allocated()), "cuda_max_memory_allocated"
+        else:
+            peak, kind = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), "cpu_max_rss"
+        peaks = [peak]
+        if dist.is_available() and dist.is_initialized():
+            peaks = [None] * self.world
+            dist.all_gather_object(peaks, peak)
+        tokens_per_s = tokens / seconds if seconds > 0 else 0.0
+        return {
+            "world": self.world,
+            "mesh": mesh_dims(self.parallel),
+            "seconds": seconds,
+            "tokens": tokens,
+            "tokens_per_s": tokens_per_s,
+            "mfu": tokens_per_s * cfg.estimates.flops_per_token / (cfg.estimates.peak_flops_per_device * self.world),
+            "peak_memory_bytes": peaks,
+            "memory_kind": kind,
+            "memory_estimate_bytes": cfg.estimates.memory_bytes_per_device,
+        }
+
+
+@contextlib.contextmanager
+def _gradient_sync(model, enabled: bool):
+    """FSDP2 / composable replicate: reduce gradients only when `enabled` (the step's last micro-batch)."""
+    setter = getattr(model, "set_requires_gradient_sync", None)
+    if setter is not None:
+        setter(enabled)
+    yield
+
+
+def newest_checkpoint_at_most(scratch: Path, step: int) -> Path | None:
+    """The complete step-<n> checkpoint of highest n <= step (a rollback target), or None."""
+    if not scratch.is_dir():
+        return None
+    found = []
+    for path in scratch.iterdir():
+        m = dcp_ckpt.STEP_RE.match(path.name)
+        if m and int(m.group(1)) <= step and dcp_ckpt.is_complete(path):
+            found.append((int(m.group(1)), path))
+    return max(found)[1] if found else None

@@ -1,0 +1,127 @@
+"""The one place stage configs are built: one function per stage kind, from the spec and its plan.
+
+Each function returns the configs of every instance of its stage kind; `runlib.workflow.graph` keys
+the nodes by them and the stage code receives them, so what a stage reads and what its key covers
+are the same by construction. Nothing machine-local and not the run's name goes into a config.
+
+Pure but for one thing: a file-based source's shards are the files its glob matches now.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+from runlib.curate.config import CurateShardConfig, CurateSourceConfig
+from runlib.data.config import TokenizeConfig
+from runlib.errors import UserError
+from runlib.eval.config import EvalConfig, EvalModelConfig
+from runlib.plan import Plan
+from runlib.spec.models import RunSpec, SourceSpec
+from runlib.stageconfig import StageConfig
+from runlib.tokenizer.config import TokenizerConfig
+
+BUILTIN_DEFAULT_SHARDS = 2
+
+
+# ----------------------------------------------------------------------------------------- curation
+
+
+def source_files(name: str, source: SourceSpec) -> list[str]:
+    """The files a file-based source reads, sorted; an error names the source when there are none."""
+    pattern = source.input.path
+    if not pattern:
+        raise UserError(
+            f"data.sources.{name}.input.path: format {source.input.format} needs a path (a glob of input files)"
+        )
+    matches = sorted(glob.glob(pattern, recursive=True))
+    if source.input.format == "text":
+        if Path(pattern).is_dir():  # a directory of plain-text files
+            matches = sorted(str(p) for p in Path(pattern).rglob("*") if p.is_file())
+        else:
+            matches = [m for m in matches if Path(m).is_file()]
+    if not matches:
+        raise UserError(
+            f"data.sources.{name}.input.path: {pattern!r} matches no file; check the path (relative to {Path.cwd()})"
+        )
+    return matches
+
+
+def shard_plan(name: str, source: SourceSpec) -> list[list[str]]:
+    """Each curation shard's input files ([] for builtin sources, which split their documents)."""
+    if source.input.format == "builtin":
+        return [[] for _ in range(source.input.shards or BUILTIN_DEFAULT_SHARDS)]
+    files = source_files(name, source)
+    n = min(source.input.shards or len(files), len(files))
+    return [files[i::n] for i in range(n)]
+
+
+def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, list[CurateShardConfig]]:
+    """Source name -> the config of each of its curation shards, in shard order."""
+    out = {}
+    for name, source in spec.data.sources.items():
+        shards = shard_plan(name, source)
+        out[name] = [
+            CurateShardConfig(input=source.input, curate=source.curate, shard=i, shards=len(shards), files=files)
+            for i, files in enumerate(shards)
+        ]
+    return out
+
+
+def curate_source_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, CurateSourceConfig]:
+    """Source name -> the config of the stage that joins its shards."""
+    return {
+        name: CurateSourceConfig(dedup=source.curate.dedup, heldout_docs=spec.data.heldout_docs)
+        for name, source in spec.data.sources.items()
+    }
+
+
+# ------------------------------------------------------------------------------------ tokenization
+
+
+def tokenizer_config(spec: RunSpec, plan: Plan | None = None) -> TokenizerConfig:
+    return TokenizerConfig(**spec.tokenizer.model_dump())
+
+
+def tokenize_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, TokenizeConfig]:
+    """Source name -> the config of its tokenize stage."""
+    return {name: TokenizeConfig(token_dtype=spec.data.token_dtype) for name in spec.data.sources}
+
+
+# ------------------------------------------------------------------------------------ training, eval
+
+
+def train_phase_configs(spec: RunSpec, plan: Plan) -> list[StageConfig]:
+    """One config per phase, in order (runlib.train.config owns what a training phase reads)."""
+    from runlib.train.config import build_train_phase_configs
+
+    return list(build_train_phase_configs(spec, plan))
+
+
+def evaluated_phases(spec: RunSpec, plan: Plan) -> list[int]:
+    """Indices of the phases evaluated: all with eval.after_each_phase, else the last."""
+    n = len(plan.phases)
+    if spec.eval.after_each_phase:
+        return list(range(n))
+    return [n - 1] if n else []
+
+
+def eval_configs(spec: RunSpec, plan: Plan) -> dict[int, EvalConfig]:
+    """Phase index -> the config of its evaluation, for the phases evaluated."""
+    train = train_phase_configs(spec, plan)
+    out = {}
+    for i in evaluated_phases(spec, plan):
+        phase, trained = plan.phases[i], train[i]
+        # the model exactly as the phase trained it (a learned position table's rows included)
+        model = EvalModelConfig(spec=trained.model, vocab_rows=trained.vocab_rows, position_rows=trained.position_rows)
+        out[i] = EvalConfig(
+            phase=phase.name,
+            phase_index=i,
+            end_tokens=phase.span.end_tokens,
+            seq_len=phase.settings.seq_len,
+            rope_theta=phase.settings.rope_theta if spec.model.position == "rope" else None,
+            model=model,
+            heldout_tokens=spec.eval.heldout_tokens,
+            tasks=spec.eval.tasks,
+        )
+    return out

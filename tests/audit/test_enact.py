@@ -1,0 +1,123 @@
+"""The RUN checks and the rules behind them (runlib.audit.enact): the audit reports what the trainer
+cannot enact, the workflow gate refuses it, and the trainer's last guard reads the same rules."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from runlib.audit import audit
+from runlib.audit.cases import case_data
+from runlib.audit.checks import all_checks
+from runlib.audit.enact import train_config_refusals
+from runlib.plan import derive
+from runlib.plan.memory import phase_memory
+from runlib.spec import load_spec_text, validate_data
+from runlib.train.config import build_train_phase_configs
+from runlib.workflow.snake import GateRefused, Workflow
+from tests.conftest import ROOT
+
+DEMO = ROOT / "specs" / "demo.yaml"
+RUN_CHECKS = [c for c in all_checks() if c.code.startswith("RUN")]
+
+
+def _phase_refusals(spec, index: int = 0) -> set[str]:
+    """The codes the trainer's guard raises for one phase, from the phase's stage config."""
+    config = build_train_phase_configs(spec, derive(spec))[index]
+    return {r.code for r in train_config_refusals(config)}
+
+
+def test_run_family_is_a_warning_family():
+    assert [c.code for c in RUN_CHECKS] == [f"RUN00{i}" for i in range(1, 9)]
+    assert {c.severity for c in RUN_CHECKS} == {"warning"}
+
+
+@pytest.mark.parametrize(
+    ("check", "case"),
+    [(c, f) for c in RUN_CHECKS for f in c.fails],
+    ids=lambda x: getattr(x, "code", None) or "",
+)
+def test_trainer_guard_refuses_what_the_audit_flags(check, case):
+    spec = validate_data(case_data(case.patch)).spec
+    codes = set().union(*(_phase_refusals(spec, i) for i in range(len(spec.phases))))
+    assert check.code in codes
+    finding = next(f for f in audit(spec, select={check.code}).findings if f.code == check.code)
+    assert "the runner refuses it" in finding.message
+    assert re.match(r"(phases\[\d+\]\.)?(parallelism|precision|optimizer)\.", finding.path)
+
+
+@pytest.mark.parametrize(("check", "case"), [(c, p) for c in RUN_CHECKS for p in c.passes])
+def test_trainer_guard_accepts_the_pass_cases(check, case):
+    spec = validate_data(case_data(case.patch)).spec
+    for i in range(len(spec.phases)):
+        assert check.code not in _phase_refusals(spec, i)
+
+
+def test_cpu_context_refusal_names_gloo():
+    spec = validate_data(case_data({"hardware.accelerator": "cpu", "parallelism.context": 2})).spec
+    (finding,) = [f for f in audit(spec, select={"RUN001"}).findings if f.code == "RUN001"]
+    assert finding.path == "parallelism.context" and "gloo" in finding.message and "context: 1" in finding.fix
+
+
+def _demo_with(tmp_path, text: str):
+    path = tmp_path / "variant.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def gate_env(tmp_path, monkeypatch):
+    # Workflow sets these for the stage jobs; monkeypatch restores them after the test
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+    for name in ("RUNLIB_SPEC", "RUNLIB_PYTHON"):
+        monkeypatch.setenv(name, "")
+    return tmp_path
+
+
+def test_gate_refuses_context_parallelism_on_cpu(gate_env, capsys):
+    # twice the processes, split in two for the sequence: the same data-parallel degree and batch
+    text = (
+        DEMO.read_text().replace("context: 1,", "context: 2,", 1).replace("devices_per_node: 2", "devices_per_node: 4")
+    )
+    spec = load_spec_text(text).spec
+    assert (spec.parallelism.context, spec.hardware.devices_per_node) == (2, 4)
+    spec_path = _demo_with(gate_env, text)
+    with pytest.raises(GateRefused, match="cannot enact"):
+        Workflow(spec_path)
+    err = capsys.readouterr().err
+    assert re.search(r"variant\.yaml:64: RUN001 parallelism\.context: .*gloo", err)
+    assert "fix: use context: 1" in err
+
+
+def test_gate_refusal_is_not_lifted_by_audit_ignore(gate_env, capsys):
+    text = DEMO.read_text().replace("kind: adamw,", "kind: lion,", 1)
+    text = text.replace("  ignore:\n", '  ignore:\n    RUN008: "we want lion"\n', 1)
+    spec_path = _demo_with(gate_env, text)
+    with pytest.raises(GateRefused):
+        Workflow(spec_path)
+    assert "RUN008 optimizer.kind" in capsys.readouterr().err
+
+
+def test_gate_passes_the_demo(gate_env):
+    workflow = Workflow(str(DEMO))
+    assert workflow.graph.of("train_phase")
+
+
+def test_hsdp_memory_shards_within_a_node():
+    spec = validate_data(
+        case_data({"hardware.nodes": 2, "hardware.devices_per_node": 4, "parallelism.sharding": "fsdp"})
+    ).spec
+    plan = derive(spec)
+    s = plan.phases[0].settings
+    hsdp = replace(s, parallelism=s.parallelism.model_copy(update={"sharding": "hsdp"}))
+
+    def memory(settings, nodes):
+        return phase_memory(spec.model, spec.precision, plan.params, plan.vocab_rows, settings, 1.0, nodes)
+
+    fsdp_mem, one_node, two_nodes = memory(s, 2), memory(hsdp, 1), memory(hsdp, 2)
+    assert one_node == fsdp_mem  # one node: hsdp is fsdp
+    for part in ("weights", "master_weights", "gradients", "optimizer_states"):
+        assert getattr(two_nodes, part) == pytest.approx(2 * getattr(fsdp_mem, part))  # 4 shards, not 8
+    assert two_nodes.buffers == fsdp_mem.buffers and two_nodes.activations == fsdp_mem.activations

@@ -1,0 +1,78 @@
+"""The eval_phase stage: built from its EvalConfig and its inputs' artifacts (no spec), with RoPE or
+learned positions, the phase's context and RoPE base applied."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from runlib.eval.config import EvalConfig, EvalModelConfig
+from runlib.eval.heldout import heldout_metrics
+from runlib.eval.stage import evaluate_phase
+from runlib.model.transformer import Transformer
+from runlib.spec.models import EvalTaskSpec, ModelSpec
+from runlib.train import checkpoint as ckpt
+from runlib.workflow.manifest import Manifest, write_manifest
+
+SEQ_LEN, POSITION_ROWS, THETA = 96, 128, 20000.0
+BYTES_PER_TOKEN = 3.0
+
+
+def manifest(directory: Path, counts: dict | None = None, details: dict | None = None) -> None:
+    write_manifest(
+        directory,
+        Manifest(
+            stage="x",
+            instance="x",
+            key="0" * 16,
+            config={},
+            inputs={},
+            counts=counts or {},
+            details=details or {},
+            timings={"started_at": 0.0, "wall_seconds": 0.0},
+            libraries={},
+            outputs={},
+            content_hash="0" * 64,
+        ),
+    )
+
+
+@pytest.mark.parametrize("position", ["rope", "learned"])
+def test_evaluate_phase(source, tmp_path: Path, position: str) -> None:
+    tokenizer_dir = shutil.copytree(source.token_dir.parent.parent / "tokenizer", tmp_path / "tokenizer")
+    token_dir = shutil.copytree(source.token_dir, tmp_path / "tokens")
+    manifest(tokenizer_dir, details={"eos_id": source.eos})
+    manifest(token_dir, counts={"tokens_heldout": 1000, "bytes_heldout": int(1000 * BYTES_PER_TOKEN)})
+    spec = ModelSpec(layers=2, d_model=32, heads=4, kv_heads=2, d_ff=64, seq_len=64, position=position)
+    torch.manual_seed(0)
+    trained = Transformer(spec, source.vocab, POSITION_ROWS)
+    model_dir = tmp_path / "model"
+    ckpt.save(model_dir / "final.pt", {"model": trained.state_dict()})
+    config = EvalConfig(
+        phase="long",
+        phase_index=2,
+        end_tokens=12345,
+        seq_len=SEQ_LEN,
+        rope_theta=THETA if position == "rope" else None,
+        model=EvalModelConfig(spec=spec, vocab_rows=source.vocab, position_rows=POSITION_ROWS),
+        heldout_tokens=2048,
+        tasks=[EvalTaskSpec(name="mc", kind="multiple_choice", from_heldout="web", examples=4)],
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = evaluate_phase(config, model_dir, tokenizer_dir, {"web": token_dir}, out)
+
+    result = json.loads((out / "eval.json").read_text())
+    assert (result["phase"], result["phase_index"], result["tokens"]) == ("long", 2, 12345)
+    if position == "rope":
+        trained.set_rope(THETA, SEQ_LEN)  # the phase's base and context, not the model's first ones
+    want = heldout_metrics(trained, token_dir, SEQ_LEN, source.eos, BYTES_PER_TOKEN, max_tokens=2048)
+    assert result["heldout"]["web"]["loss"] == pytest.approx(want["loss"], rel=1e-6)
+    assert result["heldout"]["web"]["bits_per_byte"] == pytest.approx(want["bits_per_byte"], rel=1e-6)
+    assert result["heldout"]["web"]["tokens"] == want["tokens"] <= 2048
+    assert result["tasks"]["mc"]["kind"] == "multiple_choice" and result["tasks"]["mc"]["n"] == 4
+    assert summary["counts"]["web_loss"] == result["heldout"]["web"]["loss"]

@@ -1,0 +1,199 @@
+"""Trains a tiny transformer under several parallel layouts; run by tests/train/test_parallel.py.
+
+    torchrun --standalone --nproc_per_node N tests/train/parallel_worker.py --set {2proc,4proc} --out R.pt --ckpt DIR
+
+Every layout starts from the same seed-0 weights and trains on the same fixed batches (4 sequences of
+32 tokens per step, split over the data-parallel ranks, 2 micro-batches each), with runlib's
+parallelize, build_optimizer, clip_grad_norm_ and DCP checkpoints. Rank 0 writes {name: result} to
+--out, a result being {"params": full state dict, "losses": [...]}; `train` with world size 1 (no
+process group) is the reference the test computes in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from runlib.model.parallelize import (
+    build_mesh,
+    clip_grad_norm_,
+    data_parallel_group,
+    data_parallel_rank_and_size,
+    forward_context,
+    no_sync,
+    parallelize,
+)
+from runlib.model.transformer import Transformer
+from runlib.spec.models import ModelSpec
+from runlib.train.dist_checkpoint import full_model_state_dict, load_checkpoint, save_checkpoint
+from runlib.train.optim import build_optimizer
+
+VOCAB, SEQ, BATCH, MICRO = 256, 32, 4, 2
+LR = 1e-4  # Adam's update of a gradient within fp32 rounding of zero is up to ~lr: see test_parallel.py
+STEPS, CKPT_STEP = 4, 2
+MODELS = {
+    "llama": dict(layers=2, d_model=64, heads=4, kv_heads=2, d_ff=128, seq_len=SEQ),
+    # tied embeddings, learned positions, LayerNorm with biases, GELU: the other tensor-parallel paths
+    "gpt2": dict(
+        layers=2,
+        d_model=64,
+        heads=4,
+        d_ff=128,
+        seq_len=SEQ,
+        activation="gelu",
+        norm="layernorm",
+        bias=True,
+        position="learned",
+        tie_embeddings=True,
+    ),
+}
+FP32 = SimpleNamespace(compute="fp32", master_weights="fp32", grads="fp32", optimizer_states="fp32")
+BF16 = SimpleNamespace(compute="bf16", master_weights="fp32", grads="fp32", optimizer_states="fp32")
+BF16_PURE = SimpleNamespace(compute="bf16", master_weights="none", grads="bf16", optimizer_states="bf16")
+
+
+def layout(dp_replicate=1, dp_shard=1, tp=1, sharding="none", recompute="none"):
+    return SimpleNamespace(
+        dp_replicate=dp_replicate,
+        dp_shard=dp_shard,
+        tp=tp,
+        cp=1,
+        pp=1,
+        sharding=sharding,
+        activation_checkpointing=recompute,
+        offload=False,
+    )
+
+
+def optimizer_cfg(kind="adamw"):
+    return SimpleNamespace(kind=kind, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+def tiny_model(name="llama") -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelSpec(**MODELS[name]), VOCAB, SEQ)
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 + step)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def build(parallel, precision=FP32, model_name="llama", kind="adamw"):
+    mesh = build_mesh(parallel)
+    model = parallelize(tiny_model(model_name), mesh, parallel, precision)
+    return mesh, model, build_optimizer(model, optimizer_cfg(kind), precision)
+
+
+def train(mesh, model, optimizer, steps: range) -> dict[str, list[float]]:
+    """Token-mean cross-entropy over the whole step's batch; gradients clipped to norm 1."""
+    rank, size = data_parallel_rank_and_size(mesh)
+    group = data_parallel_group(mesh)
+    out = {"losses": [], "grad_norms": []}
+    rows = BATCH // size
+    micro = min(MICRO, rows)  # 2 micro-batches per step, 1 when a rank has 1 row (4-way data parallel)
+    for step in steps:
+        inputs, targets = batch(step)
+        inputs, targets = inputs[rank * rows : (rank + 1) * rows], targets[rank * rows : (rank + 1) * rows]
+        total = BATCH * SEQ  # every token is scored: the step's token count is known to every rank
+        loss_sum = torch.zeros(())
+        for m in range(micro):
+            part = slice(m * rows // micro, (m + 1) * rows // micro)
+            with no_sync(model) if m < micro - 1 else contextlib.nullcontext(), forward_context(model):
+                logits = model(inputs[part])
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[part].flatten(), reduction="sum")
+            # gradients are averaged over the data-parallel ranks, so each contributes size / total
+            (loss * (size / total)).backward()
+            loss_sum += loss.detach()
+        out["grad_norms"].append(clip_grad_norm_(model, 1.0))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if group is not None:
+            dist.all_reduce(loss_sum, group=group)
+        out["losses"].append(float(loss_sum) / total)
+    return out
+
+
+def result(model, *parts: dict) -> dict:
+    out = {"params": full_model_state_dict(model), "losses": [], "grad_norms": []}
+    for part in parts:
+        out["losses"] += part["losses"]
+        out["grad_norms"] += part["grad_norms"]
+    return out
+
+
+def run(parallel, steps=STEPS, **kwargs) -> dict:
+    mesh, model, optimizer = build(parallel, **kwargs)
+    return result(model, train(mesh, model, optimizer, range(steps)))
+
+
+def resume(parallel, ckpt: Path, **kwargs) -> dict:
+    mesh, model, optimizer = build(parallel, **kwargs)
+    extra = load_checkpoint(ckpt, model, optimizer)
+    torch.set_rng_state(extra["rng"])
+    return result(model, train(mesh, model, optimizer, range(extra["step"], STEPS)))
+
+
+def two_processes(ckpt: Path) -> dict:
+    out = {}
+    # FSDP with a checkpoint after step CKPT_STEP, then resumed from it in a fresh model
+    mesh, model, optimizer = build(layout(dp_shard=2, sharding="fsdp"))
+    first = train(mesh, model, optimizer, range(CKPT_STEP))
+    save_checkpoint(ckpt, model, optimizer, {"step": CKPT_STEP, "rng": torch.get_rng_state()})
+    out["fsdp"] = result(model, first, train(mesh, model, optimizer, range(CKPT_STEP, STEPS)))
+    out["fsdp_resumed"] = resume(layout(dp_shard=2, sharding="fsdp"), ckpt)
+
+    out["zero2"] = run(layout(dp_shard=2, sharding="zero2"))
+    out["ddp"] = run(layout(dp_replicate=2))
+    out["tp"] = run(layout(tp=2))
+    out["tp_gpt2"] = run(layout(tp=2), model_name="gpt2")
+    out["fsdp_full"] = run(layout(dp_shard=2, sharding="fsdp", recompute="full"))
+    out["fsdp_selective"] = run(layout(dp_shard=2, sharding="fsdp", recompute="selective"))
+    for kind in ("adam", "adafactor", "muon"):
+        out[f"fsdp_{kind}"] = run(layout(dp_shard=2, sharding="fsdp"), kind=kind)
+    out["fsdp_bf16"] = run(layout(dp_shard=2, sharding="fsdp"), precision=BF16)
+    out["fsdp_bf16_pure"] = run(layout(dp_shard=2, sharding="fsdp"), precision=BF16_PURE)
+    out["ddp_bf16"] = run(layout(dp_replicate=2), precision=BF16)
+    return out
+
+
+def four_processes(ckpt: Path) -> dict:
+    out = {}
+    out["fsdp_tp"] = run(layout(dp_shard=2, tp=2, sharding="fsdp"))
+    out["hsdp"] = run(layout(dp_replicate=2, dp_shard=2, sharding="hsdp"))
+    out["ddp_tp"] = run(layout(dp_replicate=2, tp=2))
+    out["fsdp_tp_muon"] = run(layout(dp_shard=2, tp=2, sharding="fsdp"), kind="muon")
+    out["fsdp_tp_adafactor"] = run(layout(dp_shard=2, tp=2, sharding="fsdp"), kind="adafactor")
+    out["resumed_fsdp_tp"] = resume(layout(dp_shard=2, tp=2, sharding="fsdp"), ckpt)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--set", choices=["2proc", "4proc"], required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--ckpt", type=Path, required=True)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    t0 = time.time()
+    out = (two_processes if args.set == "2proc" else four_processes)(args.ckpt)
+    if dist.get_rank() == 0:
+        out["seconds"] = time.time() - t0
+        torch.save(out, args.out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
