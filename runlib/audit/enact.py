@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-ENACTED_OPTIMIZERS = ("adamw", "adam", "adafactor", "muon")
 SHARDED = ("zero1", "zero2", "fsdp", "hsdp")  # layouts built with FSDP2's fully_shard
 
 
@@ -205,17 +204,6 @@ def precision_refusals(*, compute: str, master_weights: str, optimizer_states: s
     return out
 
 
-def optimizer_refusals(*, kind: str) -> list[Refusal]:
-    if kind in ENACTED_OPTIMIZERS:
-        return []
-    reason = (
-        "lion is not enacted: torch ships no Lion optimizer and runlib depends on no package that provides one"
-        if kind == "lion"
-        else f"optimizer {kind!r} is not enacted by runlib's trainer"
-    )
-    return [Refusal("RUN008", "optimizer.kind", kind, reason, f"use kind: {' | '.join(ENACTED_OPTIMIZERS)}")]
-
-
 def refusals(
     *,
     accelerator: str,
@@ -254,7 +242,6 @@ def refusals(
             seq_len=seq_len,
         )
         + precision_refusals(compute=compute, master_weights=master_weights, optimizer_states=optimizer_states)
-        + optimizer_refusals(kind=optimizer)
     )
 
 

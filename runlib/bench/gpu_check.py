@@ -1,24 +1,110 @@
-"""GPU check, prepared for a session with a device: document-masked attention correctness and speed.
+"""GPU check, prepared for a session with a device: attention parity, then FSDP2 training speed and memory.
 
-    python -m runlib.bench.gpu_check [--steps 20] [--out DIR]
+    python -m runlib.bench.gpu_check --out DIR [--steps 8] [--warmup 3] [--budget-s 360] [--models 125M,1B]
 
-On CUDA: (1) parity of the flex_attention document-mask path against SDPA with a boolean mask, in
-fp32, for logits and gradients; (2) training tokens/s and MFU (PaLM FLOPs / dense bf16 peak) of a
-GPT-2-small-shaped Llama model at seq 2048 under bf16 autocast, for causal SDPA (no documents), SDPA
-with a document mask, and flex with a document mask; medians after warm-up, in one run.
-Without CUDA it runs the same code at toy size on the CPU (SDPA only) so CI keeps it working.
+One process, one GPU, one script, bounded in time: no part starts after --budget-s seconds, each part is
+stopped after 120 s, and a part that fails or times out is recorded and the next one runs. DIR/gpu_check.json
+is rewritten after every part, so a run killed from outside keeps what it measured; DIR/gpu_check.txt holds
+the summary table. Worst case about budget + 120 s + start-up (about 8 minutes with the defaults).
+
+  1. parity: the flex_attention document-mask path against SDPA with a boolean mask, in fp32:
+     max |difference| of the logits and of a gradient (CPU: logits only, flex has no CPU backward).
+  2. training: tokens/s, MFU and peak memory of training steps of a ~125M (GPT-2-small-shaped Llama:
+     12 x 768, 12 heads, 4 kv heads, SwiGLU 2048) and a ~1B (18 x 2048, 16 heads, 8 kv heads, SwiGLU
+     5632) model, vocabulary 32768, at seq 2048, laid out as runlib trains them: a process group of
+     world 1 that this process starts itself (NCCL; gloo on CPU), a 1-D ("dp_shard",) mesh of size 1,
+     runlib.model.parallelize.parallelize with sharding fsdp (FSDP2 fully_shard per block and root,
+     MixedPrecisionPolicy: compute bf16, fp32 master weights, fp32 gradient reduction), activation
+     checkpointing none / selective / full, AdamW from runlib.train.optim.build_optimizer, gradient
+     clipping with runlib's clip_grad_norm_. Attention: flex with document masks (packed rows of
+     documents averaging 512 tokens) against SDPA causal (no documents). Eager (no torch.compile of
+     the model; flex_attention compiles itself). Each row: `--warmup` steps, then the median of
+     `--steps` timed steps (each ended by torch.cuda.synchronize).
+       tokens/s = micro_batch * seq / median step time
+       MFU      = tokens/s * FLOPs per token / dense peak, both from runlib.plan.derive: PaLM's
+                  6 N_matmul + 12 L d_attn s (runlib.plan.flops; attention counted in full, also
+                  under document masks) and the catalog's bf16 peak of an h200 (989 TFLOP/s)
+       memory   = torch.cuda.max_memory_allocated over the row (reset before the model is built)
+                  against plan.phases[0].memory.total of a RunSpec of the same shape (accelerator
+                  h200, 1 device, micro batch, seq 2048, bf16, sharding fsdp, the row's
+                  recomputation); ratio = plan / measured (the plan's total includes its 1 GiB
+                  runtime overhead, which the allocator does not see; max_memory_reserved is
+                  recorded too)
+Without CUDA the same code runs at toy size on the CPU (gloo, SDPA only, a few steps) so CI keeps it
+working; memory there is the process's peak RSS (no ratio: it holds the interpreter and libraries).
+If the process group cannot start, the rows run on one process without FSDP (recorded per row).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
+import os
+import resource
+import signal
+import socket
 import statistics
+import sys
+import threading
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+GIB = 2**30
+MEAN_DOC_TOKENS = 512
+
+# model shapes (vocab 32768 rows, untied head, RoPE, RMSNorm, SwiGLU: runlib's defaults)
+SHAPES: dict[str, dict[str, int]] = {
+    # GPT-2 small's 12 x 768 / 12 heads as a Llama: 125.8M parameters
+    "125M": {"layers": 12, "d_model": 768, "heads": 12, "kv_heads": 4, "d_ff": 2048},
+    # TinyLlama-like width with 18 layers: 983.6M parameters
+    "1B": {"layers": 18, "d_model": 2048, "heads": 16, "kv_heads": 8, "d_ff": 5632},
+    "toy": {"layers": 2, "d_model": 64, "heads": 4, "kv_heads": 2, "d_ff": 128},
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    micro_batch: int
+    backend: str  # sdpa | flex
+    documents: bool
+    recompute: str  # none | selective | full
+
+
+# in priority order: the rows after the first eight run only while the time budget lasts
+GPU_ROWS = [
+    Row("125M", 8, "sdpa", False, "none"),
+    Row("125M", 8, "flex", True, "none"),
+    Row("125M", 8, "sdpa", False, "full"),
+    Row("125M", 8, "flex", True, "full"),
+    Row("1B", 4, "sdpa", False, "none"),
+    Row("1B", 4, "flex", True, "none"),
+    Row("1B", 4, "flex", True, "selective"),
+    Row("1B", 4, "flex", True, "full"),
+    Row("1B", 4, "sdpa", False, "full"),
+    Row("125M", 8, "flex", False, "none"),  # flex's causal kernel alone, without the documents' sparsity
+    Row("125M", 8, "sdpa", True, "none"),  # SDPA with a boolean document mask (no fused kernel)
+]
+CPU_ROWS = [
+    Row("toy", 2, "sdpa", False, "none"),
+    Row("toy", 2, "sdpa", True, "full"),
+    Row("toy", 2, "sdpa", True, "selective"),
+]
+GPU_SETTINGS = {"seq_len": 2048, "vocab": 32768, "accelerator": "h200", "part_cap_s": 120.0, "min_start_s": 30.0}
+CPU_SETTINGS = {"seq_len": 64, "vocab": 256, "accelerator": "cpu", "part_cap_s": 120.0, "min_start_s": 0.0}
+
+
+# ----------------------------------------------------------------------------------------- helpers
 
 
 def _model(layers: int, d_model: int, heads: int, seq_len: int, vocab: int):
+    """The parity model: kv_heads heads/3, SwiGLU width 8/3 d (rounded to 64)."""
     from runlib.model.transformer import Transformer
     from runlib.spec.models import ModelSpec
 
@@ -42,11 +128,98 @@ def _doc_ids(n: int, length: int, mean_doc: int, device):
     return starts.cumsum(1).to(device)
 
 
+class PartTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Raise PartTimeout in this (main) thread after `seconds` (SIGALRM; Python code only: a blocking
+    CUDA call returns first)."""
+    usable = (
+        seconds is not None and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        # an exception raised inside a finalizer or weakref callback is printed and dropped: fire again
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        raise PartTimeout(f"timed out after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _error(exc: BaseException) -> str:
+    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]
+    return f"{type(exc).__name__}: {exc}"[:500] + " | " + "".join(tail)[-800:].replace("\n", " ")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def process_group(device):
+    """A process group of world 1 (NCCL on CUDA, gloo on CPU) and the 1-D ("dp_shard",) mesh of size 1
+    FSDP2 shards over; yields (mesh or None, info). Environment and group are restored on exit."""
+    import torch.distributed as dist
+
+    info: dict[str, Any] = {}
+    names = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    saved = {k: os.environ.get(k) for k in names}
+    created = False
+    mesh = None
+    try:
+        if dist.is_initialized():
+            info["backend"] = str(dist.get_backend())
+            if dist.get_world_size() != 1:
+                raise RuntimeError(f"a process group of world {dist.get_world_size()} is already running")
+            info["reused"] = True
+        else:
+            os.environ.update(
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
+            )
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            kwargs = {"device_id": device} if device.type == "cuda" else {}
+            dist.init_process_group(backend, **kwargs)
+            created = True
+            info["backend"] = backend
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (1,), mesh_dim_names=("dp_shard",))
+        info["mesh"] = {"dp_shard": 1}
+    except Exception as exc:  # the rows then run without FSDP
+        info["error"] = _error(exc)
+        mesh = None
+    try:
+        yield mesh, info
+    finally:
+        if created and dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# ----------------------------------------------------------------------------------------- parts
+
+
 def parity(device, length: int, grads: bool = True) -> dict:
     """Max |difference| of logits (and of a gradient) between flex and SDPA-mask backends, in fp32.
     flex_attention has no backward on CPU (torch 2.13), so the CPU smoke compares logits only."""
-    import contextlib
-
     import torch
 
     torch.manual_seed(0)
@@ -64,91 +237,331 @@ def parity(device, length: int, grads: bool = True) -> dict:
                 logits.float().square().mean().backward()
         grad = model.layers[0].attention.wq.weight.grad
         out[backend] = (logits.detach(), grad.detach().clone() if grad is not None else None)
-    result = {"logits_max_abs_diff": float((out["flex"][0] - out["sdpa"][0]).abs().max())}
+    result = {"seq_len": length, "logits_max_abs_diff": float((out["flex"][0] - out["sdpa"][0]).abs().max())}
     if grads:
         result["grad_max_abs_diff"] = float((out["flex"][1] - out["sdpa"][1]).abs().max())
     return result
 
 
-def throughput(device, backend: str, docs: bool, steps: int, size: dict) -> dict:
+def bench_spec(
+    shape: dict, vocab: int, seq_len: int, micro_batch: int, recompute: str, accelerator: str, sharding: str
+):
+    """The RunSpec of one row: one device, one phase, the row's shape, batch and layout."""
+    from runlib.spec.loader import validate_data
+
+    data = {
+        "name": "gpu-check",
+        "hardware": {"accelerator": accelerator, "nodes": 1, "devices_per_node": 1},
+        "model": {**shape, "vocab_size": vocab, "seq_len": seq_len},
+        "tokenizer": {"vocab_size": vocab},
+        "data": {"sources": {"bench": {"domain": "synthetic", "input": {"format": "builtin", "name": "arithmetic"}}}},
+        "parallelism": {"sharding": sharding, "activation_checkpointing": recompute},
+        "batch": {"micro_batch": micro_batch},
+        "optimizer": {"kind": "adamw", "lr": 3e-4, "grad_clip": 1.0},
+        "schedule": {"warmup": "1%"},
+        "precision": {"compute": "bf16", "master_weights": "fp32", "grads": "fp32", "optimizer_states": "fp32"},
+        "tokens": micro_batch * seq_len * 1000,
+        "phases": [{"name": "bench", "kind": "foundation", "tokens": "100%", "mixture": {"bench": 1.0}}],
+    }
+    return validate_data(data).spec
+
+
+def _sync(device) -> None:
     import torch
 
-    from runlib.plan.flops import flops_per_token
-    from runlib.plan.params import count_params
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
-    torch.manual_seed(0)
-    spec, model = _model(size["layers"], size["d_model"], size["heads"], size["seq_len"], size["vocab"])
-    model = model.to(device)
-    model.attention_backend = backend
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    n, length = size["batch"], size["seq_len"]
-    ids = torch.randint(0, size["vocab"], (n, length), device=device)
-    doc_ids = _doc_ids(n, length, 512, device) if docs else None
-    amp = (
-        torch.autocast(device.type, dtype=torch.bfloat16)
-        if device.type == "cuda"
-        else torch.autocast("cpu", enabled=False)
+
+def _cleanup(device) -> None:
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def train_row(device, mesh, row: Row, settings: dict, warmup: int, steps: int, result: dict) -> None:
+    """Fill `result` (also on failure: whatever was measured stays) with one row's measurements."""
+    import torch
+    import torch.nn.functional as F
+
+    from runlib.model.parallelize import apply_fsdp, clip_grad_norm_, forward_context, parallelize, set_recompute
+    from runlib.model.transformer import Transformer
+    from runlib.plan import derive
+    from runlib.train.optim import build_optimizer
+
+    shape, seq, vocab = SHAPES[row.model], settings["seq_len"], settings["vocab"]
+    sharding = "fsdp" if mesh is not None else "none"
+    spec = bench_spec(shape, vocab, seq, row.micro_batch, row.recompute, settings["accelerator"], sharding)
+    plan = derive(spec)
+    phase = plan.phases[0]
+    result.update(
+        params=plan.params.total,
+        seq_len=seq,
+        vocab=plan.vocab_rows,
+        parallel="fsdp2 (1-process mesh dp_shard=1)" if mesh is not None else "none (one process, autocast)",
+        precision="bf16 compute, fp32 master weights, fp32 grads, fp32 AdamW states",
+        flops_per_token=phase.flops_per_token,
+        peak_tflops=plan.peak_flops() / 1e12,
+        plan_gib=phase.memory.total / GIB,
+        plan_breakdown_gib={k: round(v / GIB, 3) for k, v in phase.memory.as_dict().items()},
     )
-    times = []
-    for step in range(steps + 3):  # 3 warm-up steps (compilation, allocator)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    _cleanup(device)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Transformer(spec.model, plan.vocab_rows, seq)
+    model.attention_backend = row.backend
+    parallel = SimpleNamespace(
+        dp_replicate=1,
+        dp_shard=1,
+        tp=1,
+        cp=1,
+        pp=1,
+        sharding=sharding,
+        activation_checkpointing=row.recompute,
+        offload=False,
+    )
+    try:
+        model = parallelize(model, mesh, parallel, spec.precision)
+    except Exception as exc:  # record it, and shard the way parallelize would (a fresh model)
+        if mesh is None:
+            raise
+        result["parallelize_error"] = _error(exc)
+        del model
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = Transformer(spec.model, plan.vocab_rows, seq)
+        model.attention_backend = row.backend
+        set_recompute(model, row.recompute)
+    if mesh is not None:
+        from torch.distributed.fsdp import FSDPModule
+
+        if not isinstance(model, FSDPModule):  # a parallelize that drops size-1 mesh dims: shard here
+            apply_fsdp(model, mesh, spec.precision, True, False)
+            model.runlib_autocast = None
+            result["parallel"] += " via apply_fsdp"
+    optimizer = build_optimizer(model, spec.optimizer, spec.precision)
+    ids = torch.randint(0, plan.vocab_rows, (row.micro_batch, seq + 1), device=device)
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+    doc_ids = _doc_ids(row.micro_batch, seq, MEAN_DOC_TOKENS, device) if row.documents else None
+    if doc_ids is not None:
+        result["documents_per_row"] = float((doc_ids[:, -1] + 1).float().mean())
+    times, losses = [], []
+    for step in range(warmup + steps):
+        _sync(device)
         start = time.perf_counter()
-        with amp:
-            logits = model(ids, None, doc_ids)
-            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), ids.view(-1))
+        with forward_context(model):
+            logits = model(inputs, None, doc_ids)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        del logits
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if step >= 3:
-            times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
-    tokens_per_s = n * length / seconds
-    params = count_params(spec, size["vocab"], length)
-    per_token = flops_per_token(params.matmul, spec.layers, spec.heads * (spec.d_model // spec.heads), length)
-    peak = size["peak_tflops"] * 1e12
-    return {
-        "backend": backend,
-        "documents": docs,
-        "tokens_per_s": tokens_per_s,
-        "step_ms": seconds * 1000,
-        "mfu": tokens_per_s * per_token / peak if peak else None,
-    }
+        clip_grad_norm_(model, spec.optimizer.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        losses.append(float(loss.detach()))
+        if step == 0:
+            result["first_step_s"] = elapsed  # includes flex_attention's compilation
+        if step >= warmup:
+            times.append(elapsed)
+            seconds = statistics.median(times)
+            tokens_per_s = row.micro_batch * seq / seconds
+            result.update(
+                timed_steps=len(times),
+                step_ms=seconds * 1000,
+                step_ms_all=[round(t * 1000, 2) for t in times],
+                tokens_per_s=tokens_per_s,
+                mfu=tokens_per_s * phase.flops_per_token / plan.peak_flops() if plan.peak_flops() else None,
+            )
+    result["loss_first"], result["loss_last"] = losses[0], losses[-1]
+    result["loss_finite"] = all(map(lambda x: x == x and abs(x) != float("inf"), losses))
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated() / GIB
+        result.update(
+            memory_basis="torch.cuda.max_memory_allocated",
+            peak_gib=peak,
+            peak_reserved_gib=torch.cuda.max_memory_reserved() / GIB,
+            ratio=result["plan_gib"] / peak if peak else None,
+        )
+    else:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # ru_maxrss: KiB on Linux
+        result.update(
+            memory_basis="process peak RSS (interpreter and libraries included; no ratio)", peak_gib=rss, ratio=None
+        )
+    del model, optimizer
+
+
+# ----------------------------------------------------------------------------------------- output
+
+
+def summary_table(rows: list[dict]) -> str:
+    head = ("model", "backend", "documents", "recompute", "tokens/s", "MFU", "peak GiB", "plan GiB", "ratio", "note")
+    lines = []
+
+    def fmt(value, spec):
+        return format(value, spec) if isinstance(value, (int, float)) and value is not None else "-"
+
+    for r in rows:
+        note = "skipped" if r.get("skipped") else ("error" if r.get("error") else "")
+        lines.append(
+            (
+                r["model"],
+                r["backend"],
+                "yes" if r["documents"] else "no",
+                r["recompute"],
+                fmt(r.get("tokens_per_s"), ",.0f"),
+                fmt(r.get("mfu"), ".1%"),
+                fmt(r.get("peak_gib"), ".2f"),
+                fmt(r.get("plan_gib"), ".2f"),
+                fmt(r.get("ratio"), ".2f"),
+                note,
+            )
+        )
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+    return "\n".join(out)
+
+
+def _write(results: dict, out: Path | None) -> None:
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "gpu_check.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2))
+    tmp.replace(out / "gpu_check.json")
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    t0 = time.perf_counter()
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 8 on CUDA, 2 on CPU)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per row (default: 3 on CUDA, 1 on CPU)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=360.0,
+        help="no part starts after this many seconds (each part: at most 120 s)",
+    )
+    parser.add_argument("--models", default=None, help="comma-separated subset of the rows' models (125M, 1B, toy)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda" if cuda else "cpu")
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    settings = GPU_SETTINGS if cuda else CPU_SETTINGS
+    rows = GPU_ROWS if cuda else CPU_ROWS
+    if args.models:
+        wanted = {m.strip() for m in args.models.split(",")}
+        rows = [r for r in rows if r.model in wanted]
+    steps = args.steps if args.steps is not None else (8 if cuda else 2)
+    warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
     if cuda:
-        size = {
-            "layers": 12,
-            "d_model": 768,
-            "heads": 12,
-            "seq_len": 2048,
-            "vocab": 32768,
-            "batch": 8,
-            "peak_tflops": 989.0,
-        }
-        runs = [("sdpa", False), ("sdpa", True), ("flex", True)]
-        results = {"device": torch.cuda.get_device_name(), "parity": parity(device, 512)}
+        torch.cuda.set_device(device)
+        import torch._dynamo
+
+        # flex_attention recompiles per shape and mask (parity fp32, 125M and 1B in bf16, fwd and bwd)
+        for name in ("recompile_limit", "cache_size_limit"):
+            with contextlib.suppress(Exception):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
     else:
-        print("no CUDA device: toy-sized CPU smoke run of the same code (SDPA only)")
-        size = {"layers": 2, "d_model": 64, "heads": 4, "seq_len": 64, "vocab": 256, "batch": 2, "peak_tflops": 0.15}
-        runs = [("sdpa", False), ("sdpa", True)]
-        results = {"device": "cpu", "parity": parity(device, 64, grads=False)}
-    results["throughput"] = [throughput(device, b, d, args.steps, size) for b, d in runs]
-    print(json.dumps(results, indent=2))
+        _log("no CUDA device: toy-sized CPU smoke run of the same code (gloo, SDPA only)")
+    results: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "torch": torch.__version__,
+        "settings": {**settings, "warmup_steps": warmup, "timed_steps": steps, "budget_s": args.budget_s},
+        "complete": False,
+    }
+
+    def remaining() -> float:
+        return args.budget_s - (time.perf_counter() - t0)
+
+    def part_limit() -> float | None:
+        left = remaining()
+        if left < settings["min_start_s"] or left <= 0:
+            return None
+        return min(settings["part_cap_s"], max(left, settings["min_start_s"]))
+
+    # 1. parity
+    start = time.perf_counter()
+    limit = part_limit()
+    if limit is None:
+        results["parity"] = {"skipped": "time budget spent"}
+    else:
+        try:
+            with time_limit(limit):
+                results["parity"] = parity(device, 512 if cuda else 64, grads=cuda)
+        except Exception as exc:
+            results["parity"] = {"error": _error(exc)}
+        results["parity"]["wall_s"] = time.perf_counter() - start
+    _log(f"parity: {json.dumps(results['parity'])}")
+    _cleanup(device)
+    _write(results, args.out)
+
+    # 2. training rows
+    results["training"] = []
+    with process_group(device) as (mesh, pg_info):
+        results["process_group"] = pg_info
+        _log(f"process group: {json.dumps(pg_info)}")
+        for row in rows:
+            entry: dict[str, Any] = {
+                "model": row.model,
+                **SHAPES[row.model],
+                "micro_batch": row.micro_batch,
+                "backend": row.backend,
+                "documents": row.documents,
+                "recompute": row.recompute,
+            }
+            results["training"].append(entry)
+            if row.backend == "flex" and not cuda:
+                entry["skipped"] = "flex_attention has no backward on CPU (torch 2.13)"
+                continue
+            limit = part_limit()
+            if limit is None:
+                entry["skipped"] = f"time budget of {args.budget_s:.0f} s spent"
+                _log(f"skip {row}: {entry['skipped']}")
+                _write(results, args.out)
+                continue
+            start = time.perf_counter()
+            try:
+                with time_limit(limit):
+                    train_row(device, mesh, row, settings, warmup, steps, entry)
+            except Exception as exc:  # OOM, timeout, compile failure: recorded, the next row runs
+                entry["error"] = _error(exc)
+            finally:
+                entry["wall_s"] = time.perf_counter() - start
+                with contextlib.suppress(Exception):
+                    _cleanup(device)
+            _log(
+                f"{row.model} {row.backend} docs={row.documents} recompute={row.recompute}: "
+                + json.dumps(
+                    {
+                        k: entry.get(k)
+                        for k in ("tokens_per_s", "mfu", "peak_gib", "plan_gib", "ratio", "wall_s", "error")
+                    }
+                )
+            )
+            _write(results, args.out)
+    results["elapsed_s"] = time.perf_counter() - t0
+    results["complete"] = True
+    _write(results, args.out)
+    table = summary_table(results["training"])
+    _log("\n" + table)
+    _log(f"parity: {json.dumps(results['parity'])}")
+    _log(f"total {results['elapsed_s']:.0f} s")
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu_check.json").write_text(json.dumps(results, indent=2))
+        (args.out / "gpu_check.txt").write_text(table + "\n")
+    sys.stdout.flush()
     return 0
 
 

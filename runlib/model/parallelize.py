@@ -37,7 +37,9 @@ one for the root; ZeRO: Rajbhandari et al. 2019, arXiv 1910.02054):
   * zero1: the same as zero2. FSDP2 has no layout with replicated gradients and sharded optimizer
     states only (ZeRO-1); zero2 is the nearest, and it uses less memory than ZeRO-1 would.
   * hsdp: fully_shard on the 2-D (dp_replicate, dp_shard) mesh: sharded within a dp_shard group
-    (within a node), replicated across dp_replicate groups, reshard_after_forward=True.
+    (within a node), replicated across dp_replicate groups, reshard_after_forward=True. With
+    dp_shard 1 (one process per node) nothing is sharded: FSDP2's replicate, as for none with tp.
+    zero1/zero2/fsdp with dp_replicate > 1 as well take the same 2-D mesh with their resharding.
 A data-parallel degree of 1 (one process, or tensor parallelism only) wraps nothing.
 
 Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, arXiv 1909.08053; sequence parallelism,
@@ -46,9 +48,10 @@ q/k/v projections and the MLP's w1 (gate) and w3 (up) column-wise (each rank com
 heads, d_ff/tp of the hidden units), the attention output wo and the MLP's w2 (down) row-wise. The
 norms run sequence-parallel: the residual stream between blocks is split along the sequence on the tp
 ranks; each attention/MLP input is all-gathered, each row-wise output reduce-scattered. The token
-embedding is split row-wise (vocabulary) and the untied LM head column-wise (vocabulary, logits
-gathered); with tied embeddings both stay replicated on the tp ranks (one matrix cannot be split both
-ways), as do learned position embeddings. Needs heads, kv_heads, d_ff and the sequence length divisible
+embedding is split row-wise (by vocabulary; its output all-reduced, and the first block takes its
+sequence slice) and the untied LM head column-wise (by vocabulary; the logits all-gathered, so every
+tp rank computes the same loss on whole logits); with tied embeddings both stay replicated on the tp
+ranks (one matrix cannot be split both ways), as do learned position embeddings. Needs heads, kv_heads, d_ff and the sequence length divisible
 by tp, and no QK-norm (runlib's QK-norm normalises the whole q projection across heads, which a rank
 holding heads/tp of them cannot compute locally).
 
@@ -59,9 +62,12 @@ do not change): full recomputes each block in the backward pass (Chen et al. 201
 
 Precision: with FSDP2, MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=fp32 or the compute
 dtype per precision.grads): the sharded fp32 parameters are the master weights, the all-gathered copies
-are in the compute dtype. master_weights none casts the parameters themselves to the compute dtype
-(RoPE tables stay fp32). Without FSDP2 (one process, DDP) the compute dtype is torch.autocast
-(`forward_context`), and grads bf16 under DDP is bf16_compress_hook (gradients all-reduced in bf16).
+are in the compute dtype; the reduced gradient is kept in the parameters' dtype. master_weights none
+casts the parameters themselves to the compute dtype (RoPE tables stay fp32); the gradients are then
+in that dtype too, reduced in fp32 under FSDP2 when grads is fp32. Without FSDP2 (one process, DDP)
+the compute dtype is torch.autocast (`forward_context`) over fp32 parameters; grads bf16 under DDP
+is bf16_compress_hook (all-reduced in bf16, accumulated in fp32); under DDP with master_weights none
+the gradients are all-reduced in the compute dtype whatever precision.grads says.
 
 Not enacted here (the gate refuses them, runlib.audit.enact): context parallelism (cp > 1) and
 pipeline parallelism (pp > 1) raise NotImplementedError.
@@ -163,10 +169,13 @@ def data_parallel_group(mesh):
 def parallelize(model: nn.Module, mesh, parallel, precision) -> nn.Module:
     """Cast, tensor-parallelise, set recomputation, then shard (FSDP2) or replicate (DDP) the model, in place.
 
-    Returns the module to train: the model itself, or its DDP wrapper under sharding none."""
+    Returns the module to train: the model itself, or its DDP wrapper under sharding none. On a cuda
+    mesh the model moves to the current device first; with no mesh it stays where it is."""
     compute = DTYPES.get(precision.compute)
     if compute is None:
         raise NotImplementedError(f"precision.compute {precision.compute} is not enacted (no fp8 matmul path)")
+    if mesh is not None and mesh.device_type == "cuda":  # Accelerate has set each rank's current device
+        model.to(torch.device("cuda", torch.cuda.current_device()))
     if precision.master_weights == "none" and compute != torch.float32:
         for p in model.parameters():  # parameters only: the RoPE tables stay fp32
             p.data = p.data.to(compute)
@@ -182,13 +191,18 @@ def parallelize(model: nn.Module, mesh, parallel, precision) -> nn.Module:
         if parallel.offload:
             raise NotImplementedError("parallelism.offload needs a sharded data-parallel layout (FSDP2)")
         return model
-    if parallel.sharding in SHARDED:
-        if "dp_shard" not in dp_dims:
-            raise ValueError(f"sharding {parallel.sharding} needs dp_shard > 1 (got dp_replicate only)")
+    if parallel.sharding in SHARDED and "dp_shard" in dp_dims:
         apply_fsdp(model, mesh[tuple(dp_dims)], precision, RESHARD_AFTER_FORWARD[parallel.sharding], parallel.offload)
         return model
+    if parallel.sharding in SHARDED and parallel.sharding != "hsdp":
+        raise ValueError(
+            f"sharding {parallel.sharding} needs dp_shard > 1 (got dp_replicate {_size(mesh, 'dp_replicate')})"
+        )
     if parallel.offload:
-        raise NotImplementedError("parallelism.offload needs sharding zero1, zero2, fsdp or hsdp (FSDP2's offload)")
+        raise NotImplementedError("parallelism.offload needs a sharded layout (FSDP2's offload) with dp_shard > 1")
+    if parallel.sharding == "hsdp":  # one process per shard group (dp_shard 1): replication only
+        apply_replicate(model, mesh, precision)
+        return model
     if tp > 1:
         apply_replicate(model, mesh, precision)
         return model

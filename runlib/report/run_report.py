@@ -228,6 +228,7 @@ def build_blocks(run: RunData) -> list[Block]:
         *_header(run),
         *_training(run),
         *_evaluation(run),
+        *_plan_vs_measured(run),
         *_wall_times(run),
         *_stages(run),
         *_audit(run),
@@ -308,6 +309,46 @@ def _training(run: RunData) -> list[Block]:
         Heading(2, "Training"),
         Para("Per phase, from its train_phase manifest and metrics.jsonl (tokens/s and MFU: the last interval)."),
         Table((*headers, "Wall time"), rows),
+    ]
+
+
+def _plan_vs_measured(run: RunData) -> list[Block]:
+    """Per phase: the mesh that ran, tokens/s and MFU measured against the plan's MFU, peak memory per
+    rank measured against the plan's estimate per device."""
+    rows = []
+    for p in run.phases:
+        manifest = p.train.manifest if p.train is not None and p.train.built else None
+        if manifest is None:
+            continue
+        details, counts = manifest.details, manifest.counts
+        mesh = details.get("mesh") or {}
+        memory = details.get("memory") or {}
+        peaks = [x for x in memory.get("measured_peak_bytes_per_rank") or [] if _is_number(x)]
+        estimate = memory.get("estimate_bytes_per_device")
+        rows.append(
+            (
+                p.name,
+                " x ".join(f"{k} {v}" for k, v in mesh.items() if v != 1) or "1 process",
+                _count(counts.get("tokens_per_s")),
+                _fmt(counts.get("mfu"), ".3f"),
+                _fmt(run.spec.hardware.mfu, ".3f"),
+                f"{max(peaks) / 2**20:,.0f} MiB ({memory.get('measured_kind', '?')})" if peaks else "–",
+                f"{estimate / 2**20:,.0f} MiB" if _is_number(estimate) else "–",
+                _fmt(estimate / max(peaks), ".2f") if peaks and _is_number(estimate) else "–",
+            )
+        )
+    if not rows:
+        return []
+    headers = ("Phase", "Mesh", "Tokens/s", "MFU", "Planned MFU", "Peak memory", "Planned memory", "Plan/measured")
+    return [
+        Heading(2, "Plan against measurement"),
+        Para(
+            "Per phase, from its train_phase manifest: the device mesh that ran (dimensions above 1), "
+            "throughput over the phase's training time (evaluation and checkpoints excluded), and the "
+            "largest peak memory of any rank (CUDA allocator on GPU, resident set size on CPU, which "
+            "includes the Python runtime) against the plan's per-device estimate."
+        ),
+        Table(headers, rows),
     ]
 
 

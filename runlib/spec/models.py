@@ -295,7 +295,7 @@ class BatchOverride(SpecModel):
 
 class OptimizerSpec(SpecModel):
     kind: Literal["adamw", "adam", "adafactor", "muon", "lion"] = "adamw"
-    """adamw: decoupled weight decay; adam: L2 penalty through the gradient; adafactor: factored second moments; muon: orthogonalized momentum on 2-D hidden matrices (AdamW for embeddings, head, norms); lion: sign momentum (not enacted by the trainer)."""
+    """adamw: decoupled weight decay; adam: L2 penalty through the gradient; adafactor: factored second moments; muon: orthogonalized momentum on 2-D hidden matrices (AdamW for embeddings, head, norms); lion: sign momentum (Chen et al. 2023, via lion-pytorch)."""
     lr: float
     """Peak learning rate."""
     betas: tuple[float, float] = (0.9, 0.95)

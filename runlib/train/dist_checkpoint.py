@@ -3,6 +3,8 @@
     save_checkpoint(directory, model, optimizer, extra)   # every rank calls it
     extra = load_checkpoint(directory, model, optimizer)  # every rank; optimizer None: weights only
     state = full_model_state_dict(model)                  # every rank; the full tensors on rank 0
+    model_sd, optim_sd = full_state_dicts(model, optimizer)        # one-file form (final.pt), rank 0
+    load_full_state_dicts(model, optimizer, model_sd, optim_sd)    # every rank, into any layout
 
 A checkpoint is a directory: DCP's files (`.metadata` and one `__<rank>_0.distcp` per rank: each rank
 writes only its shards, no gathering) plus `extra.pt`, the caller's dict (step counters, RNG, data
@@ -23,9 +25,11 @@ by any layout later, and the other way round.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +69,14 @@ def _broadcast_flag(value: bool) -> bool:
     return bool(box[0])
 
 
+@contextlib.contextmanager
+def _single_process_quietly():
+    """DCP warns on every save/load without a process group; one process is an intended layout here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
+        yield
+
+
 def is_complete(directory: Path) -> bool:
     """A finished checkpoint: DCP's metadata and the caller's extra are both there."""
     return (directory / ".metadata").is_file() and (directory / EXTRA).is_file()
@@ -79,7 +91,8 @@ def save_checkpoint(directory: Path | str, model, optimizer, extra: dict[str, An
         tmp.mkdir(parents=True)
     _barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
+    with _single_process_quietly():
+        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     if _rank() == 0:
         torch.save(extra, tmp / EXTRA)
         old = directory.with_name(f".{directory.name}.old")
@@ -98,12 +111,14 @@ def load_checkpoint(directory: Path | str, model, optimizer=None) -> dict[str, A
         raise FileNotFoundError(f"{directory}: not a complete checkpoint (no .metadata or {EXTRA})")
     if optimizer is None:
         model_state = get_model_state_dict(model)
-        dcp.load({"model": model_state}, checkpoint_id=str(directory))
+        with _single_process_quietly():
+            dcp.load({"model": model_state}, checkpoint_id=str(directory))
         set_model_state_dict(model, model_state)
     else:
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optim_state}
-        dcp.load(state, checkpoint_id=str(directory))
+        with _single_process_quietly():
+            dcp.load(state, checkpoint_id=str(directory))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     return torch.load(directory / EXTRA, map_location="cpu", weights_only=True)
 
@@ -115,6 +130,27 @@ def full_model_state_dict(model) -> dict[str, torch.Tensor]:
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(model, options=options)
     return state if _rank() == 0 else {}
+
+
+def full_state_dicts(model, optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model, optimizer) state dicts of whole plain tensors on rank 0 ({} elsewhere), for one file.
+
+    The optimizer's is keyed by parameter name (DCP's format), not torch's integer indices: load it
+    with load_full_state_dicts, not optimizer.load_state_dict. Every rank must call it."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
+    return (model_state, optim_state) if _rank() == 0 else ({}, {})
+
+
+def load_full_state_dicts(model, optimizer, model_state: dict[str, Any], optim_state: dict[str, Any] | None) -> None:
+    """Load whole state dicts (full_state_dicts' output, read on every rank) into any layout.
+
+    optimizer None or optim_state None: the weights only (e.g. the previous phase's final weights)."""
+    options = StateDictOptions(full_state_dict=True)
+    if optimizer is None or optim_state is None:
+        set_model_state_dict(model, model_state, options=options)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state, options=options)
 
 
 def latest_checkpoint(directory: Path | str) -> Path | None:

@@ -78,6 +78,9 @@ class Engine:
         self.model = model
         self.optimizer = None
 
+    def mesh_dims(self) -> dict[str, int]:
+        return mesh_dims(self.parallel)
+
     # ---- set-up and restore
 
     def _wrap(self) -> None:
@@ -137,7 +140,8 @@ class Engine:
         self.accelerator.backward(loss)
 
     def sync_contexts(self, accum: int) -> list:
-        """Gradient reduction only on the last micro-batch of a step (DDP no_sync; FSDP2 set_requires_gradient_sync)."""
+        """DDP all-reduces only on a step's last micro-batch (no_sync before it); FSDP2 reduce-scatters every
+        micro-batch, which keeps its gradients sharded (runlib.model.parallelize.no_sync)."""
         return [no_sync(self.model) if m < accum - 1 else contextlib.nullcontext() for m in range(accum)]
 
     def dp_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -213,10 +217,16 @@ class Engine:
     def heldout_losses(self, dirs: dict, eos_id: int, max_tokens: int) -> dict[str, float]:
         from runlib.eval.heldout import heldout_metrics
 
-        out = {}
+        from runlib.data.shards import TokenShard
+
+        out, length = {}, self.cfg.seq_len
         for name in sorted(dirs):
-            metrics = heldout_metrics(self.model, dirs[name], self.cfg.seq_len, eos_id, 1.0, max_tokens=max_tokens)
-            out[name] = metrics["loss"]
+            available = min(max_tokens, len(TokenShard(dirs[name], "heldout").tokens))
+            # whole windows only: sequence parallelism splits every window's length over the tp ranks
+            usable = (available - 1) // length * length + 1
+            if usable <= length:
+                continue  # fewer held-out tokens than one sequence: nothing comparable to report
+            out[name] = heldout_metrics(self.model, dirs[name], length, eos_id, 1.0, max_tokens=usable)["loss"]
         return out
 
     def measurements(self, seconds: float, tokens: int, cfg: Any) -> dict[str, Any]:
@@ -231,7 +241,7 @@ class Engine:
         tokens_per_s = tokens / seconds if seconds > 0 else 0.0
         return {
             "world": self.world,
-            "mesh": mesh_dims(self.parallel),
+            "mesh": self.mesh_dims(),
             "seconds": seconds,
             "tokens": tokens,
             "tokens_per_s": tokens_per_s,
@@ -240,15 +250,6 @@ class Engine:
             "memory_kind": kind,
             "memory_estimate_bytes": cfg.estimates.memory_bytes_per_device,
         }
-
-
-@contextlib.contextmanager
-def _gradient_sync(model, enabled: bool):
-    """FSDP2 / composable replicate: reduce gradients only when `enabled` (the step's last micro-batch)."""
-    setter = getattr(model, "set_requires_gradient_sync", None)
-    if setter is not None:
-        setter(enabled)
-    yield
 
 
 def newest_checkpoint_at_most(scratch: Path, step: int) -> Path | None:

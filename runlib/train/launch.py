@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import shlex
 import signal
 import socket
@@ -159,7 +160,9 @@ def _slurm_launch(
     # the machine rank differs per task: the task's shell expands it; everything else is quoted
     line = f'exec {shlex.join(head)} --machine_rank "$SLURM_NODEID" --main_process_ip {shlex.quote(node_address(hosts[0]))} '
     line += shlex.join(list(worker_argv))
+    # the step's node 0 (machine rank 0) must be the rendezvous host: name the step's nodes, in order
     srun = ["srun", "--nodes", str(nodes), "--ntasks", str(nodes), "--ntasks-per-node", "1"]
+    srun += ["--nodelist", ",".join(hosts[:nodes])]
     srun += ["--kill-on-bad-exit=1", "--overlap", "--export=ALL"]
     if cpus:
         srun += ["--cpus-per-task", cpus]
@@ -188,9 +191,25 @@ def node_address(node: str) -> str:
 
 
 def free_port() -> int:
-    """A TCP port free on this machine now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+    """A TCP port free on this machine now, below the kernel's ephemeral range (where outgoing
+    connections take their source ports): there, a worker retrying to reach the rendezvous before it
+    listens could connect to itself (TCP simultaneous open) or a connection elsewhere could take it."""
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(20000, max(20001, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: let the OS choose
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 

@@ -51,6 +51,8 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
     state = {"step": span.start_step, "tokens": span.start_tokens, "losses": [], "skipped": [], "rollbacks": 0}
     state.update(engine.restore(run.init_checkpoint, run.scratch_dir))
     model, optimizer, dp_rank, dp_size = engine.model, engine.optimizer, engine.dp_rank, engine.dp_size
+    if engine.rank == 0:  # the tests and the log read this line: the layout that really runs
+        print(f"runlib worker: mesh {json.dumps(engine.mesh_dims())}", flush=True)
     metrics = run.scratch_dir / "metrics.jsonl"  # beside the checkpoints, so a resumed job keeps its history
     if engine.rank == 0 and metrics.exists():  # drop what was logged after the checkpoint: it is replayed
         kept = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= state["step"]]

@@ -51,7 +51,10 @@ def decay_groups(params: list[nn.Parameter], weight_decay: float, **extra) -> li
     """Decay on matrices (ndim >= 2, embeddings included), none on vectors; empty groups dropped."""
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay, **extra}, {"params": no_decay, "weight_decay": 0.0, **extra}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, **extra},
+        {"params": no_decay, "weight_decay": 0.0, **extra},
+    ]
     return [g for g in groups if g["params"]]
 
 

@@ -30,7 +30,7 @@ def _phase_refusals(spec, index: int = 0) -> set[str]:
 
 
 def test_run_family_is_a_warning_family():
-    assert [c.code for c in RUN_CHECKS] == [f"RUN00{i}" for i in range(1, 9)]
+    assert [c.code for c in RUN_CHECKS] == [f"RUN00{i}" for i in range(1, 8)]
     assert {c.severity for c in RUN_CHECKS} == {"warning"}
 
 
@@ -92,12 +92,12 @@ def test_gate_refuses_context_parallelism_on_cpu(gate_env, capsys):
 
 
 def test_gate_refusal_is_not_lifted_by_audit_ignore(gate_env, capsys):
-    text = DEMO.read_text().replace("kind: adamw,", "kind: lion,", 1)
-    text = text.replace("  ignore:\n", '  ignore:\n    RUN008: "we want lion"\n', 1)
+    text = DEMO.read_text().replace("compute: fp32,", "compute: fp8,", 1)
+    text = text.replace("  ignore:\n", '  ignore:\n    RUN006: "we want fp8"\n    PREC003: "we want fp8"\n', 1)
     spec_path = _demo_with(gate_env, text)
     with pytest.raises(GateRefused):
         Workflow(spec_path)
-    assert "RUN008 optimizer.kind" in capsys.readouterr().err
+    assert "RUN006 precision.compute" in capsys.readouterr().err
 
 
 def test_gate_passes_the_demo(gate_env):

@@ -63,7 +63,7 @@ def wall_time(i: int) -> float:
     return round(1.0 + 1.7 * i, 1)
 
 
-def manifest(node: StageNode, wall: float, counts: dict | None = None) -> Manifest:
+def manifest(node: StageNode, wall: float, counts: dict | None = None, details: dict | None = None) -> Manifest:
     return Manifest(
         stage=node.stage,
         instance=node.instance,
@@ -71,7 +71,7 @@ def manifest(node: StageNode, wall: float, counts: dict | None = None) -> Manife
         config=node.config.model_dump(mode="json"),
         inputs=node.inputs,
         counts=counts or {},
-        details={},
+        details=details or {},
         timings={"started_at": 1.7e9, "wall_seconds": wall},
         libraries={},
         outputs={},
@@ -113,7 +113,7 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
         if phase is not None and phases is not None and phase not in phases:
             continue
         node.dir.mkdir(parents=True, exist_ok=True)
-        counts = {}
+        counts, details = {}, {}
         if node.stage == "train_phase":
             records = fake_records(plan, phase)
             (node.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -132,6 +132,15 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
                 "tokens_per_s": last["tokens_per_s"],
                 "spikes": 1,
                 "processes": 8,
+                "mfu": 0.25 + 0.01 * phase,
+            }
+            details = {
+                "mesh": {"dp_replicate": 1, "dp_shard": 4, "tp": 2, "cp": 1, "pp": 1},
+                "memory": {
+                    "estimate_bytes_per_device": 3 * 2**30,
+                    "measured_peak_bytes_per_rank": [2 * 2**30, (2 + phase) * 2**30],
+                    "measured_kind": "cuda_max_memory_allocated",
+                },
             }
         elif node.stage == "eval_phase":
             p = plan.phases[phase]
@@ -153,7 +162,7 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
             }
             (node.dir / "eval.json").write_text(json.dumps(data))
         walls[node.instance] = wall_time(i)
-        write_manifest(node.dir, manifest(node, wall_time(i), counts))
+        write_manifest(node.dir, manifest(node, wall_time(i), counts, details))
     return graph, walls
 
 
@@ -205,6 +214,14 @@ def test_complete_run(spec_path: Path, tmp_path: Path) -> None:
     assert "| web | 3.2000 | 3.1000 | 3.0000 | 2.9000 |" in md  # held-out loss, source x phase
     assert "| hellaswag-mini | multiple_choice | acc_norm | 100 | 0.3300 |" in md
     assert md.count("| built |") >= 4
+    # plan against measurement: the mesh that ran, MFU, the largest rank's peak memory against the estimate
+    assert (
+        "| foundation | dp_shard 4 x tp 2 | 1.28M | 0.250 | 0.400 | 2,048 MiB (cuda_max_memory_allocated) | 3,072 MiB | 1.50 |"
+        in md
+    )
+    assert (
+        "| enrich | dp_shard 4 x tp 2 |" in md and "| 3,072 MiB (cuda_max_memory_allocated) | 3,072 MiB | 1.00 |" in md
+    )
     assert '<img src="loss.png"' in page and "<script" not in page.lower()
 
 

@@ -33,7 +33,13 @@ from runlib.model.parallelize import (
 )
 from runlib.model.transformer import Transformer
 from runlib.spec.models import ModelSpec
-from runlib.train.dist_checkpoint import full_model_state_dict, load_checkpoint, save_checkpoint
+from runlib.train.dist_checkpoint import (
+    full_model_state_dict,
+    full_state_dicts,
+    load_checkpoint,
+    load_full_state_dicts,
+    save_checkpoint,
+)
 from runlib.train.optim import build_optimizer
 
 VOCAB, SEQ, BATCH, MICRO = 256, 32, 4, 2
@@ -143,17 +149,32 @@ def resume(parallel, ckpt: Path, **kwargs) -> dict:
     return result(model, train(mesh, model, optimizer, range(extra["step"], STEPS)))
 
 
+def resume_full(parallel, path: Path, **kwargs) -> dict:
+    """Resume from full_state_dicts' file (whole tensors, optimizer keyed by name) at step CKPT_STEP."""
+    if dist.is_initialized():
+        dist.barrier()  # rank 0 wrote it
+    mesh, model, optimizer = build(parallel, **kwargs)
+    model_state, optim_state = torch.load(path, weights_only=True)
+    load_full_state_dicts(model, optimizer, model_state, optim_state)
+    return result(model, train(mesh, model, optimizer, range(CKPT_STEP, STEPS)))
+
+
 def two_processes(ckpt: Path) -> dict:
     out = {}
     # FSDP with a checkpoint after step CKPT_STEP, then resumed from it in a fresh model
     mesh, model, optimizer = build(layout(dp_shard=2, sharding="fsdp"))
     first = train(mesh, model, optimizer, range(CKPT_STEP))
     save_checkpoint(ckpt, model, optimizer, {"step": CKPT_STEP, "rng": torch.get_rng_state()})
+    full = full_state_dicts(model, optimizer)  # the one-file form, beside the sharded checkpoint
+    if dist.get_rank() == 0:
+        torch.save(full, ckpt.with_name("full.pt"))
     out["fsdp"] = result(model, first, train(mesh, model, optimizer, range(CKPT_STEP, STEPS)))
     out["fsdp_resumed"] = resume(layout(dp_shard=2, sharding="fsdp"), ckpt)
+    out["fsdp_resumed_full"] = resume_full(layout(dp_shard=2, sharding="fsdp"), ckpt.with_name("full.pt"))
 
     out["zero2"] = run(layout(dp_shard=2, sharding="zero2"))
     out["ddp"] = run(layout(dp_replicate=2))
+    out["hsdp_replicate_only"] = run(layout(dp_replicate=2, sharding="hsdp"))  # 2 nodes x 1 process
     out["tp"] = run(layout(tp=2))
     out["tp_gpt2"] = run(layout(tp=2), model_name="gpt2")
     out["fsdp_full"] = run(layout(dp_shard=2, sharding="fsdp", recompute="full"))
@@ -163,6 +184,7 @@ def two_processes(ckpt: Path) -> dict:
     out["fsdp_bf16"] = run(layout(dp_shard=2, sharding="fsdp"), precision=BF16)
     out["fsdp_bf16_pure"] = run(layout(dp_shard=2, sharding="fsdp"), precision=BF16_PURE)
     out["ddp_bf16"] = run(layout(dp_replicate=2), precision=BF16)
+    out["tp_bf16"] = run(layout(tp=2), precision=BF16)
     return out
 
 

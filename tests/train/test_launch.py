@@ -128,6 +128,7 @@ def test_slurm_step_runs_one_launch_per_node_and_quotes_every_argument(tmp_path)
     srun = argv[: argv.index("bash")]
     assert option(srun, "--nodes") == "2" and option(srun, "--ntasks") == "2"
     assert option(srun, "--ntasks-per-node") == "1" and option(srun, "--cpus-per-task") == "16"
+    assert option(srun, "--nodelist") == "gpu07,gpu08"  # node 0 of the step is the rendezvous host
     assert "--overlap" in srun and "--kill-on-bad-exit=1" in srun
     assert launch.env["SLURM_JOB_ID"] == "1234" and "SLURM_NTASKS" not in launch.env
     assert launch.env["OMP_NUM_THREADS"] == "2" or "OMP_NUM_THREADS" in os.environ  # 16 cores, 8 processes

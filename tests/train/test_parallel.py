@@ -24,7 +24,13 @@ import pytest
 import torch
 
 from runlib.model.parallelize import build_mesh, data_parallel_rank_and_size, parallelize
-from runlib.train.dist_checkpoint import is_complete, latest_checkpoint, load_checkpoint, save_checkpoint
+from runlib.train.dist_checkpoint import (
+    full_model_state_dict,
+    is_complete,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from runlib.train.optim import build_optimizer, muon_parameters
 from tests.train import parallel_worker as w
 
@@ -85,7 +91,7 @@ def assert_matches(result: dict, ref: dict, tol: float = PARAM_TOL) -> None:
 # ----------------------------------------------------------------------------------------- layouts
 
 
-@pytest.mark.parametrize("name", ["fsdp", "zero2", "ddp", "hsdp"])
+@pytest.mark.parametrize("name", ["fsdp", "zero2", "ddp", "hsdp", "hsdp_replicate_only"])
 def test_data_parallel_layouts_equal_one_process(runs, name) -> None:
     assert_matches(runs[name], reference())
 
@@ -112,6 +118,23 @@ def test_checkpoint_resumes_bitwise_on_the_same_layout(runs) -> None:
         assert torch.equal(resumed["params"][key], value), key
 
 
+def test_full_state_dicts_resume_bitwise_on_the_same_layout(runs) -> None:
+    """The one-file form (whole tensors gathered on rank 0, loaded on every rank) loses nothing either."""
+    for key, value in runs["fsdp"]["params"].items():
+        assert torch.equal(runs["fsdp_resumed_full"]["params"][key], value), key
+
+
+def test_full_state_dicts_resume_on_one_process(runs) -> None:
+    result = w.resume_full(w.layout(), runs["ckpt"].with_name("full.pt"))
+    assert max_diff(result["params"], runs["fsdp"]["params"]) < PARAM_TOL
+
+
+def test_full_model_state_dict_has_the_plain_model_keys() -> None:
+    for name in w.MODELS:
+        model = w.tiny_model(name)
+        assert full_model_state_dict(model).keys() == model.state_dict().keys()
+
+
 def test_checkpoint_resumes_on_four_processes_as_two_by_two(runs) -> None:
     assert max_diff(runs["resumed_fsdp_tp"]["params"], runs["fsdp"]["params"]) < PARAM_TOL
 
@@ -120,6 +143,19 @@ def test_checkpoint_resumes_on_one_process_without_a_process_group(runs) -> None
     result = w.resume(w.layout(), runs["ckpt"])
     assert max_diff(result["params"], runs["fsdp"]["params"]) < PARAM_TOL
     assert result["losses"] == pytest.approx(runs["fsdp"]["losses"][w.CKPT_STEP :], abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["adam", "adafactor", "muon"])
+def test_checkpoint_resumes_every_optimizer_bitwise(tmp_path, kind) -> None:
+    """MuonWithAdamW re-links its inner optimizers after loading; Adafactor's factored states round-trip."""
+    mesh, model, optimizer = w.build(w.layout(), kind=kind)
+    w.train(mesh, model, optimizer, range(w.CKPT_STEP))
+    save_checkpoint(tmp_path / "ckpt", model, optimizer, {"step": w.CKPT_STEP, "rng": torch.get_rng_state()})
+    uninterrupted = w.result(model, w.train(mesh, model, optimizer, range(w.CKPT_STEP, w.STEPS)))
+    resumed = w.resume(w.layout(), tmp_path / "ckpt", kind=kind)
+    assert resumed["losses"] == uninterrupted["losses"]
+    for key, value in uninterrupted["params"].items():
+        assert torch.equal(resumed["params"][key], value), key
 
 
 def test_checkpoint_save_is_atomic_and_replaces(tmp_path) -> None:
@@ -151,6 +187,24 @@ def test_recomputation_gives_the_same_gradients(mode) -> None:
         grads[m] = {n: p.grad for n, p in model.named_parameters()}
     for name, g in grads["none"].items():
         assert torch.equal(grads[mode][name], g), name
+
+
+def test_recomputation_keeps_fewer_activations() -> None:
+    """Bytes autograd keeps for the backward pass (what checkpointed regions drop is never packed here)."""
+    kept = {}
+    for mode in ("none", "selective", "full"):
+        model = parallelize(w.tiny_model(), None, w.layout(recompute=mode), w.FP32)
+        total = [0]
+
+        def pack(t, total=total):
+            total[0] += t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model(w.batch(0)[0]).sum()
+        loss.backward()
+        kept[mode] = total[0]
+    assert kept["none"] > kept["selective"] > kept["full"]
 
 
 @pytest.mark.parametrize("name", ["fsdp_full", "fsdp_selective"])
@@ -217,7 +271,9 @@ def test_lion_runs_when_its_package_is_installed_else_refuses() -> None:
 
 def test_optimizer_states_follow_the_parameters_dtype() -> None:
     with pytest.raises(ValueError, match="optimizer_states bf16"):
-        build_optimizer(w.tiny_model(), w.optimizer_cfg(), SimpleNamespace(**{**vars(w.FP32), "optimizer_states": "bf16"}))
+        build_optimizer(
+            w.tiny_model(), w.optimizer_cfg(), SimpleNamespace(**{**vars(w.FP32), "optimizer_states": "bf16"})
+        )
     model = parallelize(w.tiny_model(), None, w.layout(), w.BF16_PURE)
     optimizer = build_optimizer(model, w.optimizer_cfg(), w.BF16_PURE)
     w.train(None, model, optimizer, range(1))
@@ -229,7 +285,7 @@ def test_optimizer_states_follow_the_parameters_dtype() -> None:
 # ----------------------------------------------------------------------------------------- precision
 
 
-@pytest.mark.parametrize("name", ["fsdp_bf16", "fsdp_bf16_pure", "ddp_bf16"])
+@pytest.mark.parametrize("name", ["fsdp_bf16", "fsdp_bf16_pure", "ddp_bf16", "tp_bf16"])
 def test_bf16_trains_close_to_fp32(runs, name) -> None:
     fp32, bf16 = runs["fsdp"], runs[name]
     assert bf16["losses"] == pytest.approx(fp32["losses"], abs=2e-3)

@@ -1,6 +1,9 @@
-"""Training through the project's own launcher: 2-process DDP on CPU equals one process, and a
-phase killed with SIGKILL resumes to bitwise the same weights as an uninterrupted run."""
+"""Training through the project's own launcher: 2-process DDP on CPU equals one process, FSDP2 and
+tensor parallelism equal DDP, and a phase killed with SIGKILL resumes to bitwise the same weights as an
+uninterrupted run."""
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -9,9 +12,12 @@ import time
 import pytest
 import torch
 
+from runlib.model.transformer import Transformer
 from runlib.spec import load_spec
 from runlib.train import checkpoint as ckpt
-from runlib.train.phase import launch_command, launch_env
+from runlib.train import dist_checkpoint as dcp_ckpt
+from runlib.train.launch import launch_commands
+from runlib.train.phase import worker_argv
 from runlib.workflow.graph import build_graph
 from tests.workflow.conftest import TINY, snakemake
 
@@ -32,61 +38,113 @@ def tokenized(tmp_path_factory):
     os.environ.pop("RUNLIB_WORK_DIR", None)
 
 
-def launch(spec, node, out, scratch, processes, stop_after=None, **popen):
+def phase_launch(graph, node, out, scratch, processes, stop_after=None):
+    """The phase's one local launch (accelerate launch of the runlib worker), as runlib.train.phase builds it."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = launch_command(spec, str(TINY), node.key, out, processes, stop_after, scratch)
-    env = launch_env(spec, processes)
-    env["OMP_NUM_THREADS"] = "1"
+    scratch.mkdir(parents=True, exist_ok=True)
+    config_file = scratch / "config.json"
+    config_file.write_text(node.config.model_dump_json())
+    inputs = {role: n.dir for role, n in graph.input_nodes(node).items()}
+    parallel = node.config.parallel.model_copy(update={"processes_per_node": processes})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    [launch] = launch_commands(parallel, "cpu", worker_argv(config_file, inputs, out, scratch, stop_after), env)
+    return launch
+
+
+def launch(graph, node, out, scratch, processes, stop_after=None, **popen):
+    cmd = phase_launch(graph, node, out, scratch, processes, stop_after)
     if popen:
-        return subprocess.Popen(cmd, env=env, **popen)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.Popen(list(cmd.argv), env=dict(cmd.env), **popen)
+    return subprocess.run(list(cmd.argv), env=dict(cmd.env), capture_output=True, text=True, timeout=600)
 
 
 def weights(path):
     return ckpt.load(path)["model"]
 
 
+def checkpoint_weights(node, directory):
+    """A sharded (DCP) checkpoint's weights, loaded into one unsharded model."""
+    cfg = node.config
+    model = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
+    dcp_ckpt.load_checkpoint(directory, model)
+    return model.state_dict()
+
+
 def test_two_processes_make_the_same_update_as_one(tokenized, tmp_path):
     spec, graph, _ = tokenized
     node = graph.find("train_phase", phase=0)
-    one = launch(spec, node, tmp_path / "out1", tmp_path / "s1", 1, stop_after=1)
-    two = launch(spec, node, tmp_path / "out2", tmp_path / "s2", 2, stop_after=1)
+    one = launch(graph, node, tmp_path / "out1", tmp_path / "s1", 1, stop_after=1)
+    two = launch(graph, node, tmp_path / "out2", tmp_path / "s2", 2, stop_after=1)
     assert one.returncode == 0, one.stderr[-3000:]
     assert two.returncode == 0, two.stderr[-3000:]
     assert "rank 0 of 1" in one.stdout
     # really distributed: two ranks of one gloo world, not two independent world-1 processes
     assert "rank 0 of 2, MULTI_CPU" in two.stdout and "rank 1 of 2, MULTI_CPU" in two.stdout
-    a, b = weights(tmp_path / "s1" / "step-1.pt"), weights(tmp_path / "s2" / "step-1.pt")
+    a, b = checkpoint_weights(node, tmp_path / "s1" / "step-1"), checkpoint_weights(node, tmp_path / "s2" / "step-1")
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6)
     # and the update did something: the weights moved away from the seeded initialisation
-    from runlib.model.transformer import build_model
-    from runlib.plan import derive
-
     torch.manual_seed(spec.seed)
-    init = build_model(spec, derive(spec)).state_dict()
+    init = Transformer(node.config.model, node.config.vocab_rows, node.config.position_rows).state_dict()
     assert any(not torch.equal(init[n], a[n]) for n in a)
+
+
+@pytest.mark.parametrize(
+    "layout, old, new, mesh",
+    [
+        ("fsdp", "parallelism: {sharding: none}", "parallelism: {sharding: fsdp}", {"dp_shard": 2, "tp": 1}),
+        (
+            "tensor",
+            "parallelism: {sharding: none}\nbatch: {micro_batch: 4, grad_accum: 1,",
+            "parallelism: {sharding: none, tensor: 2}\nbatch: {micro_batch: 4, grad_accum: 2,",
+            {"dp_replicate": 1, "dp_shard": 1, "tp": 2},
+        ),
+        (
+            "recompute",
+            "parallelism: {sharding: none}",
+            "parallelism: {sharding: none, activation_checkpointing: full}",
+            {"dp_replicate": 2, "tp": 1},
+        ),
+    ],
+)
+def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, tmp_path, layout, old, new, mesh):
+    """The spec's layout is the one that runs (the worker prints its mesh), and it trains the same model."""
+    spec, graph, _ = tokenized
+    node = graph.find("train_phase", phase=0)
+    ddp = launch(graph, node, tmp_path / "ddp", tmp_path / "ddp-s", 2, stop_after=2)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    _, _, variant_graph = spec_variant(tmp_path, old, new)
+    variant = variant_graph.find("train_phase", phase=0)
+    assert variant.key != node.key  # the layout is part of what the phase reads
+    other = launch(variant_graph, variant, tmp_path / layout, tmp_path / f"{layout}-s", 2, stop_after=2)
+    assert other.returncode == 0, other.stderr[-3000:]
+    ran = json.loads(other.stdout.split("runlib worker: mesh ", 1)[1].splitlines()[0])
+    assert {k: ran[k] for k in mesh} == mesh
+    a = checkpoint_weights(node, tmp_path / "ddp-s" / "step-2")
+    b = checkpoint_weights(variant, tmp_path / f"{layout}-s" / "step-2")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=2e-6)
 
 
 def test_sigkill_mid_phase_then_resume_is_bitwise_identical(tokenized, tmp_path):
     spec, graph, _ = tokenized
     node = graph.find("train_phase", phase=0)
-    reference = launch(spec, node, tmp_path / "ref", tmp_path / "ref-scratch", 1)
+    reference = launch(graph, node, tmp_path / "ref", tmp_path / "ref-scratch", 1)
     assert reference.returncode == 0, reference.stderr[-3000:]
 
     out, scratch = tmp_path / "killed", tmp_path / "killed-scratch"
     proc = launch(
-        spec, node, out, scratch, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        graph, node, out, scratch, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     deadline = time.time() + 300
-    while ckpt.latest(scratch) is None and proc.poll() is None and time.time() < deadline:
+    while dcp_ckpt.latest_checkpoint(scratch) is None and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "training ended before its first checkpoint; the test needs a longer phase"
     os.killpg(proc.pid, signal.SIGKILL)  # no cleanup, no final save
     proc.wait()
-    assert not (out / "final.pt").exists() and ckpt.latest(scratch) is not None
+    assert not (out / "final.pt").exists() and dcp_ckpt.latest_checkpoint(scratch) is not None
 
-    resumed = launch(spec, node, out, scratch, 1)
+    resumed = launch(graph, node, out, scratch, 1)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = weights(tmp_path / "ref" / "final.pt"), weights(out / "final.pt")
     assert a.keys() == b.keys()
@@ -107,22 +165,16 @@ def spec_variant(tmp_path, old: str, new: str):
     return path, loaded, build_graph(loaded)
 
 
-def launch_spec(spec_path, spec, node, out, scratch):
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = launch_command(spec, str(spec_path), node.key, out, 1, None, scratch)
-    env = launch_env(spec, 1)
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+def launch_spec(graph, node, out, scratch, stop_after=None):
+    return launch(graph, node, out, scratch, 1, stop_after)
 
 
 def test_spike_skip_drops_batches_and_still_makes_every_update(tokenized, tmp_path):
-    import json
-
     path, spec, graph = spec_variant(
         tmp_path, "spike: {action: skip}", "spike: {action: skip, zscore: 0.001, window: 10}"
     )
     node = graph.find("train_phase", phase=0)
-    proc = launch_spec(path, spec, node, tmp_path / "out", tmp_path / "scratch")
+    proc = launch_spec(graph, node, tmp_path / "out", tmp_path / "scratch")
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "out" / "spikes.json").read_text())
     assert record["spikes"] and all(s["action"] == "skip" for s in record["spikes"])
@@ -136,7 +188,7 @@ def test_spike_rollback_gives_up_after_max_retries(tokenized, tmp_path):
         tmp_path, "spike: {action: skip}", "spike: {action: rollback, zscore: 0.001, window: 10, max_retries: 2}"
     )
     node = graph.find("train_phase", phase=0)
-    proc = launch_spec(path, spec, node, tmp_path / "out", tmp_path / "scratch")
+    proc = launch_spec(graph, node, tmp_path / "out", tmp_path / "scratch")
     assert proc.returncode != 0
     assert "loss spikes persisted after 2 rollbacks" in proc.stderr
 
@@ -144,15 +196,9 @@ def test_spike_rollback_gives_up_after_max_retries(tokenized, tmp_path):
 def test_bf16_autocast_trains_on_cpu(tokenized, tmp_path):
     path, spec, graph = spec_variant(tmp_path, "precision: {compute: fp32}", "precision: {compute: bf16}")
     node = graph.find("train_phase", phase=0)
-    out, scratch = tmp_path / "out", tmp_path / "scratch"
-    out.mkdir()
-    cmd = launch_command(spec, str(path), node.key, out, 1, 8, scratch)  # logs every 4 steps
-    env = launch_env(spec, 1)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    scratch = tmp_path / "scratch"
+    proc = launch_spec(graph, node, tmp_path / "out", scratch, stop_after=8)  # logs every 4 steps
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
-    import math
-
     records = [json.loads(x) for x in (scratch / "metrics.jsonl").read_text().splitlines()]
     assert records and all(math.isfinite(r["loss"]) for r in records)
-    assert ckpt.load(scratch / "step-8.pt")["state"]["step"] == 8
+    assert torch.load(scratch / "step-8" / "extra.pt", weights_only=True)["state"]["step"] == 8

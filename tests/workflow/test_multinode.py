@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -31,14 +30,15 @@ JOB = ROOT / "tests" / "workflow" / "multinode_job.py"
 PROBE = ROOT / "tests" / "train" / "dist_probe.py"
 
 
-def idle_nodes() -> int:
+def usable_nodes() -> int:
+    """Nodes that are up (busy ones too: the job then waits for them)."""
     out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True)
-    return sum(1 for line in out.stdout.splitlines() if line.split()[-1] in ("idle", "mixed"))
+    states = [line.split()[-1] for line in out.stdout.splitlines()]
+    return sum(1 for s in states if s in ("idle", "mixed", "allocated", "completing"))
 
 
 def test_two_slurm_nodes_train_as_two_processes_on_one_machine(tmp_path):
-    nodes = idle_nodes()
-    assert nodes >= 2, "Slurm is not up with 2 nodes (n1, n2): run .ci/start-slurm (as root)"
+    assert usable_nodes() >= 2, "Slurm is not up with 2 nodes (n1, n2): run .ci/start-slurm (as root)"
     out = tmp_path / "out dir $x" / "result.json"  # the path travels through srun and bash -c unharmed
     out.parent.mkdir()
     name = f"runlib-multinode-{uuid.uuid4().hex[:8]}"

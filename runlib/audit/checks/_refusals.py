@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from runlib.audit.checks._shared import overrides_parallelism, who
-from runlib.audit.enact import optimizer_refusals, parallelism_refusals, precision_refusals
+from runlib.audit.enact import parallelism_refusals, precision_refusals
 from runlib.audit.registry import Context, Finding
 from runlib.spec.models import ParallelismSpec
 
@@ -59,7 +59,7 @@ def refusal_findings(ctx: Context, code: str) -> Iterator[Finding]:
     precision = spec.precision
     others = precision_refusals(
         compute=precision.compute, master_weights=precision.master_weights, optimizer_states=precision.optimizer_states
-    ) + optimizer_refusals(kind=spec.optimizer.kind)
+    )
     for r in others:
         if r.code == code:
             yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)
