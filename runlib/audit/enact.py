@@ -225,24 +225,21 @@ def refusals(
     optimizer: str,
 ) -> list[Refusal]:
     """Every value of one training phase that the trainer cannot enact (empty: it runs as written)."""
-    return (
-        parallelism_refusals(
-            accelerator=accelerator,
-            nodes=nodes,
-            devices_per_node=devices_per_node,
-            tensor=tensor,
-            pipeline=pipeline,
-            context=context,
-            sharding=sharding,
-            offload=offload,
-            heads=heads,
-            kv_heads=kv_heads,
-            d_ff=d_ff,
-            qk_norm=qk_norm,
-            seq_len=seq_len,
-        )
-        + precision_refusals(compute=compute, master_weights=master_weights, optimizer_states=optimizer_states)
-    )
+    return parallelism_refusals(
+        accelerator=accelerator,
+        nodes=nodes,
+        devices_per_node=devices_per_node,
+        tensor=tensor,
+        pipeline=pipeline,
+        context=context,
+        sharding=sharding,
+        offload=offload,
+        heads=heads,
+        kv_heads=kv_heads,
+        d_ff=d_ff,
+        qk_norm=qk_norm,
+        seq_len=seq_len,
+    ) + precision_refusals(compute=compute, master_weights=master_weights, optimizer_states=optimizer_states)
 
 
 def train_config_refusals(config: Any) -> list[Refusal]:

@@ -19,7 +19,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_optimizer_state_dict
 
+from runlib.data.shards import TokenShard
+from runlib.eval.heldout import heldout_metrics
 from runlib.model.parallelize import (
     build_mesh,
     clip_grad_norm_,
@@ -95,8 +98,6 @@ class Engine:
 
     def _load_pending_optimizer(self, model, optimizer) -> None:
         if self.pending_optimizer_state:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
             set_optimizer_state_dict(
                 model, optimizer, self.pending_optimizer_state, options=StateDictOptions(full_state_dict=True)
             )
@@ -181,8 +182,6 @@ class Engine:
 
     def save_final(self, path: Path, state: dict) -> None:
         """The consolidated end-of-phase state (checkpoint.state decides what it holds)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
         keep = set(self.cfg.checkpoint.state) | {"model"}  # the next phase and eval need the weights
         self.accelerator.wait_for_everyone()
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -215,10 +214,6 @@ class Engine:
     # ---- evaluation and measurements
 
     def heldout_losses(self, dirs: dict, eos_id: int, max_tokens: int) -> dict[str, float]:
-        from runlib.eval.heldout import heldout_metrics
-
-        from runlib.data.shards import TokenShard
-
         out, length = {}, self.cfg.seq_len
         for name in sorted(dirs):
             available = min(max_tokens, len(TokenShard(dirs[name], "heldout").tokens))

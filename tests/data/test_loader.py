@@ -200,7 +200,10 @@ def test_pure_and_resumable(two_phase):
 
 def test_windows_tile_each_stream(two_phase):
     spec, plan, dirs = two_phase
-    a, b = PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS), PhaseLoader(build_loader_config(spec, plan, 1), dirs, IDS)
+    a, b = (
+        PhaseLoader(build_loader_config(spec, plan, 0), dirs, IDS),
+        PhaseLoader(build_loader_config(spec, plan, 1), dirs, IDS),
+    )
     length = a.seq_len
     ends = {}
     for si, name in enumerate(a.source_names):
