@@ -5,10 +5,15 @@ ranks), so each micro-batch backpropagates its *summed* token loss divided by th
 (handout #16, section 4.2). Averaging micro-batch means instead weights a token of a short
 micro-batch more than one of a long micro-batch (section 7.1: gradient 32/3 instead of 15).
 DDP averages gradients over ranks, so each rank scales its contribution by the world size.
+
+data.loss_normalization: micro_batch_mean enacts that other rule on purpose (each micro-batch's own
+token mean, averaged over the step's micro-batches and ranks: what many trainers do by default);
+global_tokens (the default) is the token mean above.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
@@ -35,23 +40,28 @@ def accumulate(
     world_size: int = 1,
     backward: Callable[[torch.Tensor], None] = lambda t: t.backward(),
     contexts: Iterable | None = None,
+    normalization: str = "global_tokens",
 ) -> float:
-    """Backpropagate every micro-batch's summed loss / the step's scored tokens; return the step loss.
+    """Backpropagate every micro-batch's loss with the step's normalization; return this rank's step loss.
 
-    total_scored: scored tokens of the whole step on all ranks (default: these micro-batches').
-    contexts: one context manager per micro-batch (e.g. DDP no_sync for all but the last)."""
-    total = total_scored if total_scored is not None else sum(scored(mb) for mb in micro_batches)
-    if total <= 0:
-        return 0.0
+    global_tokens: each micro-batch's summed loss / the step's scored tokens on all ranks (total_scored,
+    default: these micro-batches'); micro_batch_mean: each micro-batch's token mean / the micro-batches
+    on this rank (every rank has as many). world_size: ranks whose gradients the data-parallel wrapper
+    averages. contexts: one context manager per micro-batch (e.g. DDP no_sync for all but the last)."""
+    if normalization not in ("global_tokens", "micro_batch_mean"):
+        raise ValueError(f"loss normalization must be global_tokens or micro_batch_mean, not {normalization!r}")
     contexts = list(contexts) if contexts is not None else [None] * len(micro_batches)
+    if normalization == "global_tokens":
+        total = total_scored if total_scored is not None else sum(scored(mb) for mb in micro_batches)
+        if total <= 0:
+            return 0.0
+        scales = [world_size / total] * len(micro_batches)
+    else:  # each micro-batch's mean; the wrapper's average over ranks completes the mean of means
+        scales = [1.0 / (max(scored(mb), 1) * len(micro_batches)) for mb in micro_batches]
     step_loss = 0.0
-    for mb, ctx in zip(micro_batches, contexts, strict=True):
-        if ctx is None:
+    for mb, ctx, scale in zip(micro_batches, contexts, scales, strict=True):
+        with ctx if ctx is not None else contextlib.nullcontext():
             value = loss_sum(mb)
-            backward(value * (world_size / total))
-        else:
-            with ctx:
-                value = loss_sum(mb)
-                backward(value * (world_size / total))
-        step_loss += float(value.detach()) / total
+            backward(value * scale)
+        step_loss += float(value.detach()) * (scale / world_size if normalization == "global_tokens" else scale)
     return step_loss

@@ -85,23 +85,21 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
             return token_loss_sum(logits, b.targets, cfg.optimizer.z_loss)
 
         model.train()
-        if cfg.loss_normalization == "global_tokens":  # one token mean over the whole step (all ranks)
-            total_scored = int(engine.dp_sum(torch.tensor([float(sum(b.scored_tokens for b in batches))])).item())
-            weight = None
-        else:  # micro_batch_mean: each micro-batch's own token mean, averaged over micro-batches and ranks
-            total_scored, weight = accum, [b.scored_tokens for b in batches]
+        # global_tokens: one token mean over the whole step on all ranks; micro_batch_mean: mean of means
+        total_scored = int(engine.dp_sum(torch.tensor([float(sum(b.scored_tokens for b in batches))])).item())
         local_loss = accumulate(
             batches,
-            loss_sum if weight is None else (lambda b, f=loss_sum: f(b) / max(b.scored_tokens, 1)),
+            loss_sum,
             lambda b: b.scored_tokens,
             total_scored,
             dp_size,
             engine.backward,
             engine.sync_contexts(accum),
+            cfg.loss_normalization,
         )
         loss = float(engine.dp_sum(torch.tensor([local_loss])).item())
-        if weight is not None:
-            loss /= dp_size
+        if cfg.loss_normalization == "micro_batch_mean":
+            loss /= dp_size  # the mean over ranks of each rank's mean of micro-batch means
         by_source = engine.dp_sum(by_source)
         grad_norm = engine.clip_gradients(cfg.optimizer.grad_clip)
 

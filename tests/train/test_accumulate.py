@@ -11,8 +11,14 @@ from runlib.train.accumulate import accumulate, token_loss_sum
 def sgd_step_weight(micro_batches, rule: str) -> tuple[float, float]:
     """f_w(x) = w x, targets 0, MSE; return (gradient, w after one SGD step at 0.01)."""
     w = torch.tensor(1.0, requires_grad=True)
-    if rule == "token_mean":
-        accumulate(micro_batches, lambda x: ((w * x) ** 2).sum(), lambda x: x.numel())
+    if rule in ("token_mean", "micro_batch_mean"):
+        normalization = "global_tokens" if rule == "token_mean" else "micro_batch_mean"
+        loss = accumulate(
+            micro_batches, lambda x: ((w * x) ** 2).sum(), lambda x: x.numel(), normalization=normalization
+        )
+        expected = ((w * torch.cat(micro_batches)) ** 2).mean() if rule == "token_mean" else None
+        if expected is not None:
+            assert loss == pytest.approx(float(expected))
     else:  # the wrong rule: average the micro-batch means equally
         for x in micro_batches:
             (((w * x) ** 2).mean() / len(micro_batches)).backward()
@@ -28,6 +34,8 @@ def test_unequal_micro_batches_reproduce_the_full_batch_gradient():
     assert grad == pytest.approx(15.0) and w == pytest.approx(0.85)
     wrong_grad, wrong_w = sgd_step_weight([x[:1], x[1:]], "mean_of_means")
     assert wrong_grad == pytest.approx(32 / 3) and wrong_w == pytest.approx(0.893333, abs=1e-6)
+    # data.loss_normalization: micro_batch_mean enacts exactly that rule, on purpose
+    assert sgd_step_weight([x[:1], x[1:]], "micro_batch_mean")[0] == pytest.approx(32 / 3)
     # equal-sized micro-batches: dividing each mean by K is also right
     assert sgd_step_weight([x[:2], x[2:]], "mean_of_means")[0] == pytest.approx(15.0)
 

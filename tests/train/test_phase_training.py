@@ -5,9 +5,14 @@ uninterrupted run."""
 import json
 import math
 import os
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +27,7 @@ from runlib.workflow.graph import build_graph
 from tests.workflow.conftest import TINY, snakemake
 
 pytestmark = pytest.mark.slow
+PHASE_JOB = Path(__file__).parent / "phase_job.py"
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +132,75 @@ def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, tmp_path, layo
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=2e-6)
 
 
+TWO_NODES = ("devices_per_node: 2", "devices_per_node: 1", "nodes: 1,", "nodes: 2,")
+
+
+def phase_job(tmp_path, graph, node, name):
+    """Files for tests/train/phase_job.py: the phase's config and its inputs."""
+    (tmp_path / f"{name}.json").write_text(node.config.model_dump_json())
+    inputs = {role: str(n.dir) for role, n in graph.input_nodes(node).items()}
+    (tmp_path / f"{name}-inputs.json").write_text(json.dumps(inputs))
+    return [str(tmp_path / f"{name}.json"), str(tmp_path / f"{name}-inputs.json")]
+
+
+def two_process_reference(graph, node, tmp_path):
+    ddp = launch(graph, node, tmp_path / "ddp", tmp_path / "ddp-s", 2, stop_after=2)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    return checkpoint_weights(node, tmp_path / "ddp-s" / "step-2")
+
+
+def test_two_nodes_on_loopback_train_as_two_processes_on_one_machine(tokenized, tmp_path):
+    """hardware.nodes: 2 outside Slurm on cpu: one accelerate launch per node on 127.0.0.1."""
+    spec, graph, _ = tokenized
+    node = graph.find("train_phase", phase=0)
+    reference = two_process_reference(graph, node, tmp_path)
+    _, _, variant_graph = spec_variant(tmp_path, *TWO_NODES)
+    variant = variant_graph.find("train_phase", phase=0)
+    assert (variant.config.parallel.nodes, variant.config.parallel.processes_per_node) == (2, 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    job = [sys.executable, str(PHASE_JOB), *phase_job(tmp_path, variant_graph, variant, "two-nodes")]
+    job += [str(tmp_path / "nodes-out"), str(tmp_path / "nodes-s"), "2"]
+    proc = subprocess.run(job, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 0 of 2, MULTI_CPU" in proc.stdout and "rank 1 of 2, MULTI_CPU" in proc.stdout
+    trained = checkpoint_weights(variant, tmp_path / "nodes-s" / "step-2")
+    assert all(torch.equal(reference[k], trained[k]) for k in reference)
+
+
+def slurm_nodes_up() -> int:
+    if shutil.which("sinfo") is None:
+        return 0
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True)
+    return sum(1 for s in out.stdout.split() if s in ("idle", "mixed", "allocated", "completing"))
+
+
+@pytest.mark.skipif(shutil.which("sinfo") is None, reason="no Slurm here: .ci/start-slurm installs and starts one")
+def test_two_slurm_nodes_train_the_phase_as_two_processes_on_one_machine(tokenized, tmp_path):
+    """hardware.nodes: 2 under the CI's two-node Slurm: the real worker, one accelerate launch per node."""
+    assert slurm_nodes_up() >= 2, "Slurm is not up with 2 nodes (n1, n2): run .ci/start-slurm (as root)"
+    spec, graph, _ = tokenized
+    node = graph.find("train_phase", phase=0)
+    reference = two_process_reference(graph, node, tmp_path)
+    _, _, variant_graph = spec_variant(tmp_path, *TWO_NODES)
+    variant = variant_graph.find("train_phase", phase=0)
+    args = [*phase_job(tmp_path, variant_graph, variant, "slurm"), str(tmp_path / "s-out"), str(tmp_path / "s-s"), "2"]
+    step = " ".join(shlex.quote(x) for x in [sys.executable, str(PHASE_JOB), *args])
+    name = f"runlib-phase-{uuid.uuid4().hex[:8]}"
+    submit = ["sbatch", "--wait", "--parsable", "--job-name", name, "--output", str(tmp_path / "job.log")]
+    submit += ["--nodes=2", "--ntasks=2", "--cpus-per-task=1", "--mem=3000", "-t", "15", "-D", str(tmp_path)]
+    submit += ["--wrap", f"srun -n1 --cpus-per-task=1 --nodes=2 {step}"]  # as Snakemake's job-step plugin
+    try:
+        job = subprocess.run(submit, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["scancel", "--name", name])
+        raise
+    log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
+    assert job.returncode == 0, f"{job.stdout}{job.stderr}\n{log[-6000:]}"
+    assert "rank 0 of 2, MULTI_CPU" in log and "rank 1 of 2, MULTI_CPU" in log, log[-3000:]
+    trained = checkpoint_weights(variant, tmp_path / "s-s" / "step-2")
+    assert all(torch.equal(reference[k], trained[k]) for k in reference)
+
+
 def test_sigkill_mid_phase_then_resume_is_bitwise_identical(tokenized, tmp_path):
     spec, graph, _ = tokenized
     node = graph.find("train_phase", phase=0)
@@ -156,11 +231,15 @@ def test_sigkill_mid_phase_then_resume_is_bitwise_identical(tokenized, tmp_path)
     )
 
 
-def spec_variant(tmp_path, old: str, new: str):
+def spec_variant(tmp_path, old: str, new: str, *more: str):
+    """TINY with `old` replaced by `new` (and each further (old, new) pair of `more`)."""
     text = TINY.read_text()
-    assert old in text
+    pairs = [(old, new), *zip(more[::2], more[1::2], strict=True)]
+    for a, b in pairs:
+        assert a in text, a
+        text = text.replace(a, b)
     path = tmp_path / "variant.yaml"
-    path.write_text(text.replace(old, new))
+    path.write_text(text)
     loaded = load_spec(path).spec
     return path, loaded, build_graph(loaded)
 
@@ -171,11 +250,25 @@ def launch_spec(graph, node, out, scratch, stop_after=None):
 
 def test_spike_skip_drops_batches_and_still_makes_every_update(tokenized, tmp_path):
     path, spec, graph = spec_variant(
-        tmp_path, "spike: {action: skip}", "spike: {action: skip, zscore: 0.001, window: 10}"
+        tmp_path,
+        "spike: {action: skip}",
+        "spike: {action: skip, zscore: 0.001, window: 10}",
+        "monitor: {eval_every: 25 steps,",
+        "monitor: {eval_every: 30 steps, log_every: 7 steps,",
+        "checkpoint: {every: 50 steps, keep: 2}",
+        "checkpoint: {every: 50 steps, keep: 2, state: [model, scheduler, data, rng]}",
     )
     node = graph.find("train_phase", phase=0)
     proc = launch_spec(graph, node, tmp_path / "out", tmp_path / "scratch")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # monitor.log_every and eval_every: training metrics every 7 steps, held-out loss every 30 (and at the end)
+    records = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [*range(7, 80, 7), 80]
+    assert [r["step"] for r in records if "heldout_loss_by_source" in r] == [30, 60, 80]
+    assert all(math.isfinite(v) for r in records for v in r.get("heldout_loss_by_source", {}).values())
+    # checkpoint.state without the optimizer: the phase's final state holds none
+    saved = ckpt.load(tmp_path / "out" / "final.pt")
+    assert "optimizer" not in saved and {"model", "state", "rng"} <= saved.keys()
     record = json.loads((tmp_path / "out" / "spikes.json").read_text())
     assert record["spikes"] and all(s["action"] == "skip" for s in record["spikes"])
     assert sorted(record["skipped_data_steps"]) == sorted(s["data_step"] for s in record["spikes"])
