@@ -19,6 +19,8 @@ from runlib.plan.schedule import Schedule
 from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec
 from runlib.stageconfig import StageConfig
 
+TRAINING_EVAL_TOKENS = 32 * 1024  # held-out tokens per source in an evaluation during training, at most
+
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -130,7 +132,8 @@ class MonitorConfig(_Part):
     eval_every_steps: int | None
     """Held-out loss per source every this many steps (monitor.eval_every)."""
     eval_tokens: int
-    """Held-out tokens per source in each of those evaluations (eval.heldout_tokens, capped)."""
+    """Held-out tokens per source in each of those evaluations: eval.heldout_tokens, at most 32Ki (a
+    quick signal during training; the eval stage after the phase reads all of eval.heldout_tokens)."""
     spike: SpikeConfig | None
     """Loss-spike policy."""
 
@@ -244,14 +247,14 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
         keep=spec.checkpoint.keep,
         state=list(spec.checkpoint.state),
     )
-    eval_cap = spec.eval.heldout_tokens
+    eval_cap = min(spec.eval.heldout_tokens or TRAINING_EVAL_TOKENS, TRAINING_EVAL_TOKENS)
     configs = []
     for i, phase in enumerate(plan.phases):
         s = phase.settings
         monitor = MonitorConfig(
             log_every_steps=_steps(plan, spec.monitor.log_every) or max(1, phase.steps // 20),
             eval_every_steps=_steps(plan, spec.monitor.eval_every),
-            eval_tokens=int(min(eval_cap, 1 << 20)) if eval_cap else 1 << 20,
+            eval_tokens=int(eval_cap),
             spike=SpikeConfig(
                 zscore=spike.zscore,
                 window=spike.window,

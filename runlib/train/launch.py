@@ -104,7 +104,7 @@ def launch_commands(
     # no stray ~/.cache/huggingface/accelerate/default_config.yaml changes what accelerate launch does
     env["HF_HOME"] = str((Path(env.get("RUNLIB_WORK_DIR", "work")) / "hf").resolve())
     if nodes == 1:
-        env.setdefault("OMP_NUM_THREADS", str(_threads(env, per_node, 1)))
+        env["OMP_NUM_THREADS"] = str(_threads(env, per_node, 1))
         return [Launch(tuple(_accelerate(1, per_node, port or free_port()) + list(worker_argv)), env)]
     if env.get("SLURM_JOB_ID"):
         return [_slurm_launch(nodes, per_node, accelerator, worker_argv, env, port)]
@@ -116,7 +116,7 @@ def launch_commands(
             "or set hardware.nodes: 1 to train on this machine only."
         )
     # local stand-in for several machines: every "machine" is a launch here, talking over loopback
-    env.setdefault("OMP_NUM_THREADS", str(_threads(env, per_node, nodes)))
+    env["OMP_NUM_THREADS"] = str(_threads(env, per_node, nodes))
     port = port or free_port()
     return [
         Launch(tuple(_accelerate(nodes, per_node, port, rank=r, host="127.0.0.1") + list(worker_argv)), env)
@@ -136,10 +136,12 @@ def _accelerate(nodes: int, per_node: int, port: int, rank: int | str | None = N
 
 
 def _threads(env: Mapping[str, str], per_node: int, launches_here: int) -> int:
-    """OpenMP threads per process: the CPUs of this machine's share (Slurm's cpus-per-task when
-    set, else this host's cores over the launches that share it), split among its processes."""
-    cpus = int(env.get("SLURM_CPUS_PER_TASK") or 0) or (os.cpu_count() or 1) // launches_here
-    return max(1, cpus // per_node)
+    """OpenMP threads per process: the CPUs of this machine's share, split among its processes. The
+    share: OMP_NUM_THREADS as the caller set it (Snakemake sets it to the job's `threads`), else
+    Slurm's cpus-per-task, else this host's cores; over the launches that share this machine. More
+    threads than cores makes every process spin-wait on the others."""
+    budget = int(env.get("OMP_NUM_THREADS") or 0) or int(env.get("SLURM_CPUS_PER_TASK") or 0) or (os.cpu_count() or 1)
+    return max(1, budget // launches_here // per_node)
 
 
 def _slurm_launch(
@@ -154,7 +156,7 @@ def _slurm_launch(
         )
     hosts = slurm_hostnames(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "")
     cpus = env.get("SLURM_CPUS_PER_TASK")  # srun 22.05 no longer reads it from the environment: pass it on
-    env.setdefault("OMP_NUM_THREADS", str(_threads(env, per_node, 1)))
+    env["OMP_NUM_THREADS"] = str(_threads(env, per_node, 1))
     port = port or DEFAULT_PORT + int(env["SLURM_JOB_ID"]) % SLURM_PORT_SPAN
     head = _accelerate(nodes, per_node, port)
     # the machine rank differs per task: the task's shell expands it; everything else is quoted

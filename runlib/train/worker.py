@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     # MixedPrecisionPolicy, or autocast where no FSDP2 policy applies)
     mixed = "fp16" if config.precision.compute == "fp16" else "no"
     accelerator = Accelerator(cpu=on_cpu, mixed_precision=mixed, kwargs_handlers=scaler_kwargs(config.precision))
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // accelerator.num_processes))
+    # the launcher's OMP_NUM_THREADS (cores / processes on this machine) when set: more threads than cores
+    # makes every process spin-wait on the others
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or accelerator.num_processes)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 0) or max(1, (os.cpu_count() or 1) // local))
     # the tests read this line: the wrong launch flags silently give independent world-1 processes
     print(
         f"runlib worker: rank {accelerator.process_index} of {accelerator.num_processes}, "

@@ -34,7 +34,8 @@ from runlib.train.dist_checkpoint import (
 from runlib.train.optim import build_optimizer, muon_parameters
 from tests.train import parallel_worker as w
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs this module (pyproject: --dist loadgroup): its launches are shared fixtures
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("parallel")]
 PARAM_TOL = 1e-6
 MUON_TOL = 1e-4
 WORKER = Path(w.__file__)

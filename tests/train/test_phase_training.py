@@ -26,7 +26,8 @@ from runlib.train.phase import worker_argv
 from runlib.workflow.graph import build_graph
 from tests.workflow.conftest import TINY, snakemake
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs this module (pyproject: --dist loadgroup), so the data stages are built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("phase_training")]
 PHASE_JOB = Path(__file__).parent / "phase_job.py"
 
 
@@ -62,6 +63,17 @@ def launch(graph, node, out, scratch, processes, stop_after=None, **popen):
     if popen:
         return subprocess.Popen(list(cmd.argv), env=dict(cmd.env), **popen)
     return subprocess.run(list(cmd.argv), env=dict(cmd.env), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(tokenized, tmp_path_factory):
+    """Phase 0's weights after 2 updates of 2-process DDP on one machine: what every layout must reproduce."""
+    _, graph, _ = tokenized
+    node = graph.find("train_phase", phase=0)
+    tmp = tmp_path_factory.mktemp("ddp")
+    ddp = launch(graph, node, tmp / "out", tmp / "scratch", 2, stop_after=2)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    return checkpoint_weights(node, tmp / "scratch" / "step-2")
 
 
 def weights(path):
@@ -113,12 +125,10 @@ def test_two_processes_make_the_same_update_as_one(tokenized, tmp_path):
         ),
     ],
 )
-def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, tmp_path, layout, old, new, mesh):
+def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, ddp_reference, tmp_path, layout, old, new, mesh):
     """The spec's layout is the one that runs (the worker prints its mesh), and it trains the same model."""
     spec, graph, _ = tokenized
     node = graph.find("train_phase", phase=0)
-    ddp = launch(graph, node, tmp_path / "ddp", tmp_path / "ddp-s", 2, stop_after=2)
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
     _, _, variant_graph = spec_variant(tmp_path, old, new)
     variant = variant_graph.find("train_phase", phase=0)
     assert variant.key != node.key  # the layout is part of what the phase reads
@@ -126,7 +136,7 @@ def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, tmp_path, layo
     assert other.returncode == 0, other.stderr[-3000:]
     ran = json.loads(other.stdout.split("runlib worker: mesh ", 1)[1].splitlines()[0])
     assert {k: ran[k] for k in mesh} == mesh
-    a = checkpoint_weights(node, tmp_path / "ddp-s" / "step-2")
+    a = ddp_reference
     b = checkpoint_weights(variant, tmp_path / f"{layout}-s" / "step-2")
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=2e-6)
@@ -143,17 +153,10 @@ def phase_job(tmp_path, graph, node, name):
     return [str(tmp_path / f"{name}.json"), str(tmp_path / f"{name}-inputs.json")]
 
 
-def two_process_reference(graph, node, tmp_path):
-    ddp = launch(graph, node, tmp_path / "ddp", tmp_path / "ddp-s", 2, stop_after=2)
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
-    return checkpoint_weights(node, tmp_path / "ddp-s" / "step-2")
-
-
-def test_two_nodes_on_loopback_train_as_two_processes_on_one_machine(tokenized, tmp_path):
+def test_two_nodes_on_loopback_train_as_two_processes_on_one_machine(tokenized, ddp_reference, tmp_path):
     """hardware.nodes: 2 outside Slurm on cpu: one accelerate launch per node on 127.0.0.1."""
     spec, graph, _ = tokenized
-    node = graph.find("train_phase", phase=0)
-    reference = two_process_reference(graph, node, tmp_path)
+    reference = ddp_reference
     _, _, variant_graph = spec_variant(tmp_path, *TWO_NODES)
     variant = variant_graph.find("train_phase", phase=0)
     assert (variant.config.parallel.nodes, variant.config.parallel.processes_per_node) == (2, 1)
@@ -175,12 +178,11 @@ def slurm_nodes_up() -> int:
 
 
 @pytest.mark.skipif(shutil.which("sinfo") is None, reason="no Slurm here: .ci/start-slurm installs and starts one")
-def test_two_slurm_nodes_train_the_phase_as_two_processes_on_one_machine(tokenized, tmp_path):
+def test_two_slurm_nodes_train_the_phase_as_two_processes_on_one_machine(tokenized, ddp_reference, tmp_path):
     """hardware.nodes: 2 under the CI's two-node Slurm: the real worker, one accelerate launch per node."""
     assert slurm_nodes_up() >= 2, "Slurm is not up with 2 nodes (n1, n2): run .ci/start-slurm (as root)"
     spec, graph, _ = tokenized
-    node = graph.find("train_phase", phase=0)
-    reference = two_process_reference(graph, node, tmp_path)
+    reference = ddp_reference
     _, _, variant_graph = spec_variant(tmp_path, *TWO_NODES)
     variant = variant_graph.find("train_phase", phase=0)
     args = [*phase_job(tmp_path, variant_graph, variant, "slurm"), str(tmp_path / "s-out"), str(tmp_path / "s-s"), "2"]
