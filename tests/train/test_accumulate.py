@@ -16,9 +16,10 @@ def sgd_step_weight(micro_batches, rule: str) -> tuple[float, float]:
         loss = accumulate(
             micro_batches, lambda x: ((w * x) ** 2).sum(), lambda x: x.numel(), normalization=normalization
         )
-        expected = ((w * torch.cat(micro_batches)) ** 2).mean() if rule == "token_mean" else None
-        if expected is not None:
-            assert loss == pytest.approx(float(expected))
+        with torch.no_grad():  # the returned step loss: the token mean, or the mean of micro-batch means
+            means = [float(((w * x) ** 2).mean()) for x in micro_batches]
+            whole = float(((w * torch.cat(micro_batches)) ** 2).mean())
+        assert loss == pytest.approx(whole if rule == "token_mean" else sum(means) / len(means))
     else:  # the wrong rule: average the micro-batch means equally
         for x in micro_batches:
             (((w * x) ** 2).mean() / len(micro_batches)).backward()
