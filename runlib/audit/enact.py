@@ -204,49 +204,11 @@ def precision_refusals(*, compute: str, master_weights: str, optimizer_states: s
     return out
 
 
-def refusals(
-    *,
-    accelerator: str,
-    nodes: int,
-    devices_per_node: int,
-    tensor: int,
-    pipeline: int,
-    context: int,
-    sharding: str,
-    offload: bool,
-    heads: int,
-    kv_heads: int | None,
-    d_ff: int,
-    qk_norm: bool,
-    seq_len: int,
-    compute: str,
-    master_weights: str,
-    optimizer_states: str,
-    optimizer: str,
-) -> list[Refusal]:
-    """Every value of one training phase that the trainer cannot enact (empty: it runs as written)."""
-    return parallelism_refusals(
-        accelerator=accelerator,
-        nodes=nodes,
-        devices_per_node=devices_per_node,
-        tensor=tensor,
-        pipeline=pipeline,
-        context=context,
-        sharding=sharding,
-        offload=offload,
-        heads=heads,
-        kv_heads=kv_heads,
-        d_ff=d_ff,
-        qk_norm=qk_norm,
-        seq_len=seq_len,
-    ) + precision_refusals(compute=compute, master_weights=master_weights, optimizer_states=optimizer_states)
-
-
 def train_config_refusals(config: Any) -> list[Refusal]:
     """The refusals of one training phase's stage config (runlib.train.config.TrainPhaseConfig, read
     duck-typed: accelerator, seq_len, model, parallel, precision, optimizer): the trainer's last guard."""
     par, model, precision = config.parallel, config.model, config.precision
-    return refusals(
+    return parallelism_refusals(
         accelerator=config.accelerator,
         nodes=par.nodes,
         devices_per_node=par.processes_per_node,
@@ -260,8 +222,6 @@ def train_config_refusals(config: Any) -> list[Refusal]:
         d_ff=model.d_ff,
         qk_norm=model.qk_norm,
         seq_len=config.seq_len,
-        compute=precision.compute,
-        master_weights=precision.master_weights,
-        optimizer_states=precision.optimizer_states,
-        optimizer=config.optimizer.kind,
+    ) + precision_refusals(
+        compute=precision.compute, master_weights=precision.master_weights, optimizer_states=precision.optimizer_states
     )

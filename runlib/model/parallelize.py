@@ -83,6 +83,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
@@ -123,7 +134,6 @@ def build_mesh(parallel):
         raise ValueError(f"sharding none (DDP) replicates: dp_shard must be 1, not {sizes['dp_shard']}")
     if world == 1:
         return None
-    from torch.distributed.device_mesh import init_device_mesh
 
     # accelerate's order (ParallelismConfig._get_mesh): dp_replicate, dp_shard, cp, tp; size-1 dims dropped
     dims = [(name, sizes[name]) for name in ("dp_replicate", "dp_shard", "tp") if sizes[name] > 1]
@@ -242,14 +252,6 @@ def _check_tensor_parallel(model: nn.Module, tp: int) -> None:
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
     """torchtitan's llama3 plan with sequence-parallel norms (see the module docstring)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        SequenceParallel,
-        parallelize_module,
-    )
 
     tp = tp_mesh.size()
     _check_tensor_parallel(model, tp)
@@ -299,7 +301,6 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
 
 
 def _mixed_precision(precision):
-    from torch.distributed.fsdp import MixedPrecisionPolicy
 
     compute = DTYPES[precision.compute]
     reduce = torch.float32 if precision.grads == "fp32" else torch.bfloat16
@@ -310,7 +311,6 @@ def _mixed_precision(precision):
 
 def apply_fsdp(model: nn.Module, dp_mesh, precision, reshard_after_forward: bool, offload: bool) -> None:
     """fully_shard each block, then the root (embeddings, final norm, head); 2-D dp_mesh: HSDP."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
     if offload and dp_mesh.device_type == "cpu":
         raise NotImplementedError("parallelism.offload on cpu: the device memory is host memory already")
@@ -327,6 +327,7 @@ def apply_fsdp(model: nn.Module, dp_mesh, precision, reshard_after_forward: bool
 
 def apply_replicate(model: nn.Module, mesh, precision) -> None:
     """DDP arithmetic for a tensor-parallel model (DTensor parameters): FSDP2's replicate on dp_replicate."""
+    # a private module (torch 2.13): imported only where this layout is built
     from torch.distributed._composable.replicate_with_fsdp import replicate
 
     for block in model.layers:
@@ -337,8 +338,6 @@ def apply_replicate(model: nn.Module, mesh, precision) -> None:
 def apply_ddp(model: nn.Module, dp_mesh, precision) -> nn.Module:
     ddp = nn.parallel.DistributedDataParallel(model, process_group=dp_mesh.get_group())
     if precision.grads == "bf16":
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
-
         ddp.register_comm_hook(dp_mesh.get_group(), bf16_compress_hook)
     return ddp
 
@@ -348,7 +347,6 @@ def apply_ddp(model: nn.Module, dp_mesh, precision) -> nn.Module:
 
 def _grad_norm_squared(grads: list[torch.Tensor]) -> torch.Tensor:
     """sum of squares of all gradients, identical on every rank: one reduction per (mesh, placements) group."""
-    from torch.distributed.tensor import DTensor, Partial, Replicate
 
     groups: dict[Any, list[torch.Tensor]] = {}  # insertion order = parameter order, the same on every rank
     for g in grads:
@@ -377,7 +375,6 @@ def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
     ones), where torch.nn.utils.clip_grad_norm_ cannot combine the per-parameter norms. Partial
     gradients (tensor parallelism without FSDP) are all-reduced first, so call it every step (with
     max_norm inf for no clipping)."""
-    from torch.distributed.tensor import DTensor, Replicate
 
     for p in model.parameters():
         g = p.grad

@@ -43,7 +43,6 @@ given torch.manual_seed.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any, Literal
 
@@ -358,32 +357,3 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, rope, mask)
         return self.lm_head(self.norm(x)).float()
-
-
-# ----------------------------------------------------------------------------------------- helpers
-
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups (Loshchilov & Hutter 2019): decay on matrices (2-D weights, embeddings too), none on norms and biases."""
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():  # a tied weight is listed once
-        if not p.requires_grad:
-            continue
-        (decay if p.ndim >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def max_seq_len(plan) -> int:
-    """The longest context of any phase (and model.seq_len): the RoPE table / position table size."""
-    return max([p.settings.seq_len for p in plan.phases] + [plan.spec.model.seq_len])
-
-
-def build_model(spec, plan, device: torch.device | str | None = None) -> Transformer:
-    """The run's model: plan.vocab_rows embedding rows, positions up to the longest phase, RoPE of the first phase."""
-    with torch.device(device) if device is not None else contextlib.nullcontext():
-        model = Transformer(spec.model, plan.vocab_rows, max_seq_len(plan))
-    if spec.model.position == "rope" and plan.phases:
-        first_theta = plan.phases[0].settings.rope_theta
-        if first_theta != model.rope_theta:
-            model.set_rope(first_theta, model.max_seq_len)
-    return model

@@ -153,12 +153,16 @@ def load_full_state_dicts(model, optimizer, model_state: dict[str, Any], optim_s
         set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state, options=options)
 
 
-def latest_checkpoint(directory: Path | str) -> Path | None:
-    """The complete step-<n> checkpoint of highest n under directory, or None."""
+def latest_checkpoint(directory: Path | str, at_most_step: int | None = None) -> Path | None:
+    """The complete step-<n> checkpoint of highest n (n <= at_most_step, when given) under directory, or None."""
     directory = Path(directory)
     if not directory.is_dir():
         return None
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_RE.match(p.name)) and is_complete(p)]
+    found = [
+        (int(m.group(1)), p)
+        for p in directory.iterdir()
+        if (m := STEP_RE.match(p.name)) and is_complete(p) and (at_most_step is None or int(m.group(1)) <= at_most_step)
+    ]
     return max(found)[1] if found else None
 
 

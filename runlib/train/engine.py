@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_optimizer_state_dict
 
 from runlib.data.shards import TokenShard
 from runlib.eval.heldout import heldout_metrics
@@ -74,50 +73,27 @@ class Engine:
         model = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
         if cfg.model.position == "rope":
             model.set_rope(cfg.rope_theta, cfg.seq_len)
-        self.model_only = model  # unwrapped, for loading consolidated weights before wrapping
         self.mesh = build_mesh(self.parallel)  # None on one process
         self.dp_rank, self.dp_size = data_parallel_rank_and_size(self.mesh)
-        self.pending_optimizer_state: dict | None = None
-        self.model = model
-        self.optimizer = None
+        self.model = parallelize(model.to(accelerator.device), self.mesh, self.parallel, cfg.precision)
+        # Accelerate's optimizer wrapper steps the fp16 GradScaler
+        self.optimizer = accelerator.prepare(build_optimizer(self.model, cfg.optimizer, cfg.precision))
 
     def mesh_dims(self) -> dict[str, int]:
         return mesh_dims(self.parallel)
 
-    # ---- set-up and restore
-
-    def _wrap(self) -> None:
-        cfg, accelerator = self.cfg, self.accelerator
-        model = parallelize(self.model_only.to(accelerator.device), self.mesh, self.parallel, cfg.precision)
-        optimizer = build_optimizer(model, cfg.optimizer, cfg.precision)
-        self._load_pending_optimizer(model, optimizer)
-        self.model, self.optimizer = (
-            model,
-            accelerator.prepare(optimizer),
-        )  # the optimizer wrapper steps the fp16 scaler
-
-    def _load_pending_optimizer(self, model, optimizer) -> None:
-        if self.pending_optimizer_state:
-            set_optimizer_state_dict(
-                model, optimizer, self.pending_optimizer_state, options=StateDictOptions(full_state_dict=True)
-            )
-        self.pending_optimizer_state = None
+    # ---- restore
 
     def restore(self, init_checkpoint: Path | None, scratch: Path) -> dict:
-        """Load the previous phase's consolidated state, wrap, then resume this phase's newest sharded
-        checkpoint if there is one; returns the loop state to continue from (empty: start of phase)."""
-        keep = set(self.cfg.checkpoint.state)
+        """Load the previous phase's consolidated state (into this phase's layout), then resume this
+        phase's newest sharded checkpoint if there is one; returns the loop state to continue from
+        (empty: the start of the phase)."""
         if init_checkpoint is not None:
             saved = ckpt.load(init_checkpoint)
-            if "model" in saved:
-                self.model_only.load_state_dict(saved["model"])
-            if "optimizer" in saved and "optimizer" in keep:
-                self.pending_optimizer_state = saved["optimizer"]
-        self._wrap()
+            optimizer_state = saved.get("optimizer") if "optimizer" in self.cfg.checkpoint.state else None
+            dcp_ckpt.load_full_state_dicts(self.model, self.optimizer_for_state(), saved["model"], optimizer_state)
         resume = dcp_ckpt.latest_checkpoint(scratch)
-        if resume is None:
-            return {}
-        return self._load_resumable(resume)
+        return self._load_resumable(resume) if resume is not None else {}
 
     def _load_resumable(self, path: Path) -> dict:
         extra = dcp_ckpt.load_checkpoint(path, self.model, self.optimizer_for_state())
@@ -184,8 +160,7 @@ class Engine:
         """The consolidated end-of-phase state (checkpoint.state decides what it holds)."""
         keep = set(self.cfg.checkpoint.state) | {"model"}  # the next phase and eval need the weights
         self.accelerator.wait_for_everyone()
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer_for_state(), options=options)
+        model_sd, optim_sd = dcp_ckpt.full_state_dicts(self.model, self.optimizer_for_state())
         if self.rank == 0:
             payload: dict[str, Any] = {"model": model_sd, **self._extra(state)}
             if "optimizer" in keep:
@@ -203,7 +178,7 @@ class Engine:
         if rollbacks > max_retries:
             raise RuntimeError(f"loss spikes persisted after {max_retries} rollbacks (monitor.spike.max_retries)")
         limit = state["step"] - (rollback_steps or 0)
-        path = newest_checkpoint_at_most(scratch, limit)
+        path = dcp_ckpt.latest_checkpoint(scratch, at_most_step=limit)
         if path is None:
             return {"rollbacks": rollbacks}  # nothing saved early enough in this phase: the skip alone applies
         restored = self._load_resumable(path)
@@ -245,15 +220,3 @@ class Engine:
             "memory_kind": kind,
             "memory_estimate_bytes": cfg.estimates.memory_bytes_per_device,
         }
-
-
-def newest_checkpoint_at_most(scratch: Path, step: int) -> Path | None:
-    """The complete step-<n> checkpoint of highest n <= step (a rollback target), or None."""
-    if not scratch.is_dir():
-        return None
-    found = []
-    for path in scratch.iterdir():
-        m = dcp_ckpt.STEP_RE.match(path.name)
-        if m and int(m.group(1)) <= step and dcp_ckpt.is_complete(path):
-            found.append((int(m.group(1)), path))
-    return max(found)[1] if found else None

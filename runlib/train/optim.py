@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor, Replicate
+from torch.optim._adafactor import adafactor
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MUON_MOMENTUM = 0.95  # Liu et al. 2025, section 2; Jordan et al. 2024
@@ -95,8 +97,6 @@ class GatheredAdafactor(torch.optim.Adafactor):
 
     @torch.no_grad()
     def step(self, closure=None):
-        from torch.distributed.tensor import DTensor, Replicate
-        from torch.optim._adafactor import adafactor
 
         loss = None
         if closure is not None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runlib.audit.enact import train_config_refusals
 from runlib.errors import UserError
 from runlib.train.config import TrainPhaseConfig
 from runlib.train.launch import launch_commands, run_launches
@@ -65,7 +66,6 @@ def launch_phase(
     if per_node != parallel.processes_per_node:
         parallel = parallel.model_copy(update={"processes_per_node": per_node})
     base_env = dict(os.environ if env is None else env)
-    base_env["HF_HOME"] = str(work_dir().resolve() / "hf")  # no stray ~/.cache/huggingface/accelerate config
     launches = launch_commands(
         parallel, config.accelerator, worker_argv(config_file, inputs, out_dir, scratch, stop_after), base_env
     )
@@ -73,6 +73,12 @@ def launch_phase(
 
 
 def train_phase(config: TrainPhaseConfig, inputs: dict[str, Path], out_dir: Path, key: str) -> dict[str, Any]:
+    refused = train_config_refusals(config)  # the gate refuses these first; this guards a stage run by hand
+    if refused:
+        raise UserError(
+            f"train_phase {config.phase_name}: the trainer cannot run this as written:\n"
+            + "\n".join(f"  {r.describe()}" for r in refused)
+        )
     scratch = scratch_dir(key)
     status = launch_phase(config, inputs, out_dir, scratch)
     if status != 0:

@@ -12,10 +12,12 @@ from runlib.audit import audit
 from runlib.audit.cases import case_data
 from runlib.audit.checks import all_checks
 from runlib.audit.enact import train_config_refusals
+from runlib.errors import UserError
 from runlib.plan import derive
 from runlib.plan.memory import phase_memory
 from runlib.spec import load_spec_text, validate_data
 from runlib.train.config import build_train_phase_configs
+from runlib.train.phase import train_phase
 from runlib.workflow.snake import GateRefused, Workflow
 from tests.conftest import ROOT
 
@@ -121,3 +123,12 @@ def test_hsdp_memory_shards_within_a_node():
     for part in ("weights", "master_weights", "gradients", "optimizer_states"):
         assert getattr(two_nodes, part) == pytest.approx(2 * getattr(fsdp_mem, part))  # 4 shards, not 8
     assert two_nodes.buffers == fsdp_mem.buffers and two_nodes.activations == fsdp_mem.activations
+
+
+def test_train_phase_stage_refuses_what_the_gate_refuses(tmp_path):
+    """A train_phase run by hand (past the gate) stops before launching anything."""
+    spec = validate_data(case_data({"parallelism.context": 2})).spec
+    config = build_train_phase_configs(spec, derive(spec))[0]
+    with pytest.raises(UserError, match="RUN001 parallelism.context"):
+        train_phase(config, {}, tmp_path / "out", "0" * 16)
+    assert not (tmp_path / "out").exists()

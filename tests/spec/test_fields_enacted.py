@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import copy
 import json
-import types
 import typing
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel
@@ -34,6 +33,7 @@ from runlib.spec.loader import parse_yaml
 from runlib.spec.models import RunSpec
 from runlib.spec.units import BatchSize, Duration, parse_count
 from runlib.workflow.graph import build_graph
+from tests.annotations import strip_optional
 from tests.conftest import ROOT
 
 BASES = {"demo": ROOT / "specs" / "demo.yaml", "tiny": ROOT / "tests" / "fixtures" / "tiny.yaml"}
@@ -50,24 +50,9 @@ NOT_KEYED: dict[str, str] = {
 # ---------------------------------------------------------------------------------------------- walk
 
 
-def _strip(annotation: Any) -> Any:
-    """The type inside Optional[...] and Annotated[...]."""
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        elif origin in (Union, types.UnionType):
-            args = [a for a in typing.get_args(annotation) if a is not type(None)]
-            if len(args) != 1:
-                return annotation
-            annotation = args[0]
-        else:
-            return annotation
-
-
 def _submodel(annotation: Any) -> tuple[type[BaseModel] | None, str]:
     """(the spec section a field holds, "" | "[]" | ".*" for one, a list or a dict of them)."""
-    t = _strip(annotation)
+    t = strip_optional(annotation)
     if isinstance(t, type) and issubclass(t, BaseModel):
         return t, ""
     origin, args = typing.get_origin(t), typing.get_args(t)
@@ -174,7 +159,7 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
 
 def _values(info: FieldInfo, current: Any) -> list[Any]:
     """Other valid values of a field, from its type and its current value."""
-    t = _strip(info.annotation)
+    t = strip_optional(info.annotation)
     origin, args = typing.get_origin(t), typing.get_args(t)
     if origin is Literal:
         return [v for v in args if v != current]
@@ -196,7 +181,7 @@ def _values(info: FieldInfo, current: Any) -> list[Any]:
         return [tuple(round(v * 0.9, 6) for v in current or (0.9, 0.95))]
     if origin is list:
         items = list(current or [])
-        item_type = _strip(args[0])
+        item_type = strip_optional(args[0])
         if typing.get_origin(item_type) is Literal:
             extra = [v for v in typing.get_args(item_type) if v not in items]
             return [items[:-1]] * bool(items) + [items + extra[:1]] * bool(extra)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel
@@ -26,6 +25,7 @@ from runlib.spec.units import BatchSize, Duration
 from runlib.workflow.graph import StageGraph, build_graph
 from runlib.workflow.manifest import Manifest, read_manifest, write_manifest
 from runlib.workflow.plan_view import changed_fields
+from tests.annotations import strip_optional
 from tests.conftest import ROOT
 from tests.workflow.conftest import TINY
 
@@ -56,24 +56,9 @@ def leaves(model: BaseModel, path: tuple = ()) -> list[tuple[tuple, Any, Any]]:
     return out
 
 
-def strip(annotation: Any) -> Any:
-    """The type under Annotated[...] and Optional[...]."""
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        elif origin in (Union, types.UnionType):
-            rest = [a for a in typing.get_args(annotation) if a is not type(None)]
-            if len(rest) != 1:
-                return annotation
-            annotation = rest[0]
-        else:
-            return annotation
-
-
 def other_value(value: Any, annotation: Any) -> Any:
     """A different valid JSON value for a field of this type (SKIP where there is no obvious one)."""
-    kind = strip(annotation)
+    kind = strip_optional(annotation)
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if value is None:
         if isinstance(kind, type) and issubclass(kind, BaseModel):
@@ -104,7 +89,7 @@ def other_value(value: Any, annotation: Any) -> Any:
     if isinstance(value, tuple):
         return [v * 0.99 for v in value]
     if isinstance(value, list):
-        item = strip(args[0]) if args else str
+        item = strip_optional(args[0]) if args else str
         if typing.get_origin(item) is Literal:
             new = [c for c in typing.get_args(item) if c not in value]
             return [*value, new[0]] if new else SKIP
