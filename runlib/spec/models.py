@@ -381,6 +381,10 @@ class SpikeSpec(SpecModel):
     """How far before the spike to roll back."""
     max_retries: int = Field(3, ge=0)
     """Rollbacks allowed before the run stops."""
+    max_skips_per_window: int = Field(10, ge=1, le=1_000_000)
+    """Batches skipped (by skip or rollback) allowed within any `window` consecutive data steps; one more
+    stops the phase with the evidence (spikes.json in the scratch directory), keeping its checkpoints. A
+    persistent loss shift makes every batch a spike: without this bound skipping never ends."""
 
 
 class MonitorSpec(SpecModel):
