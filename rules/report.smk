@@ -7,4 +7,4 @@ rule report:
     log:
         WF.log("report", "report"),
     shell:
-        '"$RUNLIB_PYTHON" -m runlib report --track > {log} 2>&1'
+        '"$RUNLIB_PYTHON" -m runlib report --track > {log:q} 2>&1'

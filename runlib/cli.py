@@ -1,4 +1,4 @@
-"""The one entry point: `runlib audit|explain|plan|schema|<stage> ...` (also `python -m runlib`).
+"""The one entry point: `runlib audit|explain|plan|verify|schema|<stage> ...` (also `python -m runlib`).
 
 Exit status: 0 fine, 1 the audit found errors (or warnings with --strict), 2 bad input or usage.
 Heavy imports (matplotlib) happen only in the commands that need them; torch never here.
@@ -88,6 +88,54 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Every built artifact of the spec (or of --stage) against its manifest: sizes and XXH3-128 digests."""
+    import time
+
+    from runlib.spec import load_spec
+    from runlib.workflow.artifacts import is_built, verify_artifact
+    from runlib.workflow.graph import build_graph
+    from runlib.workflow.keys import STAGE_VERSIONS
+    from runlib.workflow.manifest import rebuild_advice
+    from runlib.workflow.plan_view import find_instance
+
+    if not args.spec:
+        raise UserError("runlib verify: give the spec (or set RUNLIB_SPEC)")
+    graph = build_graph(load_spec(args.spec).spec)
+    if not args.stage:
+        nodes = list(graph.nodes)
+    elif args.stage in STAGE_VERSIONS:
+        nodes = graph.of(args.stage)
+    else:
+        nodes = [find_instance(graph, args.stage)]
+    started = time.perf_counter()
+    checked_bytes, failed, unbuilt = 0, 0, 0
+    print(f"verify {args.spec}")
+    for node in nodes:
+        where = f"{node.instance[:28]:<28} {node.stage + '/' + node.key:<33}"
+        if not is_built(node):
+            unbuilt += 1
+            print(f"  {'not built':<9} {where}")
+            continue
+        v = verify_artifact(node.dir, full=True)
+        checked_bytes += v.checked_bytes
+        print(f"  {'ok' if v.ok else 'FAILED':<9} {where}  {v.checked_bytes / 1e9:8.3f} GB  {v.seconds:7.2f} s")
+        if not v.ok:
+            failed += 1
+            for problem in v.problems:
+                print(f"            {problem}")
+            print(f"            {rebuild_advice(node.dir, args.spec)}")
+    seconds = time.perf_counter() - started
+    gigabytes = checked_bytes / 1e9
+    rate = f"{seconds / gigabytes:.2f} s/GB" if checked_bytes >= 1e8 else "too little data for a rate"
+    built = len(nodes) - unbuilt
+    print(
+        f"{built} built artifact(s) verified, {failed} FAILED, {unbuilt} not built: "
+        f"{gigabytes:.3f} GB in {seconds:.2f} s ({rate}; XXH3-128, one core)"
+    )
+    return 2 if failed else 0
+
+
 def _cmd_stage(args: argparse.Namespace) -> int:
     from runlib.workflow.stages import run_stage
 
@@ -103,6 +151,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not args.spec:
         raise UserError("runlib report: give the spec (or set RUNLIB_SPEC)")
     return main_report(args.spec, args.out, track=args.track)
+
+
+def _cmd_track(args: argparse.Namespace) -> int:
+    from runlib.track.resync import main_resync
+
+    if not args.resync:
+        raise UserError("runlib track: give --resync (rebuild the spec's MLflow records from the manifests)")
+    if not args.spec:
+        raise UserError("runlib track --resync: give the spec (or set RUNLIB_SPEC)")
+    return main_resync(args.spec)
 
 
 STAGE_COMMANDS = {
@@ -141,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_plan)
 
+    p = sub.add_parser("verify", help="check every built artifact of the spec against its manifest (sizes, digests)")
+    p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
+    p.add_argument(
+        "--stage",
+        metavar="S",
+        help="only this stage kind (e.g. tokenize), or one instance ('train_phase long', 'curate_shard code/0') or key",
+    )
+    p.set_defaults(func=_cmd_verify)
+
     for command, text in STAGE_COMMANDS.items():
         p = sub.add_parser(command, help=f"stage: {text}")
         p.add_argument("--spec", default=os.environ.get("RUNLIB_SPEC"), help="run spec (YAML); default $RUNLIB_SPEC")
@@ -153,6 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="report directory (default reports/<run name>/run)")
     p.add_argument("--track", action="store_true", help="also log the report to the spec's MLflow parent run")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("track", help="MLflow records: --resync rebuilds them from the manifests of the built artifacts")
+    p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
+    p.add_argument(
+        "--resync",
+        action="store_true",
+        help="record every built artifact of the spec that MLflow lacks (parent run, one child per artifact)",
+    )
+    p.set_defaults(func=_cmd_track)
 
     p = sub.add_parser("schema", help="print the JSON schema of the run spec")
     p.add_argument("--out", help="write it to this file instead")

@@ -10,6 +10,19 @@ from runlib.spec.models import CurateSpec, DedupSpec, InputSpec
 from runlib.stageconfig import StageConfig
 
 
+class InputFile(StageConfig):
+    """One input file of a file source as its stage key sees it: a change of content changes the key."""
+
+    path: str
+    """The path as the source's glob matched it (relative to the working directory, like the glob)."""
+
+    bytes: int
+    """Size of the file."""
+
+    digest: str
+    """'xxh3_128:<hex>' of the file's bytes (runlib.util.hashing.file_digest), cached per file version."""
+
+
 class CurateShardConfig(StageConfig):
     """One shard of one source: where its documents come from and every curation step applied to them."""
 
@@ -25,8 +38,9 @@ class CurateShardConfig(StageConfig):
     shards: int
     """Number of shards of the source (a builtin source's shard takes documents shard::shards)."""
 
-    files: list[str]
-    """The input files this shard reads, in order ([] for a builtin source)."""
+    files: list[InputFile]
+    """The input files this shard reads, in order, each with its size and content digest ([] for a builtin
+    source); built by runlib.curate.inputs (the glob walk and the digest cache)."""
 
 
 class CurateSourceConfig(StageConfig):

@@ -9,6 +9,15 @@ the fixed part of the source's glob (input.path up to its first wildcard; the di
 
 Bad input is a UserError naming the file (and line or row) and the spec field to fix; nothing is skipped
 silently (blank jsonl lines are the one exception: they hold no document).
+
+Text that is not valid Unicode. A container whose format requires UTF-8 and holds bytes that are not is
+a broken file, refused with its file:line (jsonl: RFC 8259 section 8.1) or file and row (parquet: a
+STRING column is UTF-8 by the format's definition). A `text` source's files are raw text, not a
+container: their invalid UTF-8 sequences are each replaced by U+FFFD and counted (`repairs`:
+invalid_utf8 = documents repaired, invalid_utf8_sequences = sequences replaced), and the curation
+counts carry the numbers (the normalize step's reasons). JSON escapes of lone surrogates ("\\ud800") are
+valid JSON but not Unicode scalar values: curate_shard's normalize step replaces and counts them
+(runlib.curate.stage.repair_surrogates).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import math
 import os
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,7 +73,7 @@ def shard_limit(max_docs: int | None, shards: int) -> int | None:
 
 
 def read_documents(
-    source_name: str, source: SourceSpec, files: list[str], shards: int = 1
+    source_name: str, source: SourceSpec, files: list[str], shards: int = 1, repairs: Counter[str] | None = None
 ) -> Iterator[tuple[str, str]]:
     """Yield (doc_id, text) for every document of `files`, in file order then line/row order.
 
@@ -71,6 +81,7 @@ def read_documents(
     ceil(max_docs / shards): pass the source's shard count when `files` are one shard's files (the
     default 1 treats `files` as the whole source). A shard whose files hold fewer documents than its
     share does not hand the rest to another shard, so the source may read fewer than max_docs.
+    Text repaired on reading (see the module docstring) is counted into `repairs`.
     """
     fmt = source.input.format
     field = f"data.sources.{source_name}.input"
@@ -85,9 +96,10 @@ def read_documents(
         return
     readers = {"jsonl": _read_jsonl, "parquet": _read_parquet, "text": _read_text}
     root = id_root(source.input.path)
+    repairs = Counter() if repairs is None else repairs
     count = 0
     for file in files:
-        for doc in readers[fmt](source_name, source, file, relative_name(file, root)):
+        for doc in readers[fmt](source_name, source, file, relative_name(file, root), repairs):
             yield doc
             count += 1
             if limit is not None and count >= limit:
@@ -98,7 +110,9 @@ def _open_error(file: str, exc: Exception) -> UserError:
     return UserError(f"{file}: cannot read the file: {exc}")
 
 
-def _read_jsonl(source_name: str, source: SourceSpec, file: str, name: str) -> Iterator[tuple[str, str]]:
+def _read_jsonl(
+    source_name: str, source: SourceSpec, file: str, name: str, repairs: Counter[str]
+) -> Iterator[tuple[str, str]]:
     text_field = source.input.text_field
     field_path = f"data.sources.{source_name}.input.text_field"
     opener = gzip.open if file.endswith(".gz") else open
@@ -145,7 +159,9 @@ def _read_jsonl(source_name: str, source: SourceSpec, file: str, name: str) -> I
         raise _open_error(file, exc) from None
 
 
-def _read_parquet(source_name: str, source: SourceSpec, file: str, name: str) -> Iterator[tuple[str, str]]:
+def _read_parquet(
+    source_name: str, source: SourceSpec, file: str, name: str, repairs: Counter[str]
+) -> Iterator[tuple[str, str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -166,16 +182,52 @@ def _read_parquet(source_name: str, source: SourceSpec, file: str, name: str) ->
         raise UserError(f"{file}: column {text_field!r} is of type {kind}, not a string; check {field_path}")
     row = 0
     for batch in pf.iter_batches(batch_size=8192, columns=[text_field]):
-        for text in batch.column(0).to_pylist():
+        try:
+            texts = batch.column(0).to_pylist()
+        except UnicodeDecodeError as exc:
+            bad = _first_invalid_utf8(batch.column(0).view(pa.binary()).to_pylist())
+            raise UserError(
+                f"{file}: row {row + bad}: column {text_field!r} is not UTF-8 ({exc.reason}); a parquet string "
+                "column must hold UTF-8: re-encode the column"
+            ) from None
+        for text in texts:
             if text is None:
                 raise UserError(f"{file}: row {row}: column {text_field!r} is null; drop such rows or fill them")
             yield f"{name}:{row}", text
             row += 1
 
 
-def _read_text(source_name: str, source: SourceSpec, file: str, name: str) -> Iterator[tuple[str, str]]:
+def _first_invalid_utf8(values: list[bytes | None]) -> int:
+    for i, value in enumerate(values):
+        try:
+            if value is not None:
+                value.decode("utf-8")
+        except UnicodeDecodeError:
+            return i
+    return 0
+
+
+def decode_repairing(data: bytes) -> tuple[str, int]:
+    """(data as UTF-8 with each invalid sequence replaced by U+FFFD, how many sequences were replaced).
+
+    Python's "replace" handler; the count is the U+FFFD characters it produced less those the bytes
+    encoded themselves (EF BF BD: never part of an invalid sequence, as EF is no continuation byte)."""
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        return text, text.count("\ufffd") - data.count(b"\xef\xbf\xbd")
+
+
+def _read_text(
+    source_name: str, source: SourceSpec, file: str, name: str, repairs: Counter[str]
+) -> Iterator[tuple[str, str]]:
     try:
         data = Path(file).read_bytes()
     except OSError as exc:
         raise _open_error(file, exc) from None
-    yield name, data.decode("utf-8", errors="replace")
+    text, replaced = decode_repairing(data)
+    if replaced:
+        repairs["invalid_utf8"] += 1
+        repairs["invalid_utf8_sequences"] += replaced
+    yield name, text

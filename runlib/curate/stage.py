@@ -1,7 +1,11 @@
 """The curation stages: `curate_shard` (one shard of one source) and `curate_source` (all its shards).
 
 curate_shard reads the shard's raw documents and runs, in order:
-    normalize          transform  NUL removed, CRLF/CR -> LF, lone surrogates replaced, Unicode NFC/NFKC (curate.normalize)
+    normalize          transform  NUL removed, CRLF/CR -> LF, lone surrogates replaced, Unicode NFC/NFKC (curate.normalize);
+                                  its reasons count the text repaired: invalid_utf8 (documents of a text
+                                  source that were not valid UTF-8) with invalid_utf8_sequences (sequences
+                                  replaced by U+FFFD), lone_surrogates (documents with JSON "\\udXXX"
+                                  escapes of lone surrogates) with lone_surrogate_chars (replaced by U+FFFD)
     length             filter     empty/whitespace-only, < curate.min_chars or > curate.max_chars characters
     language           filter     curate.languages: top py3langid language listed, probability >= 0.65
     gopher_quality     filter     curate.quality: [gopher] (Gopher's quality rules, published thresholds)
@@ -37,7 +41,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +57,7 @@ from runlib.curate.filters import (
     known_languages,
     language_reason,
 )
+from runlib.curate.inputs import check_still, check_unchanged
 from runlib.curate.minhash import duplicates, signatures
 from runlib.curate.readers import read_documents
 from runlib.errors import UserError
@@ -141,16 +146,28 @@ def _write_json(path: Path, obj: Any) -> None:
 # ------------------------------------------------------------------------------------------ normalize
 
 
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+REPAIR_REASONS = ("invalid_utf8", "invalid_utf8_sequences", "lone_surrogates", "lone_surrogate_chars")
+
+
+def repair_surrogates(text: str) -> tuple[str, int]:
+    """(text with each lone surrogate replaced by U+FFFD, how many): a JSON "\\ud800" escape decodes to
+    one, which is no Unicode scalar value and cannot be written as UTF-8 (json.loads already joins a
+    valid high-low pair into one character)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE_RE.subn("\ufffd", text)
+    return text, 0
+
+
 def normalize_text(text: str, form: str) -> str:
-    """NUL removed, CRLF and lone CR turned into LF, lone surrogates replaced by '?', then NFC/NFKC (form)."""
+    """NUL removed, CRLF and lone CR turned into LF, lone surrogates replaced by U+FFFD, then NFC/NFKC (form)."""
     if "\x00" in text:
         text = text.replace("\x00", "")
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a JSON "\ud800" escape: not writable as UTF-8
-        text = text.encode("utf-8", errors="replace").decode("utf-8")
+    text, _ = repair_surrogates(text)
     if form != "none" and not unicodedata.is_normalized(form, text):
         text = unicodedata.normalize(form, text)
     return text
@@ -380,23 +397,32 @@ def describe_input(config: CurateShardConfig) -> str:
     return f"{config.input.format} {config.input.path}"
 
 
-def _read_shard(source_name: str, config: CurateShardConfig) -> tuple[list[Doc], Any]:
+def _read_shard(source_name: str, config: CurateShardConfig, repairs: Counter[str]) -> tuple[list[Doc], Any]:
     shard, shards, files = config.shard, config.shards, config.files
     if config.input.format == "builtin":
         docs, provenance = builtin_documents(config.input.name, config.input.max_docs, source_name)
         return docs[shard::shards], provenance
+    # the files must be what the key was computed from: same size and digest before, no change while read
+    field = f"data.sources.{source_name}.input.path"
+    before = check_unchanged(config.input.path or "", files, field)
+    paths = [f.path for f in files]
     # read_documents reads the `input` of what it is given: the config has one, like a SourceSpec
-    docs = list(read_documents(source_name, config, files, shards=shards))  # type: ignore[arg-type]
-    provenance = {"files": [_file_provenance(f) for f in files]}
+    docs = list(read_documents(source_name, config, paths, shards=shards, repairs=repairs))  # type: ignore[arg-type]
+    for file, st in zip(files, before, strict=True):
+        check_still(file, st, field)
+    provenance = {"files": [file.model_dump() for file in files]}
     return docs, provenance
 
 
-def _file_provenance(path: str) -> dict[str, Any]:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return {"path": path, "bytes": os.path.getsize(path), "sha256": h.hexdigest()}
+def _normalize(docs: Sequence[Doc], form: str, repairs: Counter[str]) -> list[Doc]:
+    out = []
+    for doc_id, text in docs:
+        text, replaced = repair_surrogates(text)
+        if replaced:
+            repairs["lone_surrogates"] += 1
+            repairs["lone_surrogate_chars"] += replaced
+        out.append((doc_id, normalize_text(text, form)))
+    return out
 
 
 def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "source") -> dict[str, Any]:
@@ -415,11 +441,13 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    raw, provenance = _read_shard(source_name, config)
+    repairs: Counter[str] = Counter()
+    raw, provenance = _read_shard(source_name, config, repairs)
     steps: list[dict[str, Any]] = []
 
-    docs = [(doc_id, normalize_text(text, curate.normalize)) for doc_id, text in raw]
-    steps.append(_row("normalize", "transform", raw, docs, form=curate.normalize))
+    docs = _normalize(raw, curate.normalize, repairs)
+    reasons = {reason: repairs[reason] for reason in REPAIR_REASONS}
+    steps.append(_row("normalize", "transform", raw, docs, form=curate.normalize, reasons=reasons))
     del raw
 
     min_chars, max_chars = curate.min_chars, curate.max_chars
@@ -490,6 +518,7 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
             "chars_read": steps[0]["chars_in"],
             "docs": len(docs),
             "chars": _chars(docs),
+            "docs_repaired": repairs["invalid_utf8"] + repairs["lone_surrogates"],
         },
         "steps": steps,
         "provenance": provenance,
@@ -680,6 +709,7 @@ def curate_source(
             "docs_heldout": len(heldout),
             "chars_train": chars_train,
             "chars_heldout": chars_heldout,
+            "docs_repaired": sum(stats.get("counts", {}).get("docs_repaired", 0) for stats in shard_stats),
         },
         "steps": steps,
         "provenance": [stats.get("provenance") for stats in shard_stats],

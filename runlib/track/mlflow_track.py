@@ -10,6 +10,10 @@ or created, under an fcntl lock in <work>/locks, so stage jobs that start togeth
 Identifying tags are set last (runlib.kind), so a run left half-logged by a killed job is never
 taken for a finished one.
 
+A child is found by its parent and its artifact's key (tag runlib.key), so recording a stage is
+idempotent: a rerun, a second process that waited for another's build, or `runlib track --resync`
+(runlib.track.resync: the store rebuilt from the manifests) logs nothing for a key already recorded.
+
 A train_phase run also gets its metrics.jsonl as metric histories (step = the optimizer step) and
 its checkpoint's location (tag runlib.checkpoint, param checkpoint); an eval_phase run gets its
 eval.json as metrics at step = the phase index. `log_report` attaches the run report to the parent.
@@ -302,23 +306,50 @@ def manifest_digest(manifest: Manifest) -> str:
     return hashlib.sha256(canonical(manifest.model_dump(mode="json")).encode()).hexdigest()[:16]
 
 
+def _stage_children(client: MlflowClient, experiment_id: str, parent_id: str, key: str) -> tuple[str | None, list[str]]:
+    """(a complete child run of the parent for artifact `key` or None, the ids of incomplete ones: runs a
+    killed job left without the runlib.kind tag that is set last)."""
+    filter_string = f"tags.`mlflow.parentRunId` = '{_quote(parent_id)}' and tags.`runlib.key` = '{_quote(key)}'"
+    runs = _retry(
+        client.search_runs, [experiment_id], filter_string=filter_string, order_by=["attributes.start_time ASC"]
+    )
+    complete = [r.info.run_id for r in runs if r.data.tags.get("runlib.kind") == "stage"]
+    incomplete = [r.info.run_id for r in runs if r.data.tags.get("runlib.kind") != "stage"]
+    return (complete[0] if complete else None), incomplete
+
+
 def _log_stage(
     spec: RunSpec,
     spec_path: str | Path | None,
     node: StageNode,
     manifest: Manifest,
     artifact_files: Iterable[str | Path],
-) -> str:
+) -> tuple[str, bool]:
+    """(the child run's id, whether this call created it). Idempotent: when the spec's parent already has a
+    complete child for this artifact key (a rerun that found the artifact built, a second spec or run that
+    waited for another's build, `runlib track --resync`), nothing is logged; children a killed job left
+    incomplete are deleted and the record is made again. Under a per-key lock, so two processes of this
+    machine do not both log the same child."""
     client, experiment_id, parent_id = _parent(spec, spec_path)
-    digest = manifest_digest(manifest)
-    existing = _search_one(
-        client,
-        experiment_id,
-        {"mlflow.parentRunId": parent_id, "runlib.manifest_digest": digest, "runlib.kind": "stage"},
-    )
-    if existing:  # this very manifest was logged already (a rerun that found the artifact built)
-        return existing
+    with _file_lock(f"mlflow-stage-{node.key}.lock"):
+        existing, incomplete = _stage_children(client, experiment_id, parent_id, node.key)
+        if existing:
+            return existing, False
+        for run_id in incomplete:
+            _retry(client.delete_run, run_id)
+        return _log_child(client, experiment_id, parent_id, spec, node, manifest, artifact_files), True
 
+
+def _log_child(
+    client: MlflowClient,
+    experiment_id: str,
+    parent_id: str,
+    spec: RunSpec,
+    node: StageNode,
+    manifest: Manifest,
+    artifact_files: Iterable[str | Path],
+) -> str:
+    digest = manifest_digest(manifest)
     started, wall = manifest.timings.started_at, manifest.timings.wall_seconds
     start_ms = int(started * 1000) if _is_number(started) else None
     end_ms = None
@@ -361,6 +392,8 @@ def _log_stage(
         _log_metric_points(client, run_id, points, end_ms or int(time.time() * 1000))
         _retry(client.log_dict, run_id, manifest.model_dump(mode="json"), "manifest.json")
         for path in artifact_files:
+            if not path.exists():  # an optional file the stage did not write (spikes.json)
+                continue
             if path.is_dir():
                 _retry(client.log_artifacts, run_id, str(path), path.name)
             else:
@@ -393,13 +426,14 @@ def log_stage(
 ) -> str | None:
     """Record a built stage as a child run of the spec's parent run; its id, or None when tracking failed.
 
-    A stage that built its artifact must not fail because of tracking: any error becomes one warning
+    Idempotent by artifact key: a parent that has a child for node.key already keeps it (its id is
+    returned). A stage that built its artifact must not fail because of tracking: any error becomes one warning
     line on stderr naming the tracking URI.
     """
     uri = tracking_uri()
     try:
         _probe(uri)
-        return _log_stage(spec, spec_path, node, manifest, artifact_files)
+        return _log_stage(spec, spec_path, node, manifest, artifact_files)[0]
     except Exception as exc:
         _warn(f"{node.instance} is built but not recorded", uri, exc)
         return None

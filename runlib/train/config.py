@@ -124,6 +124,9 @@ class SpikeConfig(_Part):
     """Roll back to the newest checkpoint at least this many steps before the spike (None: the newest)."""
     max_retries: int
     """Rollbacks allowed before the phase fails."""
+    max_skips_per_window: int
+    """Batches skipped (skip, or a rollback's offending batch) allowed within any `window` consecutive data
+    steps; one more stops the phase with the evidence (runlib.train.spikes)."""
 
 
 class MonitorConfig(_Part):
@@ -261,6 +264,7 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
                 action=spike.action,
                 rollback_steps=_steps(plan, spike.rollback),
                 max_retries=spike.max_retries,
+                max_skips_per_window=spike.max_skips_per_window,
             )
             if spike
             else None,

@@ -21,14 +21,24 @@ arithmetic is then split differently; bitwise on the same layout).
 
 World size 1 without a process group works (DCP's no_dist mode): the same directory layout, loadable
 by any layout later, and the other way round.
+
+Verified: after every rank has written, and before the rename, rank 0 writes `digests.json`: the size and
+XXH3-128 digest (runlib.util.hashing) of every file of the checkpoint. Each rank digests the files it wrote
+(DCP's `__<rank>_*` names, read back from its own page cache); rank 0 those of no rank (.metadata,
+extra.pt, any other name). `latest_checkpoint` (resume, and a spike's rollback) takes the newest step
+directory whose files all match (sizes first, then digests, split over the ranks), warning on stderr, one
+line each, about every newer one it skips (truncated, flipped bytes, a missing digests.json): a corrupt
+newest checkpoint costs the steps since the one before it, never every retry.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -44,8 +54,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from runlib.util.hashing import ALGORITHM, file_digest
+
 EXTRA = "extra.pt"
+DIGESTS = "digests.json"
 STEP_RE = re.compile(r"^step-(\d+)$")
+RANK_FILE_RE = re.compile(r"^__(\d+)_")  # DCP's FileSystemWriter: __<rank>_<n>.distcp, written by that rank
 
 
 def _distributed() -> bool:
@@ -61,12 +75,30 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def _world() -> int:
+    return dist.get_world_size() if _distributed() else 1
+
+
 def _broadcast_flag(value: bool) -> bool:
+    return bool(_broadcast(value))
+
+
+def _broadcast(value: Any) -> Any:
+    """Rank 0's value on every rank (so every rank takes the same branch after it)."""
     if not _distributed():
         return value
     box = [value]
     dist.broadcast_object_list(box, src=0)
-    return bool(box[0])
+    return box[0]
+
+
+def _gather_merged(part: dict) -> dict:
+    """The union of every rank's dict, on every rank."""
+    if not _distributed():
+        return dict(part)
+    parts: list[Any] = [None] * _world()
+    dist.all_gather_object(parts, part)
+    return {k: v for p in parts for k, v in p.items()}
 
 
 @contextlib.contextmanager
@@ -82,8 +114,92 @@ def is_complete(directory: Path) -> bool:
     return (directory / ".metadata").is_file() and (directory / EXTRA).is_file()
 
 
+def _checkpoint_files(directory: Path) -> list[str]:
+    """Every file of a checkpoint directory but the digest file, as sorted relative paths."""
+    return sorted(
+        p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file() and p.name != DIGESTS
+    )
+
+
+def _writer_rank(name: str, world: int) -> int:
+    m = RANK_FILE_RE.match(name)
+    return int(m.group(1)) if m and int(m.group(1)) < world else 0
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "digest": file_digest(path)}
+
+
+def write_digests(directory: Path) -> None:
+    """Every rank: digest the files it wrote; rank 0 writes DIGESTS with all of them. After every rank wrote."""
+    _barrier()
+    names = _broadcast(_checkpoint_files(directory) if _rank() == 0 else None)
+    rank, world = _rank(), _world()
+    mine = {n: _file_entry(directory / n) for n in names if _writer_rank(n, world) == rank}
+    entries = _gather_merged(mine)
+    if _rank() == 0:
+        record = {"algorithm": ALGORITHM, "files": {n: entries[n] for n in names}}
+        (directory / DIGESTS).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def verify_checkpoint(directory: Path | str) -> str | None:
+    """None when every file of the checkpoint matches DIGESTS, else what is wrong (the same on every rank).
+
+    Rank 0 reads DIGESTS and compares the sizes (a truncated file costs no read); the digests are then
+    split over the ranks."""
+    directory = Path(directory)
+    problem, files = _broadcast(_recorded_files(directory) if _rank() == 0 else None)
+    if problem is not None:
+        return problem
+    rank, world = _rank(), _world()
+    wrong = {}
+    for i, name in enumerate(sorted(files)):
+        if i % world == rank:
+            try:
+                found = file_digest(directory / name)
+            except OSError as exc:
+                found = f"unreadable ({exc.strerror or exc})"
+            if found != files[name]["digest"]:
+                wrong[name] = found
+    wrong = _gather_merged(wrong)
+    if wrong:
+        name = sorted(wrong)[0]
+        more = f" (and {len(wrong) - 1} more files)" if len(wrong) > 1 else ""
+        return f"{name}: content digest {wrong[name]}, recorded {files[name]['digest']}{more}"
+    return None
+
+
+def _recorded_files(directory: Path) -> tuple[str | None, dict]:
+    """(problem, files) from DIGESTS and the files' sizes (rank 0)."""
+    if not is_complete(directory):
+        return f"incomplete (no .metadata or {EXTRA})", {}
+    try:
+        record = json.loads((directory / DIGESTS).read_text())
+        files = record["files"]
+        if record.get("algorithm") != ALGORITHM or not isinstance(files, dict):
+            raise ValueError(f"algorithm {record.get('algorithm')!r}, expected {ALGORITHM!r}")
+        for name, entry in files.items():
+            if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and "digest" in entry):
+                raise ValueError(f"bad entry for {name}")
+    except FileNotFoundError:
+        return f"no {DIGESTS} (unverifiable: written before checkpoints were verified)", {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{DIGESTS} unreadable ({exc})", {}
+    for required in (".metadata", EXTRA):
+        if required not in files:
+            return f"{DIGESTS} does not list {required}", {}
+    for name, entry in sorted(files.items()):
+        path = directory / name
+        if not path.is_file():
+            return f"{name}: missing", {}
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            return f"{name}: {size} bytes, recorded {entry['bytes']} (truncated or overwritten)", {}
+    return None, files
+
+
 def save_checkpoint(directory: Path | str, model, optimizer, extra: dict[str, Any]) -> None:
-    """Write model + optimizer (sharded, every rank) and extra (rank 0) to directory, atomically."""
+    """Write model + optimizer (sharded, every rank), extra (rank 0) and the digests to directory, atomically."""
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
     if _rank() == 0:
@@ -95,6 +211,8 @@ def save_checkpoint(directory: Path | str, model, optimizer, extra: dict[str, An
         dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     if _rank() == 0:
         torch.save(extra, tmp / EXTRA)
+    write_digests(tmp)  # after every rank wrote (its barrier), before the rename
+    if _rank() == 0:
         old = directory.with_name(f".{directory.name}.old")
         if directory.exists():  # rename cannot replace a non-empty directory: move the old one aside first
             shutil.rmtree(old, ignore_errors=True)
@@ -154,16 +272,28 @@ def load_full_state_dicts(model, optimizer, model_state: dict[str, Any], optim_s
 
 
 def latest_checkpoint(directory: Path | str, at_most_step: int | None = None) -> Path | None:
-    """The complete step-<n> checkpoint of highest n (n <= at_most_step, when given) under directory, or None."""
+    """The verified step-<n> checkpoint of highest n (n <= at_most_step, when given) under directory, or None.
+
+    Every rank calls it (the verification is split over them) and gets the same answer. Each newer step
+    directory that fails verification is skipped with one line on stderr (rank 0)."""
     directory = Path(directory)
-    if not directory.is_dir():
-        return None
-    found = [
-        (int(m.group(1)), p)
-        for p in directory.iterdir()
-        if (m := STEP_RE.match(p.name)) and is_complete(p) and (at_most_step is None or int(m.group(1)) <= at_most_step)
-    ]
-    return max(found)[1] if found else None
+
+    def candidates() -> list[tuple[int, str]]:
+        if not directory.is_dir():
+            return []
+        found = [(int(m.group(1)), p.name) for p in directory.iterdir() if (m := STEP_RE.match(p.name))]
+        return sorted((n, name) for n, name in found if at_most_step is None or n <= at_most_step)
+
+    steps = _broadcast(candidates() if _rank() == 0 else None)
+    for i in range(len(steps) - 1, -1, -1):
+        path = directory / steps[i][1]
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path
+        if _rank() == 0:
+            then = "trying the one before it" if i > 0 else "no older one"
+            print(f"runlib: skipping corrupt checkpoint {path}: {problem}; {then}", file=sys.stderr, flush=True)
+    return None
 
 
 def prune_checkpoints(directory: Path | str, keep: int) -> None:

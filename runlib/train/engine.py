@@ -86,8 +86,9 @@ class Engine:
 
     def restore(self, init_checkpoint: Path | None, scratch: Path) -> dict:
         """Load the previous phase's consolidated state (into this phase's layout), then resume this
-        phase's newest sharded checkpoint if there is one; returns the loop state to continue from
-        (empty: the start of the phase)."""
+        phase's newest sharded checkpoint that verifies (dist_checkpoint.latest_checkpoint: corrupt newer
+        ones are skipped with a warning) if there is one; returns the loop state to continue from (empty:
+        the start of the phase)."""
         if init_checkpoint is not None:
             saved = ckpt.load(init_checkpoint)
             optimizer_state = saved.get("optimizer") if "optimizer" in self.cfg.checkpoint.state else None
@@ -171,12 +172,10 @@ class Engine:
     def optimizer_for_state(self):
         return getattr(self.optimizer, "optimizer", self.optimizer)  # AcceleratedOptimizer -> torch optimizer
 
-    def rollback(self, scratch: Path, state: dict, rollback_steps: int | None, max_retries: int) -> dict:
-        """Back to the newest checkpoint at least rollback_steps before this step, keeping the offending
-        data steps skipped from now on."""
+    def rollback(self, scratch: Path, state: dict, rollback_steps: int | None) -> dict:
+        """Back to the newest verified checkpoint at least rollback_steps before this step, keeping the
+        offending data steps skipped from now on (the loop bounds the rollbacks: monitor.spike.max_retries)."""
         rollbacks = state["rollbacks"] + 1
-        if rollbacks > max_retries:
-            raise RuntimeError(f"loss spikes persisted after {max_retries} rollbacks (monitor.spike.max_retries)")
         limit = state["step"] - (rollback_steps or 0)
         path = dcp_ckpt.latest_checkpoint(scratch, at_most_step=limit)
         if path is None:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runlib.errors import UserError
+from runlib.util.lifetime import preexec_die_with_parent
 
 ACCELERATE = ("-m", "accelerate.commands.launch")
 DEFAULT_PORT = 29500  # torchrun's and Accelerate's default rendezvous port
@@ -230,7 +231,12 @@ def run_launches(launches: Sequence[Launch], *, grace_s: float = 30.0, poll_s: f
     try:
         for launch in launches:
             # its own process group: the launch's whole tree (torchrun, workers) can be signalled at once
-            procs.append(subprocess.Popen(list(launch.argv), env=dict(launch.env), start_new_session=True))
+            # and it dies with this process, even by SIGKILL (runlib.util.lifetime)
+            procs.append(
+                subprocess.Popen(
+                    list(launch.argv), env=dict(launch.env), start_new_session=True, preexec_fn=preexec_die_with_parent
+                )
+            )
         first = 0
         running = set(range(len(procs)))
         while running:

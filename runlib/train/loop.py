@@ -5,13 +5,16 @@ runlib.data.loader (a pure function of seed, phase and data step), the mesh, ten
 and activation checkpointing in runlib.model.parallelize, the optimizers in optim.py, checkpoints in
 checkpoint.py (the consolidated end-of-phase state) and dist_checkpoint.py (sharded, resumable).
 Optimizer steps and data steps differ only when monitor.spike skips a batch or rolls back: the
-offending data steps are recorded and the data index steps over them.
+offending data steps are recorded and the data index steps over them. More skips than
+monitor.spike.max_skips_per_window within any `window` data steps (or more rollbacks than max_retries)
+stop the phase: SpikeLimitExceeded, with the evidence in the scratch directory's spikes.json.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +23,13 @@ import torch
 
 from runlib.train.accumulate import accumulate, token_loss_sum
 from runlib.train.engine import Engine
-from runlib.train.spikes import SpikeDetector
+from runlib.train.spikes import (
+    SPIKES_EVIDENCE,
+    SpikeDetector,
+    SpikeLimitExceeded,
+    most_skips_in_a_window,
+    stop_message,
+)
 
 
 @dataclass
@@ -43,6 +52,24 @@ def data_step(update: int, skipped: list[int]) -> int:
         if s <= d:
             d += 1
     return d
+
+
+def stop_on_spikes(run: PhaseRun, rank: int, spikes: list[dict], state: dict, reason: str) -> None:
+    """Stop the phase (every rank decides alike: the loss is all-reduced) with the evidence: rank 0 writes
+    spikes.json into the scratch directory, beside the checkpoints, which stay for a later attempt."""
+    evidence = run.scratch_dir / SPIKES_EVIDENCE
+    message = stop_message(run.config.phase_name, reason, spikes, str(evidence), str(run.scratch_dir))
+    if rank == 0:
+        record = {
+            "stopped": {"reason": reason, "step": state["step"], "message": message},
+            "spikes": spikes,
+            "skipped_data_steps": sorted(set(state["skipped"])),
+        }
+        run.scratch_dir.mkdir(parents=True, exist_ok=True)
+        tmp = evidence.with_name(f".{evidence.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, evidence)
+    raise SpikeLimitExceeded(message)
 
 
 def train_phase_loop(run: PhaseRun, accelerator) -> dict:
@@ -105,13 +132,42 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
 
         if detector is not None and (detector.is_spike(loss) or not math.isfinite(grad_norm)):
             spikes.append(
-                {"step": state["step"], "data_step": data, "loss": loss, "grad_norm": grad_norm, "action": spike.action}
+                {
+                    "step": state["step"],
+                    "data_step": data,
+                    "loss": loss,
+                    "recent_mean": detector.mean(),
+                    "zscore": detector.score(loss),
+                    "grad_norm": grad_norm,
+                    "action": spike.action,
+                }
             )
             if spike.action != "log":
                 optimizer.zero_grad(set_to_none=True)  # this batch makes no update
                 state["skipped"].append(data)
+                skips, start = most_skips_in_a_window(state["skipped"], data, spike.window)
+                if skips > spike.max_skips_per_window:
+                    stop_on_spikes(
+                        run,
+                        engine.rank,
+                        spikes,
+                        state,
+                        f"{skips} batches skipped within the {spike.window} data steps from {start} "
+                        f"(monitor.spike.window), more than monitor.spike.max_skips_per_window = "
+                        f"{spike.max_skips_per_window}",
+                    )
                 if spike.action == "rollback":
-                    state.update(engine.rollback(run.scratch_dir, state, spike.rollback_steps, spike.max_retries))
+                    if state["rollbacks"] >= spike.max_retries:
+                        stop_on_spikes(
+                            run,
+                            engine.rank,
+                            spikes,
+                            state,
+                            f"loss spikes persisted after {spike.max_retries} rollbacks (monitor.spike.max_retries)",
+                        )
+                    state.update(engine.rollback(run.scratch_dir, state, spike.rollback_steps))
+                    # the running statistics as of the checkpoint rolled back to, as a resume from it would
+                    detector = SpikeDetector(spike.zscore, spike.window, state["losses"])
                 continue
         engine.step()
         if detector is not None:

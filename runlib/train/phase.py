@@ -5,6 +5,8 @@ The stage receives its TrainPhaseConfig and its inputs' artifact directories, ne
 read the config from a JSON file beside the phase's checkpoints. Checkpoints inside a phase go to a
 scratch directory keyed like the artifact, so a killed job resumes where its last checkpoint left off;
 the artifact (final.pt, metrics.jsonl, spikes.json, run.json) appears only when the phase is complete.
+When the spike bound stops the phase, the stage fails with the loop's evidence (a UserError: exit 2, no
+traceback) and the checkpoints stay.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from runlib.audit.enact import train_config_refusals
 from runlib.errors import UserError
 from runlib.train.config import TrainPhaseConfig
 from runlib.train.launch import launch_commands, run_launches
+from runlib.train.spikes import SPIKES_EVIDENCE
 from runlib.workflow.settings import work_dir
 
 
@@ -59,6 +62,7 @@ def launch_phase(
 ) -> int:
     """Write the config beside the checkpoints and run the phase's launches; returns the exit status."""
     scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / SPIKES_EVIDENCE).unlink(missing_ok=True)  # a previous attempt's stop: this one decides anew
     config_file = scratch / "config.json"
     config_file.write_text(config.model_dump_json(indent=2) + "\n")
     parallel = config.parallel
@@ -72,6 +76,14 @@ def launch_phase(
     return run_launches(launches)
 
 
+def spike_stop(scratch: Path) -> str | None:
+    """The message of the spike bound's stop (runlib.train.loop.stop_on_spikes) if it ended the launch."""
+    try:
+        return json.loads((scratch / SPIKES_EVIDENCE).read_text())["stopped"]["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def train_phase(config: TrainPhaseConfig, inputs: dict[str, Path], out_dir: Path, key: str) -> dict[str, Any]:
     refused = train_config_refusals(config)  # the gate refuses these first; this guards a stage run by hand
     if refused:
@@ -82,6 +94,9 @@ def train_phase(config: TrainPhaseConfig, inputs: dict[str, Path], out_dir: Path
     scratch = scratch_dir(key)
     status = launch_phase(config, inputs, out_dir, scratch)
     if status != 0:
+        stopped = spike_stop(scratch)
+        if stopped is not None:
+            raise UserError(stopped)
         raise RuntimeError(
             f"train_phase {config.phase_name}: training processes failed (exit {status}); "
             f"checkpoints kept in {scratch} for the next attempt"

@@ -1,18 +1,34 @@
 """Loss-spike detection (monitor.spike): a step whose loss sits `zscore` standard deviations above
-the mean of the last `window` accepted steps is a spike. Pure: the window is part of the checkpoint."""
+the mean of the last `window` accepted steps is a spike. Pure: the window is part of the checkpoint.
+
+The bound (monitor.spike.max_skips_per_window): a batch skipped (action skip, or the offending batch of a
+rollback) is recorded by its data step; more than `max_skips_per_window` of them within any `window`
+consecutive data steps stops the phase (SpikeLimitExceeded). A persistent loss shift (bad data from some
+step on, a learning rate that diverges) makes every batch a spike, since a skipped batch never enters the
+running statistics: without the bound, skipping never ends.
+"""
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 
+from runlib.errors import UserError
+
 MIN_HISTORY = 10  # too few losses give no meaningful spread
+SPIKES_EVIDENCE = "spikes.json"  # in the scratch directory when the bound stops the phase
+EVIDENCE_SPIKES = 5  # spikes quoted in the stop message (spikes.json holds the recent ones)
 
 
 class SpikeDetector:
     def __init__(self, zscore: float, window: int, history: list[float] | None = None):
         self.zscore = zscore
         self.losses: deque[float] = deque(history or [], maxlen=window)
+
+    def mean(self) -> float | None:
+        """Mean of the recent accepted losses (None before any)."""
+        return sum(self.losses) / len(self.losses) if self.losses else None
 
     def score(self, loss: float) -> float:
         """How many standard deviations above the recent mean this loss is (0 when unknown)."""
@@ -30,3 +46,45 @@ class SpikeDetector:
 
     def accept(self, loss: float) -> None:
         self.losses.append(loss)
+
+
+def most_skips_in_a_window(skipped: list[int], data_step: int, window_steps: int) -> tuple[int, int]:
+    """The largest number of skipped data steps inside any `window_steps` consecutive data steps that contain
+    `data_step` (the newest skip), and the first data step of such a window.
+
+    Looks only at skips within window_steps - 1 of data_step; the caller stops the phase as soon as one
+    window holds more than the bound, so that neighbourhood holds at most about twice the bound."""
+    ordered = sorted(set(skipped))
+    lo = bisect_left(ordered, data_step - window_steps + 1)
+    hi = bisect_right(ordered, data_step + window_steps - 1)
+    near = ordered[lo:hi]
+    best, best_start = 0, data_step
+    for i, start in enumerate(near):
+        if start > data_step:
+            break
+        if start + window_steps - 1 < data_step:
+            continue
+        count = bisect_right(near, start + window_steps - 1) - i
+        if count > best:
+            best, best_start = count, start
+    return best, best_start
+
+
+class SpikeLimitExceeded(UserError):
+    """Loss spikes beyond monitor.spike's bound: the phase stops with the evidence, keeping its checkpoints."""
+
+
+def stop_message(phase: str, reason: str, spikes: list[dict], evidence_file: str, scratch: str) -> str:
+    lines = [f"train_phase {phase}: stopped: {reason}. The last spikes:"]
+    for s in spikes[-EVIDENCE_SPIKES:]:
+        mean = "unknown" if s.get("recent_mean") is None else f"{s['recent_mean']:.4f}"
+        lines.append(
+            f"  step {s['step']} (data step {s['data_step']}): loss {s['loss']:.4f}, recent mean {mean} "
+            f"(z {s.get('zscore', math.nan):.1f}), grad norm {s['grad_norm']:.4g}, {s['action']}"
+        )
+    lines.append(
+        f"Every spike is in {evidence_file}; checkpoints kept in {scratch}. A loss that stays above the recent "
+        "mean (bad data from some step on, a learning rate too high) makes every batch a spike: fix the cause, "
+        "or raise monitor.spike.zscore, window or max_skips_per_window (a new key: the phase starts over)."
+    )
+    return "\n".join(lines)

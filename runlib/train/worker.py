@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
+
+from runlib.util.lifetime import die_with_parent
+
+SPIKE_STOP_EXIT = 2  # the spike bound stopped the phase (no traceback; runlib.train.phase reads spikes.json)
 
 
 def scaler_kwargs(precision) -> list:
@@ -53,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scratch", required=True, type=Path)
     parser.add_argument("--stop-after", type=int, default=None)
     args = parser.parse_args(argv)
+    die_with_parent()  # torchrun starts workers in their own session: a killed launcher must take them along
 
     import torch
     from accelerate import Accelerator
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     from runlib.data.loader import PhaseLoader
     from runlib.train.config import TrainPhaseConfig
     from runlib.train.loop import PhaseRun, train_phase_loop
+    from runlib.train.spikes import SpikeLimitExceeded
 
     config = TrainPhaseConfig.model_validate_json(args.config.read_text())
     inputs = parse_inputs(args.input)
@@ -90,7 +97,12 @@ def main(argv: list[str] | None = None) -> None:
         heldout_dirs=token_dirs,
         stop_after_steps=args.stop_after,
     )
-    train_phase_loop(run, accelerator)
+    try:
+        train_phase_loop(run, accelerator)
+    except SpikeLimitExceeded as exc:  # every rank stops at the same step; the evidence is on disk
+        if accelerator.is_main_process:
+            print(str(exc), file=sys.stderr, flush=True)
+        sys.exit(SPIKE_STOP_EXIT)
     accelerator.end_training()
     print(json.dumps({"rank": accelerator.process_index, "done": True}), flush=True)
 

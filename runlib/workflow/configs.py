@@ -4,15 +4,16 @@ Each function returns the configs of every instance of its stage kind; `runlib.w
 the nodes by them and the stage code receives them, so what a stage reads and what its key covers
 are the same by construction. Nothing machine-local and not the run's name goes into a config.
 
-Pure but for one thing: a file-based source's shards are the files its glob matches now.
+Pure but for one thing: a file-based source's shards are the files its glob matches now, each with its
+content digest (runlib.curate.inputs: hashed once per file version, cached under <work>/cache).
 """
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 
-from runlib.curate.config import CurateShardConfig, CurateSourceConfig
+from runlib.curate.config import CurateShardConfig, CurateSourceConfig, InputFile
+from runlib.curate.inputs import source_inputs
 from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.eval.config import EvalConfig, EvalModelConfig
@@ -27,27 +28,22 @@ BUILTIN_DEFAULT_SHARDS = 2
 # ----------------------------------------------------------------------------------------- curation
 
 
-def source_files(name: str, source: SourceSpec) -> list[str]:
-    """The files a file-based source reads, sorted; an error names the source when there are none."""
+def source_files(name: str, source: SourceSpec) -> list[InputFile]:
+    """The files a file-based source reads, sorted by path, each with its size and content digest (so a
+    stage key changes with the content; runlib.curate.inputs); an error names the source when there are
+    none, when the glob is too broad or walks into a symbolic link loop."""
     pattern = source.input.path
+    field = f"data.sources.{name}.input.path"
     if not pattern:
-        raise UserError(
-            f"data.sources.{name}.input.path: format {source.input.format} needs a path (a glob of input files)"
-        )
-    matches = sorted(glob.glob(pattern, recursive=True))
-    if source.input.format == "text":
-        if Path(pattern).is_dir():  # a directory of plain-text files
-            matches = sorted(str(p) for p in Path(pattern).rglob("*") if p.is_file())
-        else:
-            matches = [m for m in matches if Path(m).is_file()]
-    if not matches:
-        raise UserError(
-            f"data.sources.{name}.input.path: {pattern!r} matches no file; check the path (relative to {Path.cwd()})"
-        )
-    return matches
+        raise UserError(f"{field}: format {source.input.format} needs a path (a glob of input files)")
+    directory = source.input.format == "text" and Path(pattern).is_dir()  # a directory of plain-text files
+    files = source_inputs(pattern, field, directory=directory)
+    if not files:
+        raise UserError(f"{field}: {pattern!r} matches no file; check the path (relative to {Path.cwd()})")
+    return files
 
 
-def shard_plan(name: str, source: SourceSpec) -> list[list[str]]:
+def shard_plan(name: str, source: SourceSpec) -> list[list[InputFile]]:
     """Each curation shard's input files ([] for builtin sources, which split their documents)."""
     if source.input.format == "builtin":
         return [[] for _ in range(source.input.shards or BUILTIN_DEFAULT_SHARDS)]

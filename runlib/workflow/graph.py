@@ -17,7 +17,7 @@ from runlib.stageconfig import StageConfig
 from runlib.workflow import configs
 from runlib.workflow.keys import stage_key
 from runlib.workflow.manifest import MANIFEST
-from runlib.workflow.settings import artifacts_dir
+from runlib.workflow.settings import artifacts_dir, done_stamp
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class StageNode:
     @property
     def manifest_path(self) -> Path:
         return self.dir / MANIFEST
+
+    @property
+    def done_path(self) -> Path:
+        """The done stamp: the Snakemake target of this node (runlib.workflow.settings.done_stamp)."""
+        return done_stamp(self.stage, self.key)
 
 
 def make_node(

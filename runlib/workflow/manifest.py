@@ -3,6 +3,11 @@
 Every part of runlib that looks at a built artifact (the stage runner, `runlib plan`, the run report,
 MLflow tracking, the stages that read their inputs' manifests) goes through `read_manifest`, so a
 manifest that is not valid JSON or does not match the model is one clear error naming the file.
+
+The file holds one more top-level field than the model, `manifest_xxh3_128`: the XXH3-128 digest
+(runlib.util.hashing.bytes_digest) of the canonical JSON of everything else (sorted keys, no spaces).
+`write_manifest` adds it and `read_manifest` checks it, so a manifest edited after the build (an
+`eos_id`, a count, a file's digest) is an error on every read, not a silent change of what a stage uses.
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runlib.errors import UserError
+from runlib.util.hashing import bytes_digest
+from runlib.workflow.settings import artifacts_dir, rebuild_hint
 
 MANIFEST = "manifest.json"
+CHECKSUM_FIELD = "manifest_xxh3_128"
 
 
 class _Model(BaseModel):
@@ -32,8 +40,8 @@ class Timings(_Model):
 
 
 class OutputFile(_Model):
-    sha256: str
-    """SHA-256 of the file's bytes."""
+    xxh3_128: str
+    """Digest of the file's bytes, 'xxh3_128:<32 hex digits>' (runlib.util.hashing.file_digest)."""
 
     bytes: int
     """Size of the file."""
@@ -70,37 +78,69 @@ class Manifest(_Model):
     """Versions of Python, runlib and the libraries the build loaded."""
 
     outputs: dict[str, OutputFile]
-    """Every output file (relative path) with its hash and size; the manifest itself excluded."""
+    """Every output file (relative path) with its digest and size; the manifest itself excluded."""
 
     content_hash: str
-    """SHA-256 over the sorted (path, sha256) list of the outputs: equal for byte-equal rebuilds."""
+    """SHA-256 over the sorted (path, xxh3_128 digest) list of the outputs: equal for byte-equal rebuilds."""
 
 
 def manifest_path(directory: str | Path) -> Path:
     return Path(directory) / MANIFEST
 
 
+def _canonical(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def rebuild_advice(directory: Path, spec_path: str | None = None) -> str:
+    """How to rebuild the artifact in `directory`: the commands when it is in this work directory."""
+    directory = Path(directory)
+    try:
+        inside = directory.resolve().parent.parent == artifacts_dir().resolve()
+    except OSError:
+        inside = False
+    if inside:
+        return f"rebuild it with: {rebuild_hint(directory.parent.name, directory.name, spec_path)}"
+    return "delete the artifact folder to rebuild it"
+
+
+class ManifestError(UserError):
+    """A manifest that is missing, unreadable, invalid or edited: `problem` says which, the message also
+    names the file and how to rebuild the artifact."""
+
+    def __init__(self, path: Path, problem: str, advice: bool = True):
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" + (f"; {rebuild_advice(path.parent)}" if advice else ""))
+
+
 def read_manifest(directory: str | Path) -> Manifest:
-    """The manifest of the artifact in `directory`; UserError naming the file if it is missing or invalid."""
+    """The manifest of the artifact in `directory`; ManifestError (a UserError) naming the file if it is
+    missing, invalid, or does not match its own checksum (edited or corrupted after the build)."""
     path = manifest_path(directory)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{path}: no manifest (the artifact is not built)") from None
+        raise ManifestError(path, "no manifest (the artifact is not built)", advice=False) from None
     except (OSError, ValueError) as exc:
-        raise UserError(
-            f"{path}: not a readable JSON manifest ({exc}); delete the artifact folder to rebuild it"
-        ) from None
+        raise ManifestError(path, f"not a readable JSON manifest ({exc})") from None
+    checksum = data.pop(CHECKSUM_FIELD, None) if isinstance(data, dict) else None
     try:
-        return Manifest.model_validate(data)
+        manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors(include_url=False)
         )
-        raise UserError(
-            f"{path}: not a valid manifest ({problems}); it was written by another runlib version or edited: "
-            "delete the artifact folder to rebuild it"
+        raise ManifestError(
+            path, f"not a valid manifest ({problems}); it was written by another runlib version or edited"
         ) from None
+    if checksum is None:
+        raise ManifestError(path, f"no {CHECKSUM_FIELD} checksum (written by an older runlib, or edited)")
+    if checksum != bytes_digest(_canonical(data)):
+        raise ManifestError(
+            path, f"edited or corrupted after the build (its content does not match its {CHECKSUM_FIELD} checksum)"
+        )
+    return manifest
 
 
 def find_manifest(directory: str | Path) -> Manifest | None:
@@ -111,10 +151,16 @@ def find_manifest(directory: str | Path) -> Manifest | None:
 
 
 def write_manifest(directory: str | Path, manifest: Manifest) -> Path:
-    """Write the manifest into `directory` atomically (sorted keys, two-space indent); returns its path."""
+    """Write the manifest into `directory` atomically (sorted keys, two-space indent) with its checksum
+    field; returns its path."""
     path = manifest_path(directory)
-    text = json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    data = json.loads(json.dumps(manifest.model_dump(mode="json"), default=str))  # as a reader will see it
+    data[CHECKSUM_FIELD] = bytes_digest(_canonical(data))
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
     tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")  # plain permissions (mkstemp's are private)
-    tmp.write_text(text + "\n", encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
     return path

@@ -1,12 +1,22 @@
 """What the Snakefile and rules/*.smk call: the gate, paths by stage and key, input functions.
 
 The Snakefile stays declarative; everything that computes lives here. An artifact's path names its
-content (its key), so Snakemake's own rerun triggers must never fire for an artifact that exists:
-- each rule has two outputs, the artifact's manifest and a "done" stamp outside the artifact
-  directory; downstream rules depend on the stamp, marked ancient, so neither a newer upstream file
-  nor a deleted and rebuilt upstream artifact (same key, same content) reruns them;
+content (its key), so Snakemake's own rerun triggers must never fire for an artifact that exists, and
+Snakemake must never delete one:
+- a rule's outputs are two small files outside the artifact directory, the done stamp and the built
+  marker (runlib.workflow.settings), written atomically after the artifact's commit (the protocol in
+  runlib.workflow.artifacts). What Snakemake deletes after a kill (`--rerun-incomplete`) or a failure
+  is those, never the artifact; the rerun finds the artifact committed, verifies it and rewrites them
+  without rebuilding;
+- downstream rules depend on the done stamp, marked ancient, so neither a newer upstream stamp nor a
+  rebuilt upstream artifact (same key, same content) reruns them;
+- an artifact whose folder was deleted by hand loses its built marker when the Snakefile loads
+  (Workflow.drop_stale_markers): Snakemake reruns that job for the missing output (rule all requests
+  the markers too), and nothing downstream, whose input (the stamp) is still there. (A missing stamp would rerun every job
+  downstream: Snakemake honours ancient() only for files that exist, snakemake/dag.py update_needrun.)
 - the shell line is the same for every spec and machine (the spec path and the interpreter come
-  from the environment), so the code trigger cannot fire when another spec shares an artifact;
+  from the environment), so the code trigger cannot fire when another spec shares an artifact; every
+  path in it is quoted (`{log:q}`: a work directory with spaces works);
 - rules have no params, so the params trigger has nothing to compare.
 """
 
@@ -18,8 +28,7 @@ from pathlib import Path
 
 from runlib.errors import SpecError, UserError
 from runlib.workflow.graph import StageGraph, build_graph
-from runlib.workflow.manifest import MANIFEST
-from runlib.workflow.settings import artifacts_dir, done_stamp, work_dir
+from runlib.workflow.settings import built_marker, done_stamp, work_dir
 
 KEY_PATTERN = "[0-9a-f]{16}"
 
@@ -37,12 +46,16 @@ class Workflow:
         self.spec_path = spec_path
         if not Path(spec_path).exists():
             raise GateRefused(f"--config spec={spec_path}: file not found")
+        # stage jobs read these (Slurm jobs get them through --export=ALL); rebuild advice names the spec
+        os.environ["RUNLIB_SPEC"] = str(Path(spec_path).resolve())
         try:
             loaded = load_spec(spec_path)
             result = audit_loaded(loaded, use_measured=True)
         except SpecError as exc:
             print(str(exc), file=sys.stderr)
             raise GateRefused(f"{spec_path} does not load (see above); fix it before running the workflow") from None
+        except UserError as exc:  # e.g. a tokenize manifest the audit reads measured counts from does not verify
+            raise GateRefused(str(exc)) from None
         if result.count("error"):
             sys.stderr.write(render(result))
             raise GateRefused(
@@ -65,20 +78,31 @@ class Workflow:
         except UserError as exc:
             raise GateRefused(str(exc)) from None
         self.work = work_dir()
-        # stage jobs read these (Slurm jobs get them through --export=ALL)
-        os.environ["RUNLIB_SPEC"] = str(Path(spec_path).resolve())
         os.environ["RUNLIB_PYTHON"] = sys.executable
         os.environ["RUNLIB_WORK_DIR"] = str(self.work.resolve())
+        self.drop_stale_markers()
+
+    def drop_stale_markers(self) -> list[str]:
+        """Remove the built marker of every artifact of this spec whose folder is gone (deleted by hand, e.g.
+        as a verification error advises): the marker is written only after the commit, so one without a
+        manifest is stale, and its absence makes Snakemake rerun that job alone (settings.built_marker)."""
+        dropped = []
+        for node in self.graph.nodes:
+            marker = built_marker(node.stage, node.key)
+            if marker.exists() and not node.manifest_path.exists():
+                marker.unlink(missing_ok=True)
+                dropped.append(node.instance)
+                print(f"runlib: {node.instance}: {node.dir} is gone; it will be rebuilt", file=sys.stderr)
+        return dropped
 
     # paths by stage and key (a key may be a wildcard like "{key}")
-    def manifest(self, stage: str, key: str = "{key}") -> str:
-        return str(artifacts_dir() / stage / key / MANIFEST)
-
     def done(self, stage: str, key: str = "{key}") -> str:
         return str(done_stamp(stage, key))
 
     def outputs(self, stage: str) -> dict[str, str]:
-        return {"manifest": self.manifest(stage), "done": self.done(stage)}
+        """A rule's outputs: the done stamp and the built marker, both outside the artifact (which the
+        stage itself commits)."""
+        return {"done": self.done(stage), "built": str(built_marker(stage, "{key}"))}
 
     def log(self, stage: str, key: str = "{key}") -> str:
         return str(self.work / "logs" / stage / f"{key}.log")
@@ -87,7 +111,7 @@ class Workflow:
         return str(self.work / "benchmarks" / stage / f"{key}.tsv")
 
     def inputs(self, stage: str):
-        """An input function for a rule: the manifests of the node's inputs, marked ancient."""
+        """An input function for a rule: the done stamps of the node's inputs, marked ancient."""
         from snakemake.io import ancient
 
         def function(wildcards) -> list[str]:
@@ -101,7 +125,7 @@ class Workflow:
         # RAYON_NUM_THREADS: tokenizers would otherwise use every core, whatever the rule's threads
         return (
             f'RAYON_NUM_THREADS={{threads}} "$RUNLIB_PYTHON" -m runlib {stage.replace("_", "-")} '
-            "--key {wildcards.key} > {log} 2>&1"
+            "--key {wildcards.key:q} > {log:q} 2>&1"
         )
 
     def train_processes(self) -> int:
@@ -146,8 +170,10 @@ class Workflow:
         return [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in ("train_phase", "eval_phase")]
 
     def targets(self, *stages: str) -> list[str]:
-        """Manifests of every node of these stages (all stages when none are named)."""
-        return [self.manifest(n.stage, n.key) for n in self.graph.nodes if not stages or n.stage in stages]
+        """Both outputs of every node of these stages (all stages when none are named): Snakemake reruns a
+        job for a missing output only when something requests that output."""
+        nodes = [n for n in self.graph.nodes if not stages or n.stage in stages]
+        return [path for n in nodes for path in (self.done(n.stage, n.key), str(built_marker(n.stage, n.key)))]
 
 
 def load_workflow(spec_path: str) -> Workflow:

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from runlib.audit.cases import case_data
-from runlib.curate.config import CurateShardConfig
+from runlib.curate.config import CurateShardConfig, InputFile
 from runlib.curate.stage import curate_shard, curate_source
 from runlib.spec import validate_data
 from runlib.spec.models import RunSpec
+from runlib.util.hashing import file_digest
 
 
 def make_spec(sources: dict[str, Any], heldout_docs: int = 2, **patch: Any) -> RunSpec:
@@ -44,7 +45,13 @@ def shard_config(spec: RunSpec, name: str, shard: int = 0, shards: int = 1, file
     """The curate_shard config of one shard of source `name` with the given files (the workflow's
     runlib.workflow.configs.curate_shard_configs makes the same from the files the glob matches)."""
     source = spec.data.sources[name]
-    return CurateShardConfig(input=source.input, curate=source.curate, shard=shard, shards=shards, files=list(files))
+    inputs = [input_file(f) for f in files]
+    return CurateShardConfig(input=source.input, curate=source.curate, shard=shard, shards=shards, files=inputs)
+
+
+def input_file(path: str | Path) -> InputFile:
+    """A file as a curation config lists it: path, size, content digest."""
+    return InputFile(path=str(path), bytes=Path(path).stat().st_size, digest=file_digest(path))
 
 
 def source_config(spec: RunSpec, name: str):

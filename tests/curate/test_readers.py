@@ -1,5 +1,6 @@
 import gzip
 import json
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -105,8 +106,17 @@ def test_text_files_one_document_each_with_replacement():
     Path("txt/a.txt").write_text("first file", encoding="utf-8")
     Path("txt/sub/b.txt").write_bytes(b"bad \xff byte")
     src = source("text", "txt")
-    docs = list(read_documents("web", src, ["txt/a.txt", "txt/sub/b.txt"]))
+    repairs = Counter()
+    docs = list(read_documents("web", src, ["txt/a.txt", "txt/sub/b.txt"], repairs=repairs))
     assert docs == [("a.txt", "first file"), ("sub/b.txt", "bad \ufffd byte")]
+    assert repairs == {"invalid_utf8": 1, "invalid_utf8_sequences": 1}
+
+
+def test_parquet_invalid_utf8_names_file_and_row():
+    column = pa.array([b"ok", b"fine", b"caf\xe9"], type=pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": column}), "bad.parquet")
+    with pytest.raises(UserError, match=r"bad\.parquet: row 2: column 'text' is not UTF-8"):
+        list(read_documents("web", source("parquet", "bad.parquet"), ["bad.parquet"]))
 
 
 def test_warc_is_not_supported():

@@ -12,6 +12,7 @@ from runlib.curate.stage import (
     normalize_text,
 )
 from runlib.errors import UserError
+from runlib.util.hashing import file_digest
 from tests.curate import (
     PROSE,
     jsonl_source,
@@ -35,15 +36,15 @@ def test_shard_writes_docs_with_ids_and_hashes():
     import hashlib
 
     assert rows[0]["sha256"] == hashlib.sha256(b"alpha").hexdigest()
-    assert result["counts"] == {"docs_read": 2, "chars_read": 9, "docs": 2, "chars": 9}
+    assert result["counts"] == {"docs_read": 2, "chars_read": 9, "docs": 2, "chars": 9, "docs_repaired": 0}
     assert [s["step"] for s in result["steps"]] == ["normalize", "length", "exact_dedup"]
     assert json.loads(Path("out/stats.json").read_text()) == result
     prov = result["provenance"]["files"][0]
-    assert (
-        prov["path"] == "data/a.jsonl"
-        and prov["bytes"] == Path("data/a.jsonl").stat().st_size
-        and len(prov["sha256"]) == 64
-    )
+    assert prov == {
+        "path": "data/a.jsonl",
+        "bytes": Path("data/a.jsonl").stat().st_size,
+        "digest": file_digest("data/a.jsonl"),
+    }
 
 
 def test_normalization_nfkc_nfc_nul_newlines():
@@ -51,7 +52,7 @@ def test_normalization_nfkc_nfc_nul_newlines():
     assert normalize_text("\ufb01", "NFC") == "\ufb01"
     assert normalize_text("e\u0301", "NFC") == "\u00e9"
     assert normalize_text("e\u0301", "none") == "e\u0301"
-    assert normalize_text("a\ud800b", "NFC") == "a?b"  # a lone surrogate from a JSON escape
+    assert normalize_text("a\ud800b", "NFC") == "a\ufffdb"  # a lone surrogate from a JSON escape
     write_jsonl("data/a.jsonl", ["\ufb01ne"])
     spec = make_spec({"web": jsonl_source(normalize="NFKC")})
     result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
@@ -266,3 +267,63 @@ def test_docs_lines_survive_splitlines():
     curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     lines = Path("out/docs.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["text"] == text.replace("\r\n", "\n")
+
+
+# -------------------------------------------------------------------------------------- text repairs
+
+
+def test_invalid_utf8_in_text_files_is_repaired_and_counted():
+    """Issue 8, problem 6: a text source's invalid UTF-8 was replaced silently."""
+    Path("txt").mkdir()
+    Path("txt/a.txt").write_text("clean text with a real \ufffd in it", encoding="utf-8")
+    Path("txt/b.txt").write_bytes(b"caf\xe9 au lait, \xff\xfe and \xe2\x82 cut")  # 4 invalid sequences
+    Path("txt/c.txt").write_bytes(b"also bad \xc3")
+    spec = make_spec({"web": {"domain": "web", "input": {"format": "text", "path": "txt"}}}, heldout_docs=0)
+    shards, source = run_source(spec, "web", [["txt/a.txt", "txt/b.txt"], ["txt/c.txt"]])
+    normalize = shards[0]["steps"][0]
+    assert normalize["step"] == "normalize"
+    assert normalize["reasons"] == {
+        "invalid_utf8": 1,
+        "invalid_utf8_sequences": 4,
+        "lone_surrogates": 0,
+        "lone_surrogate_chars": 0,
+    }
+    assert [s["counts"]["docs_repaired"] for s in shards] == [1, 1]
+    assert source["counts"]["docs_repaired"] == 2
+    joined = source["steps"][0]
+    assert joined["step"] == "normalize" and joined["reasons"]["invalid_utf8"] == 2
+    assert joined["reasons"]["invalid_utf8_sequences"] == 5
+    texts = {r["id"]: r["text"] for r in read_lines("out/source/train.jsonl")}
+    assert texts["b.txt"] == "caf\ufffd au lait, \ufffd\ufffd and \ufffd cut"
+
+
+def test_lone_surrogates_in_jsonl_are_repaired_and_counted():
+    """A JSON "\\ud800" escape is valid JSON but no Unicode character: replaced by U+FFFD and counted."""
+    Path("data").mkdir()
+    lines = [
+        r'{"text": "high \ud800 and low \udc00 alone"}',
+        r'{"text": "a pair \ud83d\ude00 is one character"}',
+        r'{"text": "nothing to repair"}',
+    ]
+    Path("data/a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spec = make_spec({"web": jsonl_source()}, heldout_docs=0)
+    result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
+    assert result["steps"][0]["reasons"] == {
+        "invalid_utf8": 0,
+        "invalid_utf8_sequences": 0,
+        "lone_surrogates": 1,
+        "lone_surrogate_chars": 2,
+    }
+    assert result["counts"]["docs_repaired"] == 1
+    texts = [r["text"] for r in read_lines("out/docs.jsonl")]
+    assert texts[:2] == ["high \ufffd and low \ufffd alone", "a pair \U0001f600 is one character"]
+
+
+def test_a_file_changed_after_its_key_was_computed_is_refused():
+    write_jsonl("data/a.jsonl", ["alpha", "beta"])
+    spec = make_spec({"web": jsonl_source()})
+    config = shard_config(spec, "web", 0, 1, ["data/a.jsonl"])
+    write_jsonl("data/a.jsonl", ["alpha", "gamma"])
+    with pytest.raises(UserError, match=r"data/a\.jsonl changed since this stage's key was computed"):
+        curate_shard(config, Path("out"), "web")
+    assert not Path("out/docs.jsonl").exists()

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from runlib.audit import audit
 from runlib.audit.cases import case_data
 from runlib.audit.render.json_view import derived
-from runlib.curate.config import CurateShardConfig
+from runlib.curate.config import CurateShardConfig, InputFile
 from runlib.spec import load_spec, validate_data
 from runlib.spec.models import CurateSpec, InputSpec
 from runlib.stageconfig import StageConfig
@@ -69,7 +69,7 @@ def _node(instance: str, stage: str, key: str, inputs: dict[str, str] | None = N
         curate=CurateSpec(),
         shard=0,
         shards=1,
-        files=["a.jsonl", "b.jsonl"],
+        files=[InputFile(path=f, bytes=10, digest="xxh3_128:" + "0" * 32) for f in ("a.jsonl", "b.jsonl")],
     )
     return StageNode(stage, instance, key, config, inputs or {})
 
@@ -176,7 +176,7 @@ def test_parent_and_stage_runs_in_sqlite(work: Path, tmp_path: Path, spec, spec_
         for name, value in manifest.counts.items():
             assert run.data.metrics[name] == value
         assert run.data.metrics["wall_seconds"] == 2.5
-        assert run.data.params["config.files.1"] == "b.jsonl"
+        assert run.data.params["config.files.1.path"] == "b.jsonl"
         assert run.data.params["config.input.format"] == "jsonl"
         assert "manifest.json" in _artifact_paths(client, run.info.run_id)
     tok_run = runs["train_tokenizer"]

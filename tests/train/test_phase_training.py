@@ -38,7 +38,7 @@ def tokenized(tmp_path_factory):
     os.environ["RUNLIB_WORK_DIR"] = str(workdir / "work")
     spec = load_spec(TINY).spec
     graph = build_graph(spec)
-    targets = [str(n.manifest_path) for n in graph.of("tokenize")]
+    targets = [str(n.done_path) for n in graph.of("tokenize")]
     proc = snakemake(workdir, TINY, "--cores", "2", *targets)
     assert proc.returncode == 0, proc.stderr[-3000:]
     yield spec, graph, workdir

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +21,7 @@ import pytest
 from pydantic import BaseModel
 
 from runlib.cli import main
+from runlib.curate import inputs
 from runlib.errors import UserError
 from runlib.spec import load_spec
 from runlib.spec.loader import validate_data
@@ -310,3 +314,104 @@ def test_a_manifest_that_does_not_validate_is_a_user_error(work: Path, capsys: p
         read_manifest(node.dir)
     # `runlib plan` still lists the stages (the unreadable artifact counts as built: its folder is taken)
     assert main(["plan", str(TINY)]) == 0
+
+
+# -------------------------------------------------------------------- keys of file sources, batch ramps
+
+
+def _file_source_spec(tmp_path: Path) -> Path:
+    """The tiny spec with its docs source read from raw/*.jsonl (two files: two curation shards)."""
+    text = TINY.read_text().replace(
+        "input: {format: builtin, name: python_docs, max_docs: 150}", 'input: {format: jsonl, path: "raw/*.jsonl"}'
+    )
+    assert "raw/*.jsonl" in text
+    (tmp_path / "spec.yaml").write_text(text)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("a", "b"):
+        docs = [f"document {name}{i}: " + "some words of text " * 20 for i in range(3)]
+        (raw / f"{name}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    return tmp_path / "spec.yaml"
+
+
+def test_plan_keys_follow_the_content_of_file_sources(
+    work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 8, problem 3: appending a document to one input file and rewriting one in another (same size)
+    left `runlib plan` saying "built" when a file source was keyed by its paths only."""
+    monkeypatch.chdir(tmp_path)
+    spec = _file_source_spec(tmp_path)
+    for node in build_graph(load_spec(spec).spec).nodes:
+        fake_build(node)
+    assert main(["plan", str(spec), "--format", "json"]) == 0
+    assert all(r["built"] for r in json.loads(capsys.readouterr().out)["stages"])
+
+    with open("raw/a.jsonl", "a") as f:
+        f.write(json.dumps({"text": "an appended document " * 10}) + "\n")
+    b = Path("raw/b.jsonl").read_text()
+    Path("raw/b.jsonl").write_text(b.replace("document b1", "document B1"))  # same size, other content
+    assert Path("raw/b.jsonl").stat().st_size == len(b.encode())
+
+    assert main(["plan", str(spec), "--format", "json"]) == 0
+    rows = {r["instance"]: r for r in json.loads(capsys.readouterr().out)["stages"]}
+    assert rows["curate_shard docs/0"]["changed"] == ["files.0.bytes", "files.0.digest"]
+    assert rows["curate_shard docs/1"]["changed"] == ["files.0.digest"]
+    assert not rows["curate_source docs"]["built"] and not rows["train_phase anneal"]["built"]
+    assert rows["curate_shard code/0"]["built"] and rows["curate_source arithmetic"]["built"]
+
+    # `runlib plan` of a file source stays free of torch and mlflow (and hashed nothing: the cache is warm)
+    code = (
+        "import sys; from runlib.curate import inputs; from runlib.cli import main; calls = [];"
+        "digest = inputs.file_digest; inputs.file_digest = lambda p: calls.append(p) or digest(p);"
+        "assert main(['plan', 'spec.yaml']) == 0;"
+        "bad = [m for m in ('torch', 'accelerate', 'mlflow') if m in sys.modules];"
+        "sys.exit(f'imported {bad}, hashed {calls}' if bad or calls else 0)"
+    )
+    env = {**os.environ, "RUNLIB_WORK_DIR": str(work), "PYTHONPATH": str(ROOT)}
+    monkeypatch.setattr(inputs, "RACY_WINDOW_NS", 0)  # files written a moment ago may be cached
+    assert main(["plan", str(spec), "--format", "json"]) == 0
+    capsys.readouterr()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_batch_ramps_key_the_training_phases() -> None:
+    """Issue 8, problem 3: ramps of 8 sequences for 5 steps then 32, and 16 for 8 steps then 32, gave
+    one training key; the loader's segments (issue 7) are in the train_phase config now."""
+    data = load_spec(TINY).spec.model_dump(mode="json")
+
+    def ramped(first: int, steps: int) -> StageGraph:
+        seq_len = data["model"]["seq_len"]
+        ramp = [
+            {"after": "0 tokens", "global_batch": f"{first} sequences"},
+            {"after": f"{first * steps * seq_len} tokens", "global_batch": "32 sequences"},
+        ]
+        return graph_of(set_path(data, ("batch", "ramp"), ramp))
+
+    a, b = ramped(8, 5), ramped(16, 8)
+    first_a, first_b = a.of("train_phase")[0], b.of("train_phase")[0]
+    segments = [(s["steps"], s["batch_sequences"]) for s in first_a.config.model_dump()["loader"]["segments"]]
+    assert segments[0] == (5, 8) and segments[1][1] == 32
+    segments = [(s["steps"], s["batch_sequences"]) for s in first_b.config.model_dump()["loader"]["segments"]]
+    assert segments[0] == (8, 16) and segments[1][1] == 32
+    assert first_a.key != first_b.key
+    assert "loader.segments.0.steps" in changed_fields(first_b, _as_manifest(first_a))
+    for x, y in zip(a.of("train_phase") + a.of("eval_phase"), b.of("train_phase") + b.of("eval_phase"), strict=True):
+        assert x.key != y.key, x.instance  # every later phase starts from the first one's end
+    assert [n.key for n in a.of("tokenize")] == [n.key for n in b.of("tokenize")]
+
+
+def _as_manifest(node) -> Manifest:
+    return Manifest(
+        stage=node.stage,
+        instance=node.instance,
+        key=node.key,
+        config=node.config.model_dump(mode="json"),
+        inputs=node.inputs,
+        counts={},
+        details={},
+        timings={"started_at": 1.7e9, "wall_seconds": 1.0},
+        libraries={},
+        outputs={},
+        content_hash="0" * 64,
+    )

@@ -1,0 +1,119 @@
+"""Resumable (DCP) checkpoints are verified: a truncated or bit-flipped newest checkpoint is skipped with one
+warning line, and resume and rollback fall back to the newest one that verifies (issue 8, problem 1)."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from runlib.train import dist_checkpoint as dcp_ckpt
+from runlib.util.hashing import file_digest
+
+
+def tiny():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, optimizer
+
+
+def train_step(model, optimizer, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    loss = model(torch.randn(8, 16, generator=g)).square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """step-1, step-2, step-3 of one short run, each with its step in extra."""
+    model, optimizer = tiny()
+    for step in (1, 2, 3):
+        train_step(model, optimizer, step)
+        dcp_ckpt.save_checkpoint(tmp_path / f"step-{step}", model, optimizer, {"state": {"step": step}})
+    return tmp_path
+
+
+def largest_shard(directory):
+    return max((p for p in directory.iterdir() if p.suffix == ".distcp"), key=lambda p: p.stat().st_size)
+
+
+def flip_bytes(path, offset: int, count: int = 64) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        data = f.read(count)
+        f.seek(offset)
+        f.write(bytes(b ^ 0xFF for b in data))
+
+
+def truncate(path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def test_save_records_every_file_of_the_checkpoint(scratch):
+    step = scratch / "step-3"
+    record = json.loads((step / dcp_ckpt.DIGESTS).read_text())
+    files = sorted(p.name for p in step.iterdir() if p.name != dcp_ckpt.DIGESTS)
+    assert sorted(record["files"]) == files and {".metadata", dcp_ckpt.EXTRA} <= set(files)
+    for name, entry in record["files"].items():
+        assert entry == {"bytes": (step / name).stat().st_size, "digest": file_digest(step / name)}
+    assert dcp_ckpt.verify_checkpoint(step) is None
+    assert sorted(p.name for p in scratch.iterdir()) == ["step-1", "step-2", "step-3"]  # no tmp left
+
+
+CORRUPTIONS = {
+    "truncated shard": lambda d: truncate(largest_shard(d)),
+    "flipped shard bytes": lambda d: flip_bytes(largest_shard(d), 200),
+    "flipped extra.pt bytes": lambda d: flip_bytes(d / dcp_ckpt.EXTRA, 40, 8),
+    "truncated metadata": lambda d: truncate(d / ".metadata"),
+    "no digests": lambda d: (d / dcp_ckpt.DIGESTS).unlink(),
+    "garbled digests": lambda d: (d / dcp_ckpt.DIGESTS).write_text("{not json"),
+    "missing shard": lambda d: largest_shard(d).unlink(),
+}
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_resume_falls_back_to_the_newest_checkpoint_that_verifies(scratch, corrupt, capsys):
+    corrupt(scratch / "step-3")
+    assert dcp_ckpt.verify_checkpoint(scratch / "step-3") is not None
+    found = dcp_ckpt.latest_checkpoint(scratch)
+    assert found == scratch / "step-2"
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "step-3" in warning[0] and "trying the one before it" in warning[0]
+    # and the fallback really loads: step 2's extra, its weights equal a fresh run's after 2 steps
+    model, optimizer = tiny()
+    assert dcp_ckpt.load_checkpoint(found, model, optimizer)["state"]["step"] == 2
+    ref, ref_opt = tiny()
+    for seed in (1, 2):
+        train_step(ref, ref_opt, seed)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values(), strict=True))
+
+
+def test_every_corrupt_newer_checkpoint_is_skipped_with_one_line_each(scratch, capsys):
+    truncate(largest_shard(scratch / "step-3"))
+    flip_bytes(largest_shard(scratch / "step-2"), 100)
+    assert dcp_ckpt.latest_checkpoint(scratch) == scratch / "step-1"
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and "step-3" in lines[0] and "step-2" in lines[1]
+    assert "bytes, recorded" in lines[0] and "content digest" in lines[1]
+    truncate(scratch / "step-1" / dcp_ckpt.EXTRA)
+    assert dcp_ckpt.latest_checkpoint(scratch) is None  # nothing verifies: the phase starts over
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("no older one")
+
+
+def test_rollback_limit_also_skips_corrupt_checkpoints(scratch, capsys):
+    flip_bytes(scratch / "step-2" / ".metadata", 16, 8)
+    assert dcp_ckpt.latest_checkpoint(scratch, at_most_step=2) == scratch / "step-1"
+    assert dcp_ckpt.latest_checkpoint(scratch, at_most_step=3) == scratch / "step-3"
+    assert "step-2" in capsys.readouterr().err
+
+
+def test_a_resave_replaces_a_corrupt_checkpoint(scratch):
+    truncate(largest_shard(scratch / "step-3"))
+    model, optimizer = tiny()
+    dcp_ckpt.load_checkpoint(dcp_ckpt.latest_checkpoint(scratch), model, optimizer)
+    train_step(model, optimizer, 3)
+    dcp_ckpt.save_checkpoint(scratch / "step-3", model, optimizer, {"state": {"step": 3}})
+    assert dcp_ckpt.latest_checkpoint(scratch) == scratch / "step-3"
