@@ -145,3 +145,14 @@ def test_plan_lists_stages_with_keys(capsys):
     names = [s["stage"] for s in stages]
     assert names.count("train_phase") == 4 and names.count("eval_phase") == 4 and "train_tokenizer" in names
     assert all(len(s["key"]) == 16 for s in stages)
+
+
+def test_plan_of_a_mixture_the_audit_refuses_exits_2_naming_the_phase(tmp_path, capsys):
+    text = (ROOT / "tests" / "fixtures" / "tiny.yaml").read_text()
+    old = "mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}}\ncheckpoint"
+    assert old in text
+    spec = tmp_path / "zero.yaml"
+    spec.write_text(text.replace(old, "mixture: {docs: 0.0, code: 0.0, arithmetic: 0.0}}\ncheckpoint"))
+    assert main(["plan", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "phase anneal: the mixture has no source with a positive weight" in err and "Traceback" not in err

@@ -15,6 +15,7 @@ imports torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,14 @@ class Refusal:
 
     def describe(self) -> str:
         return f"{self.code} {self.field}: {self.value}: {self.reason}; fix: {self.fix}"
+
+
+def _divisors_above_one(g: int) -> list[int]:
+    """The divisors of g above 1, ascending, by trial division up to sqrt(g): the tensor degrees that
+    divide heads, kv_heads, d_ff and seq_len are those of their gcd (a loop up to heads would run a
+    million times for heads: 1048576, the schema's bound)."""
+    low = [d for d in range(1, math.isqrt(g) + 1) if g % d == 0]
+    return sorted({x for d in low for x in (d, g // d) if x > 1})
 
 
 def parameter_dtype(compute: str, master_weights: str) -> str:
@@ -92,7 +101,7 @@ def parallelism_refusals(
         sizes = (("heads", heads), ("kv_heads", kv), ("d_ff", d_ff), ("seq_len", seq_len))
         bad = [f"{name} {n}" for name, n in sizes if n % tensor]
         if bad:
-            working = [t for t in range(2, min(heads, kv) + 1) if all(n % t == 0 for _, n in sizes)]
+            working = _divisors_above_one(math.gcd(*(n for _, n in sizes)))
             out.append(
                 Refusal(
                     "RUN003",

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from runlib.errors import UserError
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -23,6 +25,11 @@ class Segment:
     batch: int
 
 
+class MixtureError(UserError, ValueError):
+    """A mixture or batch the audit reports as an error (MIX001, BATCH003): `runlib plan` and the stages
+    refuse it with this message instead of a traceback; `runlib audit` gives the fix."""
+
+
 class Mixture:
     """Closed-form per-source sequence counts of a phase (see the module docstring)."""
 
@@ -30,18 +37,18 @@ class Mixture:
         fractions = {}
         for name, w in weights.items():
             if not math.isfinite(w) or w < 0:
-                raise ValueError(f"mixture weight of {name!r} is {w}: weights must be finite and >= 0")
+                raise MixtureError(f"mixture weight of {name!r} is {w}: weights must be finite and >= 0")
             if w > 0:
                 fractions[name] = Fraction(repr(float(w)))
         if not fractions:
-            raise ValueError("the mixture has no source with a positive weight")
+            raise MixtureError("the mixture has no source with a positive weight")
         total = sum(fractions.values())
         self.names: list[str] = sorted(fractions)
         self.weights: list[Fraction] = [fractions[n] / total for n in self.names]
         top = max(self.weights)
         self.largest = self.weights.index(top)  # ties: the first by name
         if not segments:
-            raise ValueError("a mixture needs at least one segment")
+            raise MixtureError("a mixture needs at least one segment")
         self.segments = segments
 
     def batch_size(self, step: int) -> int:
@@ -64,7 +71,7 @@ class Mixture:
     def cum(self, steps: int) -> list[int]:
         """Sequences of each source (in `names` order) in the phase's first `steps` steps."""
         if steps < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
+            raise MixtureError(f"steps must be >= 0, got {steps}")
         total = [0] * len(self.names)
         for j, seg in enumerate(self.segments):
             if steps <= seg.start:
@@ -78,7 +85,7 @@ class Mixture:
         """Sequences of each source in step `step` (0-based, in the phase)."""
         counts = [b - a for a, b in zip(self.cum(step), self.cum(step + 1), strict=True)]
         if min(counts) < 0:
-            raise ValueError(self._too_small(self.batch_size(step)))
+            raise MixtureError(self._too_small(self.batch_size(step)))
         return counts
 
     def _too_small(self, batch: int) -> str:
@@ -101,7 +108,7 @@ class Mixture:
             for n in range(1, limit + 1):
                 cur = self._cum_in(n, seg.batch)
                 if cur[self.largest] < prev[self.largest]:
-                    raise ValueError(self._too_small(seg.batch))
+                    raise MixtureError(self._too_small(seg.batch))
                 prev = cur
 
 
@@ -113,12 +120,15 @@ def phase_mixture(plan: Any, phase_index: int) -> Mixture:
     for seg in phase.span.segments:
         batch, rest = divmod(seg.tokens_per_step, seq_len)
         if rest or batch < 1:
-            raise ValueError(
+            raise MixtureError(
                 f"phase {phase.name}: {seg.tokens_per_step} tokens per step is not a whole number of "
                 f"{seq_len}-token sequences"
             )
         segments.append(Segment(seg.start_step - phase.span.start_step, seg.steps, batch))
-    return Mixture(phase.settings.phase.mixture, segments)
+    try:
+        return Mixture(phase.settings.phase.mixture, segments)
+    except MixtureError as exc:
+        raise MixtureError(f"phase {phase.name}: {exc} (`runlib audit` gives the fix)") from None
 
 
 def stream_starts(plan: Any, phase_index: int, packing: str) -> dict[str, int]:

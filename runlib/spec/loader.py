@@ -3,6 +3,11 @@
 The YAML is composed into a node tree (ruamel.yaml) and turned into plain data here, so that
 duplicate keys anywhere are found and reported (PyYAML and most loaders silently keep the last one),
 `1e-4` is a float (YAML 1.2), and each value keeps its position for diagnostics and findings.
+
+Codes: SPEC001 the file cannot be read or is not YAML (syntax, duplicate keys); SPEC002 a value the
+schema refuses (unknown key, wrong type, out of range, not finite); SPEC003 a document over a limit
+of the loader (runlib.spec.bounded_yaml: size, nesting depth, values, aliases, digits of a number),
+checked as the document is read so that a hostile file is refused in milliseconds.
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runlib.errors import Diagnostic, SpecError
+from runlib.spec.bounded_yaml import (
+    MAX_DOCUMENT_BYTES,
+    MAX_KEY_CHARS,
+    MAX_NUMBER_CHARS,
+    LimitExceeded,
+    compose_bounded,
+)
 from runlib.spec.models import RunSpec
+from runlib.spec.units import short_repr
 
 Position = tuple[int, int]  # 1-based line, column
 
@@ -62,20 +75,37 @@ class LoadedSpec:
 
 
 def _scalar(node: Any) -> Any:
+    """The value of a scalar node; ValueError when an explicit tag (`!!int abc`) does not fit the text."""
     tag, text = str(node.tag), node.value
+    if (tag.endswith((":int", ":float"))) and len(text) > MAX_NUMBER_CHARS:
+        raise LimitExceeded.at(
+            node.start_mark,
+            f"a number of {len(text):,} characters: a spec number has at most {MAX_NUMBER_CHARS} "
+            "(an int64 has 19 digits); write a value the run can use",
+        )
     if tag.endswith(":null"):
+        if text not in ("", "~", "null", "Null", "NULL"):
+            raise ValueError(f"{short_repr(text)} is not null")
         return None
     if tag.endswith(":bool"):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{short_repr(text)} is not a boolean (true or false)")
         return text.lower() == "true"
     if tag.endswith(":int"):
-        return int(text, 0) if text[:2].lower() in ("0x", "0o") else int(text)
+        try:
+            return int(text, 0) if text[:2].lower() in ("0x", "0o") else int(text)
+        except ValueError:
+            raise ValueError(f"{short_repr(text)} is not an integer") from None
     if tag.endswith(":float"):
         lowered = text.lower().replace("_", "")
         if lowered.endswith(".inf"):
             return float("-inf") if lowered.startswith("-") else float("inf")
         if lowered.endswith(".nan"):
             return float("nan")
-        return float(lowered)
+        try:
+            return float(lowered)
+        except ValueError:
+            raise ValueError(f"{short_repr(text)} is not a number") from None
     return text
 
 
@@ -90,6 +120,10 @@ def _to_data(node: Any, path: str, smap: SourceMap, problems: list[Diagnostic]) 
             key = _to_data(key_node, "", SourceMap(smap.file), problems) if key_node.tag else key_node.value
             if isinstance(key, (dict, list)):
                 problems.append(_diag(smap.file, key_node, "SPEC002", path, "a mapping key must be a plain value"))
+                continue
+            if isinstance(key, str) and len(key) > MAX_KEY_CHARS:
+                message = f"a key of {len(key):,} characters: keys are names of at most {MAX_KEY_CHARS}"
+                problems.append(_diag(smap.file, key_node, "SPEC003", path, message))
                 continue
             key_path = join_path(path, str(key))
             if key in out:
@@ -109,26 +143,77 @@ def _to_data(node: Any, path: str, smap: SourceMap, problems: list[Diagnostic]) 
         return out
     if isinstance(node, SequenceNode):
         return [_to_data(item, join_path(path, i), smap, problems) for i, item in enumerate(node.value)]
-    return _scalar(node)
+    try:
+        return _scalar(node)
+    except LimitExceeded as exc:
+        problems.append(Diagnostic(smap.file, exc.line, exc.col, "SPEC003", path, exc.message))
+    except ValueError as exc:  # an explicit tag the text does not fit, e.g. `!!int abc`
+        problems.append(
+            _diag(
+                smap.file,
+                node,
+                "SPEC002",
+                path,
+                f"{exc} (!!{str(node.tag).rsplit(':', 1)[-1]}): fix the value or remove the tag",
+            )
+        )
+    return None
 
 
 def _diag(file: str, node: Any, code: str, path: str, message: str) -> Diagnostic:
     return Diagnostic(file, node.start_mark.line + 1, node.start_mark.column + 1, code, path, message)
 
 
-def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
-    """YAML text -> (plain data, source map); raises SpecError (SPEC001) on syntax errors and duplicates."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+def _line_col(text: str | bytes, index: int) -> tuple[int, int]:
+    """1-based line and column of the character (or byte) at `index`."""
+    newline = "\n" if isinstance(text, str) else b"\n"
+    start = text.rfind(newline, 0, index) + 1  # type: ignore[arg-type]
+    return text.count(newline, 0, index) + 1, index - start + 1  # type: ignore[arg-type]
 
+
+def _size_problem(raw: bytes, file: str) -> SpecError:
+    """SPEC003 at the line and column where the document passes MAX_DOCUMENT_BYTES."""
+    line, col = _line_col(raw, MAX_DOCUMENT_BYTES)
+    return SpecError(
+        [
+            Diagnostic(
+                file,
+                line,
+                col,
+                "SPEC003",
+                "",
+                f"the spec is larger than {MAX_DOCUMENT_BYTES // 1024} KiB (it goes on past here; a spec is a "
+                "few KB): is this the right file?",
+            )
+        ]
+    )
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
+    """YAML text -> (plain data, source map); raises SpecError: SPEC001 on syntax errors and duplicates,
+    SPEC003 on a document over a limit of runlib.spec.bounded_yaml."""
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
+
+    if len(text) > MAX_DOCUMENT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
+        raise _size_problem(text[: MAX_DOCUMENT_BYTES + 1].encode("utf-8", "surrogatepass"), file)
     smap = SourceMap(file)
     try:
-        node = YAML(typ="rt", pure=True).compose(text)
+        node = compose_bounded(text)
+    except LimitExceeded as exc:
+        raise SpecError([Diagnostic(file, exc.line, exc.col, "SPEC003", "", exc.message)]) from None
+    except RecursionError:  # not expected within the limits; never a traceback
+        message = "nested too deeply for the YAML reader: remove the extra nesting"
+        raise SpecError([Diagnostic(file, None, None, "SPEC003", "", message)]) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
         problem = (exc.problem or exc.context or "syntax error").strip()
         raise SpecError([Diagnostic(file, line, col, "SPEC001", "", f"YAML syntax error: {problem}")]) from None
+    except ReaderError as exc:  # a character YAML does not allow (NUL, most control characters)
+        line, col = _line_col(text, exc.position)
+        problem = str(exc).splitlines()[0]
+        raise SpecError([Diagnostic(file, line, col, "SPEC001", "", f"YAML error: {problem}")]) from None
     except YAMLError as exc:
         raise SpecError([Diagnostic(file, None, None, "SPEC001", "", f"YAML error: {exc}")]) from None
     if node is None:
@@ -176,7 +261,7 @@ def _message(error: dict[str, Any], loc: tuple[Any, ...]) -> str:
         allowed = sorted(model.model_fields) if model else []
         guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
         hint = f"; did you mean {guess[0]!r}?" if guess else (f"; allowed: {', '.join(allowed)}" if allowed else "")
-        return f"unknown key {loc[-1]!r}{hint}"
+        return f"unknown key {short_repr(loc[-1])}{hint}"
     if kind == "missing":
         return f"required key {loc[-1]!r} is missing: add it"
     if msg.startswith("Value error, "):
@@ -188,9 +273,9 @@ def _message(error: dict[str, Any], loc: tuple[Any, ...]) -> str:
         ]
         guess = difflib.get_close_matches(str(got), [e for e in expected if e], n=1, cutoff=0.5)
         if guess:
-            return f"{msg} (got {got!r}); did you mean {guess[0]!r}?"
+            return f"{msg} (got {short_repr(got)}); did you mean {guess[0]!r}?"
     if kind != "value_error" and not isinstance(got, (dict, list)):
-        return f"{msg} (got {got!r})"
+        return f"{msg} (got {short_repr(got)})"
     return msg
 
 
@@ -286,9 +371,17 @@ def load_spec(path: str | Path) -> LoadedSpec:
     """Read and validate a spec file; raises SpecError listing every problem."""
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_DOCUMENT_BYTES + 1)  # never more: the file may be huge (or /dev/zero)
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise _size_problem(raw, file)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecError([Diagnostic(file, None, None, "SPEC001", "", "file not found: check the path")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        line, col = _line_col(raw, exc.start)
+        message = f"not UTF-8 text (byte {raw[exc.start]:#04x}): save the spec as UTF-8"
+        raise SpecError([Diagnostic(file, line, col, "SPEC001", "", message)]) from None
+    except OSError as exc:
         raise SpecError([Diagnostic(file, None, None, "SPEC001", "", f"cannot read the file: {exc}")]) from None
     return load_spec_text(text, file)

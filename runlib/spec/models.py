@@ -3,15 +3,20 @@
 The schema decides what can be parsed into typed values (types, enums, unknown keys); whether the
 run makes sense is the auditor's job (runlib.audit), so out-of-range but meaningful numbers (a
 warmup longer than the run, min_lr above the peak) load and are reported there with a code and a fix.
+
+Every number is finite (no NaN or infinity anywhere: SpecModel's allow_inf_nan=False) and bounded on
+both sides (ge/le on every numeric field, MAX_COUNT for counts), far outside any real run but small
+enough that no arithmetic of the plan or the audit overflows, loops long or builds huge integers;
+tests/spec/test_hostile.py checks that every numeric field of the schema has a maximum.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runlib.spec.units import BatchSizeField, Count, DurationField
+from runlib.spec.units import BatchSizeField, Count, Duration, DurationField
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # on the Field of a spec field that no stage reads (the audit and the plan do): the schema carries it
@@ -19,36 +24,52 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # checks that every other field reaches a stage key
 PLANNING_ONLY = {"planning_only": True}
 
+# bounds of the spec's numbers: far beyond any real run, finite so that no arithmetic blows up
+MAX_NODES = 100_000
+MAX_DEVICES_PER_NODE = 1_024
+MAX_WIDTH = 2**20  # d_model, heads, head_dim
+MAX_SEQ_LEN = 2**24
+MAX_VOCAB = 2**31  # token ids fit int32 (and uint32 on disk)
+MAX_PARALLEL = 65_536  # tensor, pipeline, context degree
+MAX_MICRO = 2**20  # micro_batch, grad_accum
+MAX_ROPE_THETA = 1e12
+MAX_WEIGHT = 1e6  # a mixture weight (the audit checks signs and sums: MIX001)
+MAX_PHASES = 32  # a run has a few; the workflow graph grows with the square of their number
+SEED_LIMIT = 2**63  # torch.manual_seed takes [-2^63, 2^64); numpy's SeedSequence needs >= 0
+
+Weight = Annotated[float, Field(ge=-MAX_WEIGHT, le=MAX_WEIGHT)]
+"""A sampling weight: finite; the audit reports negative weights and sums other than 1."""
+
 
 class SpecModel(BaseModel):
     """Base of every spec section: unknown keys are errors, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class HardwareSpec(SpecModel):
     accelerator: str
     """Catalog key (cpu, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, mi300x); `runlib explain hardware` lists them."""
 
-    nodes: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
     """Number of machines."""
 
-    devices_per_node: int = Field(1, ge=1)
+    devices_per_node: int = Field(1, ge=1, le=MAX_DEVICES_PER_NODE)
     """Accelerators per machine."""
 
-    mfu: float = Field(0.4, gt=0, le=1, json_schema_extra=PLANNING_ONLY)
+    mfu: float = Field(0.4, ge=0.001, le=1, json_schema_extra=PLANNING_ONLY)
     """Model FLOPs utilization assumed for time estimates (planning only: read by the audit, not by any stage)."""
 
-    node_mtbf_hours: float | None = Field(None, gt=0, json_schema_extra=PLANNING_ONLY)
+    node_mtbf_hours: float | None = Field(None, ge=0.001, le=1e7, json_schema_extra=PLANNING_ONLY)
     """Mean time between failures of one node, in hours, for checkpoint-interval advice (planning only: read by the audit, not by any stage)."""
 
-    memory_gib: float | None = Field(None, gt=0, json_schema_extra=PLANNING_ONLY)
+    memory_gib: float | None = Field(None, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
     """Memory per device in GiB, overriding the catalog for hardware not in it (planning only: read by the audit, not by any stage)."""
 
-    peak_tflops: dict[Literal["fp32", "fp16", "bf16", "fp8"], float] | None = None
+    peak_tflops: dict[Literal["fp32", "fp16", "bf16", "fp8"], Annotated[float, Field(ge=0.001, le=1e7)]] | None = None
     """Dense peak TFLOP/s per dtype; overrides the catalog (the plan's times, and the MFU a training phase reports)."""
 
-    checkpoint_write_gb_per_s: float = Field(2.0, gt=0, json_schema_extra=PLANNING_ONLY)
+    checkpoint_write_gb_per_s: float = Field(2.0, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
     """Checkpoint write bandwidth per node in GB/s, for the checkpoint write time (planning only: read by the audit, not by any stage)."""
 
 
@@ -56,30 +77,30 @@ class BudgetSpec(SpecModel):
     gpu_hours: Count | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
     """Device-hours available, all devices together (planning only: read by the audit, not by any stage)."""
 
-    days: float | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
+    days: float | None = Field(None, ge=0, le=1e6, json_schema_extra=PLANNING_ONLY)
     """Wall-clock days available (planning only: read by the audit, not by any stage)."""
 
-    flops: float | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
+    flops: float | None = Field(None, ge=0, le=1e40, json_schema_extra=PLANNING_ONLY)
     """Training FLOPs available (planning only: read by the audit, not by any stage)."""
 
 
 class ModelSpec(SpecModel):
-    layers: int = Field(ge=1)
+    layers: int = Field(ge=1, le=100_000)
     """Number of transformer blocks."""
 
-    d_model: int = Field(ge=1)
+    d_model: int = Field(ge=1, le=MAX_WIDTH)
     """Hidden size (residual stream width)."""
 
-    heads: int = Field(ge=1)
+    heads: int = Field(ge=1, le=MAX_WIDTH)
     """Attention (query) heads."""
 
-    kv_heads: int | None = Field(None, ge=1)
+    kv_heads: int | None = Field(None, ge=1, le=MAX_WIDTH)
     """Key/value heads (grouped-query attention); omitted or = heads for multi-head attention."""
 
-    head_dim: int | None = Field(None, ge=1)
+    head_dim: int | None = Field(None, ge=1, le=MAX_WIDTH)
     """Per-head width; default d_model / heads."""
 
-    d_ff: int = Field(ge=1)
+    d_ff: int = Field(ge=1, le=2**24)
     """Hidden size of the MLP."""
 
     activation: Literal["swiglu", "gelu"] = "swiglu"
@@ -94,7 +115,7 @@ class ModelSpec(SpecModel):
     position: Literal["rope", "learned"] = "rope"
     """Rotary position embedding, or a learned absolute position table of max(seq_len) rows."""
 
-    rope_theta: float = Field(10000.0, gt=0)
+    rope_theta: float = Field(10000.0, gt=0, le=MAX_ROPE_THETA)
     """RoPE base of the first phase; a phase may change it."""
 
     qk_norm: bool = False
@@ -103,18 +124,18 @@ class ModelSpec(SpecModel):
     tie_embeddings: bool = False
     """The output head shares the input embedding matrix."""
 
-    vocab_size: int | None = Field(None, ge=1)
+    vocab_size: int | None = Field(None, ge=1, le=MAX_VOCAB)
     """Embedding rows; omitted: the tokenizer's size padded to a multiple of 128."""
 
-    seq_len: int = Field(ge=1)
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
     """Context length of the first phase; a phase may change it."""
 
 
 class TokenizerSpec(SpecModel):
-    vocab_size: int | None = Field(None, ge=1)
+    vocab_size: int | None = Field(None, ge=1, le=MAX_VOCAB)
     """Learned BPE vocabulary (byte-level) before reserved tokens; required unless `pretrained` is given."""
 
-    reserved_tokens: int = Field(256, ge=0)
+    reserved_tokens: int = Field(256, ge=0, le=2**20)
     """Special tokens kept for post-training (roles, tools, FIM, separators); the end-of-document token is one of them."""
 
     digits: Literal["single", "triplets", "none"] = "single"
@@ -126,13 +147,13 @@ class TokenizerSpec(SpecModel):
     drop_tokens: list[str] = []
     """Tokens that must never be produced (e.g. sensitive strings)."""
 
-    train_on: dict[str, float] = {}
+    train_on: dict[str, Annotated[float, Field(ge=0, le=MAX_WEIGHT)]] = {}
     """Sample mixture of sources for tokenizer training (source name -> weight)."""
 
     train_bytes: Count | None = Field(None, ge=1)
     """Bytes of text sampled for tokenizer training."""
 
-    min_frequency: int = Field(2, ge=1)
+    min_frequency: int = Field(2, ge=1, le=2**31)
     """Minimum pair frequency for a BPE merge."""
 
     pretrained: str | None = None
@@ -152,19 +173,19 @@ class InputSpec(SpecModel):
     text_field: str = "text"
     """Field holding the document text (jsonl, parquet)."""
 
-    max_docs: int | None = Field(None, ge=1)
+    max_docs: int | None = Field(None, ge=1, le=10**15)
     """Read at most this many documents (a cap for small runs)."""
 
-    shards: int | None = Field(None, ge=1)
+    shards: int | None = Field(None, ge=1, le=100_000)
     """Curation jobs for this source; default: one per input file (builtin sources: 2)."""
 
 
 class MinhashSpec(SpecModel):
-    ngram: int = Field(5, ge=1)
+    ngram: int = Field(5, ge=1, le=1_000)
     """Shingle size in words."""
-    bands: int = Field(14, ge=1)
+    bands: int = Field(14, ge=1, le=1_024)
     """LSH bands."""
-    rows: int = Field(8, ge=1)
+    rows: int = Field(8, ge=1, le=1_024)
     """Rows per band."""
 
 
@@ -180,7 +201,7 @@ class CurateSpec(SpecModel):
     """Unicode normalization form."""
     languages: list[str] = []
     """Keep only these languages (ISO 639-1); empty: all."""
-    min_chars: int = Field(0, ge=0)
+    min_chars: int = Field(0, ge=0, le=10**12)
     """Drop documents shorter than this many characters."""
     max_chars: Count | None = Field(None, ge=1)
     """Drop documents longer than this many characters."""
@@ -218,8 +239,8 @@ class SourceSpec(SpecModel):
 class DataSpec(SpecModel):
     sources: dict[str, SourceSpec]
     """Each source is a channel: its own mixture weight, loss curve and held-out set."""
-    heldout_docs: int = Field(200, ge=0)
-    """Documents per source kept out of training for per-channel perplexity."""
+    heldout_docs: int = Field(200, ge=0, le=1_000_000)
+    """Documents per source kept out of training for per-channel perplexity (at most a million)."""
     packing: Literal["document", "stream", "none"] = "document"
     """document: attention never crosses documents; stream: plain concatenation; none: one document per sequence, padded."""
     boundary_targets: Literal["masked", "kept"] = "masked"
@@ -237,11 +258,11 @@ Recompute = Literal["none", "selective", "full"]
 
 
 class ParallelismSpec(SpecModel):
-    tensor: int = Field(1, ge=1)
+    tensor: int = Field(1, ge=1, le=MAX_PARALLEL)
     """Tensor-parallel degree (sequence parallelism assumed when > 1)."""
-    pipeline: int = Field(1, ge=1)
+    pipeline: int = Field(1, ge=1, le=MAX_PARALLEL)
     """Pipeline-parallel degree."""
-    context: int = Field(1, ge=1)
+    context: int = Field(1, ge=1, le=MAX_PARALLEL)
     """Context-parallel degree (the sequence split across devices)."""
     sharding: Sharding = "none"
     """Sharding of model states over the data-parallel degree: none | zero1 | zero2 | fsdp (= zero3) | hsdp (fsdp within each node, replicated across nodes)."""
@@ -252,11 +273,11 @@ class ParallelismSpec(SpecModel):
 
 
 class ParallelismOverride(SpecModel):
-    tensor: int | None = Field(None, ge=1)
+    tensor: int | None = Field(None, ge=1, le=MAX_PARALLEL)
     """Tensor-parallel degree in this phase."""
-    pipeline: int | None = Field(None, ge=1)
+    pipeline: int | None = Field(None, ge=1, le=MAX_PARALLEL)
     """Pipeline-parallel degree in this phase."""
-    context: int | None = Field(None, ge=1)
+    context: int | None = Field(None, ge=1, le=MAX_PARALLEL)
     """Context-parallel degree in this phase."""
     sharding: Sharding | None = None
     """Sharding in this phase."""
@@ -274,20 +295,20 @@ class RampStage(SpecModel):
 
 
 class BatchSpec(SpecModel):
-    micro_batch: int = Field(ge=1)
+    micro_batch: int = Field(ge=1, le=MAX_MICRO)
     """Sequences per data-parallel rank per micro-step."""
-    grad_accum: int = Field(1, ge=1)
+    grad_accum: int = Field(1, ge=1, le=MAX_MICRO)
     """Micro-steps per optimizer step on each rank (steady state)."""
     global_batch: BatchSizeField | None = Field(None, json_schema_extra=PLANNING_ONLY)
     """Optional declaration, checked against micro_batch * grad_accum * dp, times seq_len for a count in tokens (planning only: read by the audit, not by any stage)."""
-    ramp: list[RampStage] | None = None
+    ramp: list[RampStage] | None = Field(None, max_length=256)
     """The global batch by tokens seen; grad_accum follows and must stay whole."""
 
 
 class BatchOverride(SpecModel):
-    micro_batch: int | None = Field(None, ge=1)
+    micro_batch: int | None = Field(None, ge=1, le=MAX_MICRO)
     """Sequences per data-parallel rank per micro-step in this phase."""
-    grad_accum: int | None = Field(None, ge=1)
+    grad_accum: int | None = Field(None, ge=1, le=MAX_MICRO)
     """Micro-steps per optimizer step in this phase."""
     global_batch: BatchSizeField | None = Field(None, json_schema_extra=PLANNING_ONLY)
     """Declared global batch in this phase, checked like batch.global_batch (planning only: read by the audit, not by any stage)."""
@@ -296,17 +317,17 @@ class BatchOverride(SpecModel):
 class OptimizerSpec(SpecModel):
     kind: Literal["adamw", "adam", "adafactor", "muon", "lion"] = "adamw"
     """adamw: decoupled weight decay; adam: L2 penalty through the gradient; adafactor: factored second moments; muon: orthogonalized momentum on 2-D hidden matrices (AdamW for embeddings, head, norms); lion: sign momentum (Chen et al. 2023, via lion-pytorch)."""
-    lr: float
-    """Peak learning rate."""
-    betas: tuple[float, float] = (0.9, 0.95)
-    """Adam beta1, beta2."""
-    eps: float = Field(1e-8, gt=0)
+    lr: float = Field(ge=-1e3, le=1e3)
+    """Peak learning rate (the audit reports one that is not positive: SCHED003)."""
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.95)
+    """Adam beta1, beta2, each in [0, 1) as torch.optim.Adam/AdamW require (they raise otherwise)."""
+    eps: float = Field(1e-8, gt=0, le=1)
     """Adam epsilon."""
-    weight_decay: float = Field(0.1, ge=0)
+    weight_decay: float = Field(0.1, ge=0, le=100)
     """Weight decay (not applied to norms and biases)."""
-    grad_clip: float | None = Field(1.0, ge=0)
+    grad_clip: float | None = Field(1.0, ge=0, le=1e6)
     """Clip the global gradient norm to this value (default 1.0); 0 or null: no clipping."""
-    z_loss: float = Field(0.0, ge=0)
+    z_loss: float = Field(0.0, ge=0, le=100)
     """Coefficient of the z-loss (log Z squared) on the output logits."""
 
 
@@ -317,7 +338,7 @@ class ScheduleSpec(SpecModel):
     """Linear warmup from 0 to the peak LR."""
     decay: DurationField | None = None
     """wsd: length of the final decay; cosine/linear: length of the decay after warmup (omitted: until the run's end)."""
-    min_lr_ratio: float = Field(0.0, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0, le=1e3)
     """Floor as a fraction of the peak."""
 
 
@@ -332,7 +353,7 @@ class PrecisionSpec(SpecModel):
     """Adam moment dtype."""
     loss_scaling: Literal["none", "static", "dynamic"] = "none"
     """Loss scaling (needed with fp16)."""
-    loss_scale: float | None = Field(None, gt=0)
+    loss_scale: float | None = Field(None, gt=0, le=2.0**64)
     """Initial (dynamic) or fixed (static) loss scale."""
 
 
@@ -343,11 +364,11 @@ class PhaseSpec(SpecModel):
     """What the phase is for; the audit checks that the anneal phase carries the schedule's decay (planning only: read by the audit, not by any stage)."""
     tokens: DurationField
     """Training tokens of the phase: '<count> tokens', '<count> steps' or '<p>%' of the run."""
-    mixture: dict[str, float]
+    mixture: dict[str, Weight]
     """Source name -> sampling weight (weights sum to 1)."""
-    seq_len: int | None = Field(None, ge=1)
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
     """Context length in this phase (default: model.seq_len); applies to this phase only."""
-    rope_theta: float | None = Field(None, gt=0)
+    rope_theta: float | None = Field(None, gt=0, le=MAX_ROPE_THETA)
     """RoPE base in this phase (default: model.rope_theta); applies to this phase only."""
     parallelism: ParallelismOverride | None = None
     """Parallelism overrides for this phase only."""
@@ -357,8 +378,8 @@ class PhaseSpec(SpecModel):
 
 class CheckpointSpec(SpecModel):
     every: DurationField | None = None
-    """Interval between checkpoints (a checkpoint is always written at the end of each phase as well)."""
-    keep: int = Field(3, ge=1)
+    """Interval between checkpoints, more than 0 (a checkpoint is always written at the end of each phase as well)."""
+    keep: int = Field(3, ge=1, le=10_000)
     """Checkpoints retained."""
     state: list[Literal["model", "optimizer", "scheduler", "rng", "data", "scaler"]] = [
         "model",
@@ -369,17 +390,27 @@ class CheckpointSpec(SpecModel):
     ]
     """What a checkpoint holds; resuming exactly needs all of model, optimizer, scheduler, rng, data (+ scaler with fp16)."""
 
+    @field_validator("every")
+    @classmethod
+    def _every_positive(cls, every: Duration | None) -> Duration | None:
+        # 0 would checkpoint every step: train/config.py rounds the interval up to max(1, steps)
+        if every is not None and not every.amount > 0:
+            raise ValueError(
+                f"checkpoint.every must be more than 0 (got {every}); omit it to checkpoint at phase ends only"
+            )
+        return every
+
 
 class SpikeSpec(SpecModel):
-    zscore: float = Field(5.0, gt=0)
+    zscore: float = Field(5.0, gt=0, le=1e6)
     """A loss this many standard deviations above the recent mean is a spike."""
-    window: int = Field(200, ge=2)
+    window: int = Field(200, ge=2, le=1_000_000)
     """Steps in the running statistics."""
     action: Literal["log", "skip", "rollback"] = "log"
     """log it, skip the batch, or roll back to the last checkpoint and skip the offending data."""
     rollback: DurationField | None = None
     """How far before the spike to roll back."""
-    max_retries: int = Field(3, ge=0)
+    max_retries: int = Field(3, ge=0, le=1000)
     """Rollbacks allowed before the run stops."""
     max_skips_per_window: int = Field(10, ge=1, le=1_000_000)
     """Batches skipped (by skip or rollback) allowed within any `window` consecutive data steps; one more
@@ -405,7 +436,7 @@ class EvalTaskSpec(SpecModel):
     """JSONL file of examples (format in the README); or use from_heldout."""
     from_heldout: str | None = None
     """Build the task from this source's held-out documents (continuation of a document's first half)."""
-    examples: int = Field(100, ge=1)
+    examples: int = Field(100, ge=1, le=1_000_000)
     """Examples built with from_heldout."""
 
 
@@ -435,8 +466,8 @@ class RunSpec(SpecModel):
     """Names artifacts, reports and MLflow runs."""
     description: str = Field("", json_schema_extra=PLANNING_ONLY)
     """Free text, shown in the reports (planning only: read by the audit, not by any stage)."""
-    seed: int = 0
-    """Seed of data order and initialization."""
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT)
+    """Seed of data order and initialization, in [0, 2^63) (torch.manual_seed and numpy take it)."""
     hardware: HardwareSpec
     """Where it runs."""
     budget: BudgetSpec = BudgetSpec()
@@ -459,7 +490,7 @@ class RunSpec(SpecModel):
     """Numeric formats."""
     tokens: Count = Field(ge=1)
     """Total training tokens; phases may be given in % of it."""
-    phases: list[PhaseSpec]
+    phases: list[PhaseSpec] = Field(max_length=MAX_PHASES)
     """Run in order; the LR schedule and the token count run across all of them."""
     checkpoint: CheckpointSpec = CheckpointSpec()
     """Checkpointing."""

@@ -68,6 +68,18 @@ def _total(ctx: Context, s: PhaseSettings) -> float:
     ).total
 
 
+def smaller_divisors(m: int) -> list[int]:
+    """The divisors of m below m, largest first, by trial division up to sqrt(m): a micro_batch of
+    2^20 (the schema's bound) costs 1,024 trials, not a million."""
+    low, d = [], 1
+    while d * d <= m:
+        if m % d == 0:
+            low.append(d)
+        d += 1
+    high = [m // d for d in reversed(low) if d * d != m]
+    return [x for x in reversed(low + high) if x < m]
+
+
 def _with_parallelism(s: PhaseSettings, **update: Any) -> PhaseSettings:
     par = s.parallelism.model_copy(update=update)
     mp = par.tensor * par.pipeline * par.context
@@ -99,8 +111,7 @@ def _knobs(s: PhaseSettings) -> list[list[Option]]:
                 " (same global batch)",
                 replace(s, micro_batch=d, grad_accum=s.grad_accum * (m // d)),
             )
-            for d in range(m - 1, 0, -1)
-            if m % d == 0
+            for d in smaller_divisors(m)
         ]
     )
     if s.data_parallel > 1 and par.sharding != "fsdp":
