@@ -93,3 +93,11 @@ def test_summary_table_shows_failed_and_skipped_rows():
     lines = gpu_check.summary_table(rows).splitlines()
     assert lines[2].split()[-1] == "error" and lines[3].split()[-1] == "skipped"
     assert lines[4].split()[4:9] == ["123,456", "41.0%", "12.50", "9.25", "0.74"]
+
+
+def test_verify_speed_reports_both_hashes(capsys):
+    from runlib.bench import verify_speed
+
+    verify_speed.main(["--gib", "0.02", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "sha256" in out and "runlib" in out and "x" in out.splitlines()[-1]

@@ -25,8 +25,8 @@ from runlib.workflow.manifest import read_manifest
 from tests.conftest import ROOT
 from tests.workflow.conftest import TINY
 
-# the training launches share the cores: one xdist worker for the module, beside the other launches
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("phase_training")]
+# one xdist worker runs the module, so the reference chain is built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
 SEED = 8
 TRIALS = {"curate_shard": 2, "curate_source": 2, "train_tokenizer": 2, "tokenize": 2, "train_phase": 3, "eval_phase": 2}
 # files holding measurements of the job that wrote them (throughput, memory, the tokens it trained):
