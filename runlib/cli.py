@@ -141,7 +141,7 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
     if not args.spec:
         raise UserError(f"runlib {args.stage.replace('_', '-')}: give --spec (or set RUNLIB_SPEC)")
-    run_stage(args.stage, args.spec, args.key, track=not args.no_track)
+    run_stage(args.stage, args.spec, args.key)
     return 0
 
 
@@ -160,7 +160,7 @@ def _cmd_track(args: argparse.Namespace) -> int:
         raise UserError("runlib track: give --resync (rebuild the spec's MLflow records from the manifests)")
     if not args.spec:
         raise UserError("runlib track --resync: give the spec (or set RUNLIB_SPEC)")
-    return main_resync(args.spec)
+    return main_resync(args.spec, stamp=args.stamp)
 
 
 STAGE_COMMANDS = {
@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(command, help=f"stage: {text}")
         p.add_argument("--spec", default=os.environ.get("RUNLIB_SPEC"), help="run spec (YAML); default $RUNLIB_SPEC")
         p.add_argument("--key", required=True, help="the stage key (the artifact folder name)")
-        p.add_argument("--no-track", action="store_true", help="do not record the stage in MLflow")
+        # stages never record themselves in MLflow (the workflow's track rule does); kept for old scripts
+        p.add_argument("--no-track", action="store_true", help=argparse.SUPPRESS)
         p.set_defaults(func=_cmd_stage, stage=command.replace("-", "_"))
 
     p = sub.add_parser("report", help="write the run report (loss, LR, eval tables, wall time per stage)")
@@ -227,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--resync",
         action="store_true",
         help="record every built artifact of the spec that MLflow lacks (parent run, one child per artifact)",
+    )
+    p.add_argument(
+        "--stamp",
+        metavar="FILE",
+        help="the workflow's track rule: write FILE when done, and make a tracking failure a warning (exit 0)",
     )
     p.set_defaults(func=_cmd_track)
 

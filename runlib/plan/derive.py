@@ -197,6 +197,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                     s,
                     accelerator.runtime_overhead_gib,
                     nodes=spec.hardware.nodes,
+                    accelerator=spec.hardware.accelerator,
                 ),
                 hours=phase_flops / throughput / 3600 if throughput > 0 else math.inf,
             )

@@ -20,6 +20,35 @@ p micro-batches of L/p layers: L layers' worth (Megatron theoretical_memory_usag
 Logits: fp32 logits of the micro-batch, 4*s*b*V/t (Megatron theoretical_memory_usage.py L369-377).
 FSDP (and HSDP) gathers one layer ahead: 2 unsharded 16-bit layers. Plus the runtime overhead of
 the device.
+
+CPU (hardware.accelerator "cpu": a device is one core running one training process, and what is
+measured is that process's peak RSS; `cpu_phase_memory`). What runlib's CPU path allocates, read from
+runlib/model/transformer.py and runlib/train/accumulate.py, the attention kernel checked with
+torch.profiler(profile_memory=True) on torch 2.13:
+  * attention: F.scaled_dot_product_attention dispatches to the fused CPU flash kernel
+    (aten::_scaled_dot_product_flash_attention_for_cpu and its backward), with the document mask
+    and with GQA: no [b, a, s, s] scores are stored. But the boolean document mask [b, 1, s, s] is
+    turned into an additive mask of the activation dtype inside every call and saved for the
+    backward: b*s^2 values per layer (when rows hold several documents, as packing `document` does);
+  * saved per layer: the block input and the residual after attention (RMSNorm inputs, 2sbh), both
+    norm outputs (the inputs of the q/k/v and w1/w3 projections, 2sbh), RoPE-rotated q, k and v
+    (sb(a*hd + 2*kv*hd)), the kernel's output (sb*a*hd) and its head-merged copy, the o-projection's
+    input (sb*a*hd), the MLP hidden: SwiGLU keeps 4sbf (w1 out, silu out, w3 out, product), GELU 2sbf;
+    QK-norm adds its inputs (sb(a + kv)hd); selective recompute (Attention.recompute_core) drops the
+    kernel's output and the additive mask, which the recomputed core rebuilds;
+  * outside the layers: the final norm's input and output (2sbh) and the fp32 logits [sb, V] with
+    their gradient (one [sb, V] tensor: accumulate.py's token_losses writes it in place), plus, under
+    16-bit compute, the 16-bit logits before the fp32 cast;
+  * held-out evaluation (monitor.eval_every, and at the phase's end) runs in the same process under
+    no_grad: batches of 8 windows (runlib/eval/heldout.py), whose fp32 logits and cross-entropy
+    log-softmax are 2 x 4*8*s*V bytes. It adds to the step's transient rather than reusing it: glibc
+    malloc keeps the step's freed blocks in its arenas (it returns memory to the system only from the
+    top of a heap), and the evaluation's differently sized blocks do not fit them. Measured: taking the
+    larger of the two underestimates the demo's long phase by 20%, the sum fits every phase within 3%;
+  * DDP (sharding none, data parallel > 1) keeps its gradient buckets beside the gradients (torch's
+    default gradient_as_bucket_view=False: one more copy of the gradients);
+  * the runtime: CPU_RUNTIME_BYTES (measured, see the constant).
+The breakdown's `logits` is the step's logits and gradient plus the evaluation's logits and log-softmax.
 """
 
 from __future__ import annotations
@@ -31,6 +60,16 @@ from runlib.plan.params import ParamCounts, head_dim, kv_heads
 from runlib.spec.models import ModelSpec, PrecisionSpec
 
 GIB = 2**30
+MIB = 2**20
+
+# What one runlib.train.worker process holds whatever the model's size: the interpreter with torch
+# 2.13.0+cpu, accelerate 1.15 and runlib.train (283 MiB), the gloo process group and the phase's loader
+# (291 MiB before the model is built), then the DDP reducer, the optimizer's and the checkpoint's
+# imports and the autograd and gloo threads. Fitted as the peak RSS minus the modelled parts over the
+# demo's foundation and long phases and the tiny spec's foundation phase (2 processes, x86-64 Linux,
+# Python 3.11; `python -m runlib.bench.memory_check`, 2026-12): 340.5, 335 and 343.5 MiB.
+CPU_RUNTIME_BYTES = 340 * MIB
+HELDOUT_BATCH = 8  # windows per held-out forward (runlib.eval.heldout.heldout_metrics' batch_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +140,34 @@ def activation_bytes_per_layer(
     return values * act_bytes / tensor
 
 
+def cpu_activation_bytes_per_layer(
+    model: ModelSpec,
+    seq_len: int,
+    micro_batch: int,
+    tensor: int,
+    context: int,
+    act_bytes: int,
+    selective: bool = False,
+) -> float:
+    """Bytes one layer keeps for its backward on runlib's CPU path (module docstring: CPU)."""
+    s, b, h, f = seq_len / context, micro_batch, model.d_model, model.d_ff
+    hd, a, kv = head_dim(model), model.heads, kv_heads(model)
+    values = (
+        s
+        * b
+        * (
+            4 * h  # two norm inputs, two norm outputs
+            + a * hd
+            + 2 * kv * hd  # RoPE-rotated q, k; v
+            + (1 if selective else 2) * a * hd  # the kernel's output (not under selective), the o-projection's input
+            + (4 * f if model.activation == "swiglu" else 2 * f)  # MLP hidden
+            + ((a + kv) * hd if model.qk_norm else 0)  # QK-norm inputs
+        )
+    )
+    mask = 0 if selective else b * s * seq_len  # the additive document mask [b, 1, s, s], keys over the whole row
+    return (values / tensor + mask) * act_bytes
+
+
 def shard_degree(sharding: str, data_parallel: int, nodes: int) -> int:
     """Ranks one copy of the sharded states is split over: d, or for hsdp the data-parallel ranks of one node."""
     return max(1, data_parallel // nodes) if sharding == "hsdp" else data_parallel
@@ -114,7 +181,11 @@ def phase_memory(
     settings: PhaseSettings,
     runtime_overhead_gib: float,
     nodes: int = 1,
+    accelerator: str | None = None,
 ) -> MemoryBreakdown:
+    """The breakdown per device; accelerator "cpu" (hardware.accelerator) uses the CPU model below."""
+    if accelerator == "cpu":
+        return cpu_phase_memory(model, precision, params, vocab_rows, settings, nodes)
     par = settings.parallelism
     d = shard_degree(par.sharding, settings.data_parallel, nodes)
     n_local = params.total / (par.tensor * par.pipeline)
@@ -142,4 +213,45 @@ def phase_memory(
     logits = 4.0 * settings.seq_len / par.context * settings.micro_batch * vocab_rows / par.tensor
     return MemoryBreakdown(
         weights, master, gradients, optimizer, activations, logits, buffers, runtime_overhead_gib * GIB
+    )
+
+
+def cpu_phase_memory(
+    model: ModelSpec,
+    precision: PrecisionSpec,
+    params: ParamCounts,
+    vocab_rows: int,
+    settings: PhaseSettings,
+    nodes: int = 1,
+) -> MemoryBreakdown:
+    """Peak RSS of one CPU training process (module docstring: CPU): model states as on GPU, DDP's
+    gradient buckets, the CPU path's activations, the step's and the evaluation's logits, CPU_RUNTIME_BYTES."""
+    par = settings.parallelism
+    states = phase_memory(model, precision, params, vocab_rows, settings, 0.0, nodes)
+    buffers = states.buffers
+    if par.sharding == "none" and settings.data_parallel > 1:
+        buffers += params.total / (par.tensor * par.pipeline) * state_bytes_per_param(precision)[2]
+    act_bytes = 4 if precision.compute == "fp32" else 2
+    s, b, t = settings.seq_len / par.context, settings.micro_batch, par.tensor
+    selective = par.activation_checkpointing == "selective"
+    per_layer = cpu_activation_bytes_per_layer(model, settings.seq_len, b, t, par.context, act_bytes, selective)
+    in_flight = min(1.0, settings.grad_accum / par.pipeline) if par.pipeline > 1 else 1.0
+    if par.activation_checkpointing == "full":
+        activations = model.layers * s * b * model.d_model * act_bytes / t * in_flight + per_layer
+    else:
+        activations = model.layers * per_layer * in_flight
+    activations += 2 * s * b * model.d_model * act_bytes / t  # the final norm's input and output
+    # fp32 logits and their gradient (16-bit compute also holds the lm_head's 16-bit output), plus the
+    # held-out evaluation's fp32 logits and log-softmax over HELDOUT_BATCH whole windows
+    step_logits = (8.0 + (0 if act_bytes == 4 else 2)) * s * b * vocab_rows / t
+    eval_logits = 2 * 4.0 * HELDOUT_BATCH * settings.seq_len * vocab_rows / t
+    return MemoryBreakdown(
+        states.weights,
+        states.master_weights,
+        states.gradients,
+        states.optimizer_states,
+        activations,
+        step_logits + eval_logits,
+        buffers,
+        CPU_RUNTIME_BYTES,
     )

@@ -6,11 +6,11 @@ import json
 import re
 from typing import Any
 
-try:  # MLflow's own limits when it is installed; the MLflow 3 values otherwise
-    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH
-except ImportError:  # pragma: no cover - mlflow is a dependency of the stages
-    MAX_PARAM_VAL_LENGTH = 6000
-    MAX_ENTITY_KEY_LENGTH = 250
+# MLflow's limits (mlflow/utils/validation.py, MLflow 3.x), spelled out so that importing this module
+# does not import mlflow (1.5 CPU-s): the Snakefile's process reads the track stamps' paths through
+# runlib.track; tests/track/test_mlflow_track.py checks that they equal the installed MLflow's.
+MAX_PARAM_VAL_LENGTH = 6000
+MAX_ENTITY_KEY_LENGTH = 250
 
 _BAD_KEY_CHARS = re.compile(r"[^\w.\- :]")  # MLflow param/metric names: alphanumerics, _ . - space colon
 

@@ -1,9 +1,11 @@
 """MLflow tracking of a spec run: one parent run per spec, one child run per stage artifact.
 
 The tracking URI is machine-local (runlib.workflow.settings.tracking_uri(): MLFLOW_TRACKING_URI, or
-a SQLite file in the work directory). Stage commands call `log_stage` after their artifact is
-committed; tracking never fails a stage: when MLflow is unreachable `log_stage` prints one warning
-line and returns None.
+a SQLite file in the work directory). Stage jobs do not call this module (importing mlflow costs a
+stage job 1.5 CPU-s, logging 1.1 s more): the workflow's track rule records every built artifact of the
+spec in one process (runlib.track.resync), after each training phase and before the report. Tracking
+never fails a stage: when MLflow is unreachable `log_stage` prints one warning line and returns None,
+and the track rule warns and goes on. mlflow is imported only inside the functions that talk to it.
 
 The parent run of a spec is found by its tags (runlib.kind=parent, runlib.spec_key, runlib.spec_name)
 or created, under an fcntl lock in <work>/locks, so stage jobs that start together share one parent.
@@ -302,6 +304,27 @@ def parent_run(spec: RunSpec, spec_path: str | Path | None) -> str:
 # ------------------------------------------------------------------------------------- the stages
 
 
+def parent_identity(spec: RunSpec) -> str:
+    """Which parent run a spec's records go to: its store, its experiment and its parent's name (the spec's
+    name and key). Names the track rule's stamps (runlib.workflow.snake), so a renamed spec, another
+    experiment or another MLFLOW_TRACKING_URI is tracked anew."""
+    text = "\n".join((tracking_uri(), experiment_name(spec), parent_run_name(spec)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def recorded_keys(client: MlflowClient, experiment_id: str, parent_id: str) -> set[str]:
+    """The artifact keys the parent has a complete child for (one paged search, not one per artifact)."""
+    filter_string = f"tags.`mlflow.parentRunId` = '{_quote(parent_id)}' and tags.`runlib.kind` = 'stage'"
+    keys: set[str] = set()
+    token = None
+    while True:
+        page = _retry(client.search_runs, [experiment_id], filter_string=filter_string, page_token=token)
+        keys.update(r.data.tags["runlib.key"] for r in page if "runlib.key" in r.data.tags)
+        token = page.token
+        if not token:
+            return keys
+
+
 def manifest_digest(manifest: Manifest) -> str:
     return hashlib.sha256(canonical(manifest.model_dump(mode="json")).encode()).hexdigest()[:16]
 
@@ -324,13 +347,14 @@ def _log_stage(
     node: StageNode,
     manifest: Manifest,
     artifact_files: Iterable[str | Path],
+    parent: tuple[MlflowClient, str, str] | None = None,
 ) -> tuple[str, bool]:
     """(the child run's id, whether this call created it). Idempotent: when the spec's parent already has a
     complete child for this artifact key (a rerun that found the artifact built, a second spec or run that
     waited for another's build, `runlib track --resync`), nothing is logged; children a killed job left
     incomplete are deleted and the record is made again. Under a per-key lock, so two processes of this
-    machine do not both log the same child."""
-    client, experiment_id, parent_id = _parent(spec, spec_path)
+    machine do not both log the same child. `parent`: _parent's answer, when the caller has it already."""
+    client, experiment_id, parent_id = parent or _parent(spec, spec_path)
     with _file_lock(f"mlflow-stage-{node.key}.lock"):
         existing, incomplete = _stage_children(client, experiment_id, parent_id, node.key)
         if existing:

@@ -1,10 +1,18 @@
-"""`runlib track --resync [SPEC]`: rebuild a spec's MLflow records from the manifests on disk.
+"""`runlib track --resync [SPEC]`: record a spec's built artifacts in MLflow from the manifests on disk.
 
-Every artifact of the spec that is built (its manifest reads) gets a child run of the spec's parent run,
-exactly as the stage would have logged it (runlib.track.mlflow_track.log_stage: counts, the config as
-params, metrics.jsonl / eval.json as metric histories, the manifest and the tracked files as MLflow
-artifacts); the parent is created when missing. Artifacts already recorded (a child with their key) are
-left alone, so a resync can be repeated, and after `rm mlflow.db` it brings every child back.
+Every artifact of the spec that is built (its manifest reads) gets a child run of the spec's parent run
+(runlib.track.mlflow_track: counts, the config as params, metrics.jsonl / eval.json as metric histories,
+the manifest and the tracked files as MLflow artifacts); the parent is created when missing. Artifacts
+already recorded (a child with their key) are left alone, so a resync can be repeated, and after
+`rm mlflow.db` it brings every child back.
+
+This is also how a workflow run is tracked: stage jobs never import mlflow; the track rule
+(rules/track.smk) runs `runlib track --resync --stamp FILE` after each training phase (its evaluation
+included) and before the report, so MLflow shows a phase's curves while the next one trains, and a
+thousand curation shards cost one MLflow process, not a thousand. One process pays for mlflow's import
+once, finds the parent once and lists its recorded children with one paged search; only the artifacts
+not yet recorded are logged (each under its per-key lock, re-checked there). With --stamp, a tracking
+failure is a warning, never a failed workflow: the next track step, or `runlib track --resync`, retries.
 """
 
 from __future__ import annotations
@@ -37,10 +45,12 @@ def resync(spec_path: str | Path) -> list[Resynced]:
     uri = tracking_uri()
     try:
         mlflow_track._probe(uri)
-        mlflow_track.parent_run(spec, spec_path)
+        parent = mlflow_track._parent(spec, spec_path)
+        recorded = mlflow_track.recorded_keys(*parent)
     except Exception as exc:
+        message = " ".join(str(exc).split())[:300]
         raise UserError(
-            f"runlib track --resync: MLflow tracking at {uri} failed ({type(exc).__name__}: {exc})"
+            f"runlib track --resync: MLflow tracking at {uri} failed ({type(exc).__name__}: {message})"
         ) from None
     out = []
     for node in graph.nodes:
@@ -52,9 +62,12 @@ def resync(spec_path: str | Path) -> list[Resynced]:
         if manifest is None:
             out.append(Resynced(node.instance, "not built"))
             continue
+        if node.key in recorded:
+            out.append(Resynced(node.instance, "recorded"))
+            continue
         files = [node.dir / f for f in TRACKED_FILES.get(node.stage, []) if (node.dir / f).exists()]
         try:
-            _, created = mlflow_track._log_stage(spec, spec_path, node, manifest, files)
+            _, created = mlflow_track._log_stage(spec, spec_path, node, manifest, files, parent=parent)
         except Exception as exc:
             message = " ".join(str(exc).split())[:300]
             out.append(Resynced(node.instance, f"FAILED: {type(exc).__name__}: {message}"))
@@ -63,22 +76,40 @@ def resync(spec_path: str | Path) -> list[Resynced]:
     return out
 
 
-def main_resync(spec_path: str | Path) -> int:
-    """Print one line per stage instance and a summary; 2 when any built artifact could not be recorded."""
+def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
+    """Print one line per stage instance and a summary; 2 when any built artifact could not be recorded.
+
+    With `stamp` (the workflow's track rule): a failure is a warning on stderr and the exit status 0, and
+    the stamp file is written either way (its text says what was recorded)."""
+    from runlib.util.atomic import write_text_atomic
     from runlib.workflow.settings import tracking_uri
 
     started = time.monotonic()
-    rows = resync(spec_path)
+    try:
+        rows = resync(spec_path)
+    except UserError as exc:
+        if stamp is None:
+            raise
+        print(f"runlib: warning: {exc}; the run goes on untracked (retry: runlib track --resync)", file=sys.stderr)
+        write_text_atomic(Path(stamp), f"not recorded: {exc}\n")
+        return 0
     for row in rows:
         print(f"  {row.instance:<32} {row.status}")
     failed = sum(row.status.startswith("FAILED") for row in rows)
     logged = sum(row.status == "logged" for row in rows)
     recorded = sum(row.status == "recorded" for row in rows)
-    print(
+    summary = (
         f"{logged} logged, {recorded} already recorded, {sum(r.status == 'not built' for r in rows)} not built, "
         f"{failed} failed; MLflow at {tracking_uri()} ({time.monotonic() - started:.1f} s)"
     )
+    print(summary)
+    if stamp is not None:
+        write_text_atomic(Path(stamp), summary + "\n")
     if failed:
-        print(f"runlib track --resync: {failed} built artifact(s) not recorded (listed above)", file=sys.stderr)
+        what = f"{failed} built artifact(s) not recorded (listed above)"
+        if stamp is not None:
+            print(f"runlib: warning: {what}; retry with: runlib track --resync", file=sys.stderr)
+            return 0
+        print(f"runlib track --resync: {what}", file=sys.stderr)
         return 2
     return 0

@@ -43,12 +43,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runlib import __version__
 from runlib.errors import UserError
 from runlib.util.hashing import file_digest
-from runlib.workflow.graph import StageNode
 from runlib.workflow.manifest import (
     MANIFEST,
     Manifest,
@@ -59,6 +58,9 @@ from runlib.workflow.manifest import (
     write_manifest,
 )
 from runlib.workflow.settings import lock_file
+
+if TYPE_CHECKING:
+    from runlib.workflow.graph import StageNode
 
 __all__ = [
     "MANIFEST",

@@ -18,6 +18,13 @@ Snakemake must never delete one:
   from the environment), so the code trigger cannot fire when another spec shares an artifact; every
   path in it is quoted (`{log:q}`: a work directory with spaces works);
 - rules have no params, so the params trigger has nothing to compare.
+
+Tracking (runlib.track) is a rule of its own, `track` (a local rule): after each training phase and its
+evaluation, one job records every built artifact of the spec in MLflow (`runlib track --resync --stamp`);
+the report waits for all of them. Its stamp is named by the phase's key and the spec's MLflow parent
+(store, experiment, spec name and key: runlib.track.mlflow_track.parent_identity), its inputs are ancient
+done stamps: a rebuilt artifact (same key) is not tracked again, a renamed spec or another tracking URI is.
+Stage jobs never import mlflow.
 """
 
 from __future__ import annotations
@@ -161,13 +168,43 @@ class Workflow:
         names = of(phases[0].key).keys() if phases else ()
         return {name: value(name) for name in names}
 
+    def tracked(self, key: str = "{key}") -> str:
+        """The track rule's stamp for the training phase with `key`, under this spec's MLflow parent."""
+        from runlib.track.mlflow_track import parent_identity
+
+        if not hasattr(self, "_parent_identity"):
+            self._parent_identity = parent_identity(self.spec)
+        return str(self.work / "tracked" / self._parent_identity / key)
+
+    def track_log(self) -> str:
+        return str(Path(self.log("track", "{key}")).parent / Path(self.tracked()).parent.name / "{key}.log")
+
+    def track_inputs(self):
+        """An input function for the track rule: the done stamps of a training phase and of its evaluations,
+        marked ancient (a rebuilt artifact keeps its key, so its record stands)."""
+        from snakemake.io import ancient
+
+        def function(wildcards) -> list[str]:
+            train = self.graph.by_key("train_phase", wildcards.key)
+            evals = [n for n in self.graph.of("eval_phase") if train.key in n.inputs.values()]
+            return [ancient(self.done(n.stage, n.key)) for n in [train, *evals]]
+
+        return function
+
+    def track_targets(self) -> list[str]:
+        """One track stamp per training phase (the data stages are recorded by the first)."""
+        return [self.tracked(n.key) for n in self.graph.of("train_phase")]
+
     def report(self) -> dict[str, str]:
         """The run report: a view for people, rebuilt whenever a stage it shows changes key."""
         run_dir = Path("reports") / self.spec.name / "run"
         return {"markdown": str(run_dir / "report.md"), "html": str(run_dir / "report.html")}
 
     def report_inputs(self) -> list[str]:
-        return [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in ("train_phase", "eval_phase")]
+        """The training and evaluation done stamps, and the track stamps: the report logs itself to the
+        spec's parent run once every stage is recorded there."""
+        done = [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in ("train_phase", "eval_phase")]
+        return done + self.track_targets()
 
     def targets(self, *stages: str) -> list[str]:
         """Both outputs of every node of these stages (all stages when none are named): Snakemake reruns a

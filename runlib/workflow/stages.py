@@ -1,7 +1,12 @@
-"""Run one stage instance: find it in the spec's graph by key, verify its inputs, build its artifact
-under the commit protocol of runlib.workflow.artifacts, record it in MLflow. One function per stage
-adapts the graph to the stage code, which receives the node's config and its inputs' artifact
-directories, never the spec.
+"""Run one stage instance: build (or find built) its artifact under the commit protocol of
+runlib.workflow.artifacts and write its stamps. One function per stage adapts the graph to the stage
+code, which receives the node's config and its inputs' artifact directories, never the spec.
+
+A stage job does not record itself in MLflow: the workflow's `track` rule (rules/track.smk, `runlib
+track --resync --stamp`) logs the manifests of every built artifact in one process, after each training
+phase and before the report (runlib.track.resync). So no stage job imports mlflow, and one whose artifact
+is already built (a rerun after a kill, another spec sharing it) needs neither the spec nor its graph:
+the stage and the key name the artifact's folder.
 
 Test-only: RUNLIB_FAULT_PAUSE_AFTER_COMMIT_S=<seconds> makes run_stage sleep that long after the
 artifact's commit and before its stamps, so the fault-injection tests
@@ -13,16 +18,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runlib.errors import UserError
-from runlib.spec import load_spec
 from runlib.util.atomic import write_text_atomic
-from runlib.workflow.artifacts import build_artifact, build_lock, is_built, remove_orphans, verify_node
-from runlib.workflow.graph import StageGraph, StageNode, build_graph
-from runlib.workflow.manifest import Manifest
-from runlib.workflow.settings import built_marker, done_stamp
+from runlib.workflow.settings import artifacts_dir, built_marker, done_stamp
+
+if TYPE_CHECKING:
+    from runlib.workflow.graph import StageGraph, StageNode
+    from runlib.workflow.manifest import Manifest
 
 FAULT_PAUSE_ENV = "RUNLIB_FAULT_PAUSE_AFTER_COMMIT_S"
 
@@ -82,11 +88,31 @@ BUILDERS = {
     "train_phase": _train_phase,
     "eval_phase": _eval_phase,
 }
-TRACKED_FILES = {
+TRACKED_FILES = {  # what the track step attaches to a stage's MLflow run besides its manifest
     "train_tokenizer": ["tokenizer.json"],
     "train_phase": ["metrics.jsonl", "spikes.json"],
     "eval_phase": ["eval.json"],
 }
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """An artifact named by its stage and key alone (no spec, no graph): what the lock, the orphan
+    cleanup and the cheap verification of runlib.workflow.artifacts read of a StageNode."""
+
+    stage: str
+    key: str
+    instance: str
+
+    @property
+    def dir(self) -> Path:
+        return artifacts_dir() / self.stage / self.key
+
+    @property
+    def manifest_path(self) -> Path:
+        from runlib.workflow.manifest import MANIFEST
+
+        return self.dir / MANIFEST
 
 
 def _fault_pause() -> None:
@@ -97,39 +123,60 @@ def _fault_pause() -> None:
         time.sleep(float(seconds))
 
 
-def run_stage(stage: str, spec_path: str, key: str, track: bool = True) -> Manifest:
-    """Build (or find built) the artifact of `stage` with `key`, write its stamps, record it in MLflow.
+def _stamp(stage: str, key: str, manifest: Manifest) -> None:
+    write_text_atomic(built_marker(stage, key), manifest.content_hash + "\n")
+    write_text_atomic(done_stamp(stage, key), manifest.content_hash + "\n")
+
+
+def run_stage(stage: str, spec_path: str, key: str) -> Manifest:
+    """Build (or find built) the artifact of `stage` with `key` and write its stamps.
 
     Under the artifact's build lock: orphans of killed builds are removed; a built artifact is verified
-    cheaply (manifest checksum, sizes) and stamped, never rebuilt; otherwise every input is verified in
-    full (sizes and digests) before the stage runs. A mismatch is an ArtifactError (exit 2) naming the
-    artifact, the file and the commands that rebuild it."""
-    loaded = load_spec(spec_path)
-    graph = build_graph(loaded.spec)
-    node = graph.by_key(stage, key)
-    with build_lock(node):
-        for orphan in remove_orphans(node):
-            print(f"{node.instance}: removed {orphan} (left by a killed build)", file=sys.stderr)
-        if is_built(node):
-            manifest = verify_node(node, full=False, spec_path=spec_path)
-            print(f"{node.instance}: already built at {node.dir}", file=sys.stderr)
-        else:
-            inputs = graph.input_nodes(node)
-            missing = [n.instance for n in inputs.values() if not is_built(n)]
-            if missing:
-                raise UserError(
-                    f"{node.instance}: inputs not built yet: {', '.join(missing)} (run snakemake, not the stage alone)"
-                )
-            for n in inputs.values():
-                verify_node(n, full=True, spec_path=spec_path)
-            manifest = build_artifact(node, lambda tmp: BUILDERS[stage](graph, node, tmp))
-            print(f"{node.instance}: built {node.dir} in {manifest.timings.wall_seconds} s", file=sys.stderr)
-            _fault_pause()
-        write_text_atomic(built_marker(stage, key), manifest.content_hash + "\n")
-        write_text_atomic(done_stamp(stage, key), manifest.content_hash + "\n")
-        if track:  # log_stage skips a key its spec's parent run already has (runlib.track.mlflow_track)
-            from runlib.track.mlflow_track import log_stage
+    cheaply (manifest checksum, sizes) and stamped, never rebuilt, without loading the spec; otherwise
+    the spec's graph gives the node, every input is verified in full (sizes and digests) and the stage
+    runs. A mismatch is an ArtifactError (exit 2) naming the artifact, the file and the commands that
+    rebuild it."""
+    from runlib.workflow.artifacts import build_lock, is_built, remove_orphans, verify_artifact
 
-            files = [node.dir / f for f in TRACKED_FILES.get(stage, [])]
-            log_stage(loaded.spec, spec_path, node, manifest, files)
+    if stage not in BUILDERS:
+        raise UserError(f"runlib: unknown stage {stage!r}; one of {', '.join(BUILDERS)}")
+    ref = ArtifactRef(stage, key, f"{stage} {key}")
+    with build_lock(ref):  # an ArtifactRef: build_lock reads stage, key and instance only
+        for orphan in remove_orphans(ref):
+            print(f"{ref.instance}: removed {orphan} (left by a killed build)", file=sys.stderr)
+        if is_built(ref):
+            verification = verify_artifact(ref.dir, full=False)
+            if verification.ok and verification.manifest is not None:
+                manifest = verification.manifest
+                print(f"{manifest.instance}: already built at {ref.dir}", file=sys.stderr)
+                _stamp(stage, key, manifest)
+                return manifest
+        # not built, or built but failing the cheap check (the spec's graph names it in the error)
+        manifest = _build_from_spec(stage, spec_path, key)
+        _stamp(stage, key, manifest)
+    return manifest
+
+
+def _build_from_spec(stage: str, spec_path: str, key: str) -> Manifest:
+    """The slow path of run_stage, under the build lock: the node from the spec's graph, its inputs
+    verified in full, the build and its commit."""
+    from runlib.spec import load_spec
+    from runlib.workflow.artifacts import build_artifact, is_built, verify_node
+    from runlib.workflow.graph import build_graph
+
+    graph = build_graph(load_spec(spec_path).spec)
+    node = graph.by_key(stage, key)
+    if is_built(node):  # the cheap check failed: raise its ArtifactError, naming the instance
+        return verify_node(node, full=False, spec_path=spec_path)
+    inputs = graph.input_nodes(node)
+    missing = [n.instance for n in inputs.values() if not is_built(n)]
+    if missing:
+        raise UserError(
+            f"{node.instance}: inputs not built yet: {', '.join(missing)} (run snakemake, not the stage alone)"
+        )
+    for n in inputs.values():
+        verify_node(n, full=True, spec_path=spec_path)
+    manifest = build_artifact(node, lambda tmp: BUILDERS[stage](graph, node, tmp))
+    print(f"{node.instance}: built {node.dir} in {manifest.timings.wall_seconds} s", file=sys.stderr)
+    _fault_pause()
     return manifest

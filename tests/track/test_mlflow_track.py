@@ -24,7 +24,7 @@ from runlib.curate.config import CurateShardConfig, InputFile
 from runlib.spec import load_spec, validate_data
 from runlib.spec.models import CurateSpec, InputSpec
 from runlib.stageconfig import StageConfig
-from runlib.track.flatten import MAX_PARAM_VAL_LENGTH, flatten
+from runlib.track.flatten import MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH, flatten
 from runlib.workflow.graph import StageNode
 from runlib.workflow.keys import spec_key
 from runlib.workflow.manifest import Manifest
@@ -115,7 +115,12 @@ def test_flatten_dotted_keys_and_values() -> None:
     }
     long = flatten({"v": "y" * (MAX_PARAM_VAL_LENGTH + 100)})["v"]
     assert len(long) == MAX_PARAM_VAL_LENGTH and long.endswith("[truncated]")
-    assert MAX_PARAM_VAL_LENGTH == 6000  # MLflow 3's limit, read from mlflow.utils.validation
+    from mlflow.utils import validation  # the limits runlib spells out (so as not to import mlflow)
+
+    assert (MAX_PARAM_VAL_LENGTH, MAX_ENTITY_KEY_LENGTH) == (
+        validation.MAX_PARAM_VAL_LENGTH,
+        validation.MAX_ENTITY_KEY_LENGTH,
+    )
     assert list(flatten({"a/b": {"c@d": 1}})) == ["a_b.c_d"]  # invalid name characters replaced
 
 

@@ -99,8 +99,10 @@ def test_resync_rebuilds_the_store_and_log_stage_is_idempotent_by_key(
 
     assert main(["track", "--resync", str(spec_file)]) == 0
     check(capsys.readouterr().out, logged=3, recorded=0)
-    assert main(["track", "--resync", str(spec_file)]) == 0  # idempotent: nothing logged twice
+    stamp = work / "tracked" / "x" / train.key  # as the workflow's track rule runs it
+    assert main(["track", "--resync", str(spec_file), "--stamp", str(stamp)]) == 0  # idempotent: nothing logged twice
     check(capsys.readouterr().out, logged=0, recorded=3)
+    assert stamp.read_text().startswith("0 logged, 3 already recorded")
 
     # log_stage: another manifest of a recorded key logs nothing; an incomplete child is replaced
     first = read_manifest(shard.dir)
@@ -131,3 +133,33 @@ def test_track_usage_errors(work: Path, capsys: pytest.CaptureFixture[str], monk
     monkeypatch.delenv("RUNLIB_SPEC", raising=False)
     assert main(["track", str(TINY)]) == 2
     assert "give --resync" in capsys.readouterr().err
+
+
+def test_the_track_rule_warns_and_goes_on_when_mlflow_is_unreachable(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9: tracking runs in the workflow's track rule, not in the stage jobs; like log_stage before
+    it, it never fails the run (a stamp, a warning, exit 0), while a resync by hand exits 2."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # the discard port: nothing answers
+    stamp = work / "tracked" / "x" / "0123456789abcdef"
+    assert main(["track", "--resync", str(TINY), "--stamp", str(stamp)]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "no MLflow server answers at http://127.0.0.1:9" in err
+    assert "retry: runlib track --resync" in err and stamp.read_text().startswith("not recorded:")
+    assert main(["track", "--resync", str(TINY)]) == 2
+    assert "no MLflow server answers" in capsys.readouterr().err
+
+
+def test_the_parent_identity_names_store_experiment_and_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The track rule's stamps are named by it: a renamed spec, another experiment or another store is
+    tracked anew, an unchanged one is not."""
+    spec = load_spec(TINY).spec
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////tmp/a.db")
+    first = mlflow_track.parent_identity(spec)
+    assert mlflow_track.parent_identity(load_spec(TINY).spec) == first
+    renamed = spec.model_copy(update={"name": "other"})
+    experiment = spec.model_copy(update={"tracking": spec.tracking.model_copy(update={"experiment": "elsewhere"})})
+    identities = {first, mlflow_track.parent_identity(renamed), mlflow_track.parent_identity(experiment)}
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////tmp/b.db")
+    identities.add(mlflow_track.parent_identity(spec))
+    assert len(identities) == 4

@@ -41,7 +41,7 @@ def built_data(tmp_path_factory, graph) -> Path:
         mp.setenv("RUNLIB_WORK_DIR", str(work))
         for stage in DATA_STAGES:
             for node in graph.of(stage):
-                run_stage(stage, str(TINY), node.key, track=False)
+                run_stage(stage, str(TINY), node.key)
     return work
 
 
@@ -77,7 +77,7 @@ def test_flipped_bytes_in_final_pt_stop_the_next_phase(work, graph):
     fake_phase(first)
     flip(first.dir / "final.pt", 1000, 64)  # same size: only the digest tells
     with pytest.raises(UserError) as err:
-        run_stage("train_phase", str(TINY), second.key, track=False)
+        run_stage("train_phase", str(TINY), second.key)
     message = str(err.value)
     assert message.startswith(f"artifact train_phase/{first.key} (train_phase foundation): final.pt: its content")
     assert (
@@ -95,7 +95,7 @@ def test_a_zeroed_token_shard_stops_training(work, graph):
         f.write(bytes(zeroed))
     assert shard.stat().st_size == size
     with pytest.raises(UserError, match=rf"artifact tokenize/{tokens.key} \(tokenize code\): train\.bin: its content"):
-        run_stage("train_phase", str(TINY), graph.find("train_phase", phase=0).key, track=False)
+        run_stage("train_phase", str(TINY), graph.find("train_phase", phase=0).key)
 
 
 def test_an_edited_tokenizer_manifest_is_refused_on_every_read(work, graph):
@@ -107,7 +107,7 @@ def test_an_edited_tokenizer_manifest_is_refused_on_every_read(work, graph):
         read_manifest(tok.dir)  # what the trainer and the evaluator read eos_id through
     assert str(tok.manifest_path) in str(err.value) and "rebuild it with: rm -r" in str(err.value)
     with pytest.raises(UserError, match=rf"artifact train_tokenizer/{tok.key} \(train_tokenizer\): manifest\.json"):
-        run_stage("train_phase", str(TINY), graph.find("train_phase", phase=0).key, track=False)
+        run_stage("train_phase", str(TINY), graph.find("train_phase", phase=0).key)
 
 
 def test_a_truncated_artifact_is_refused_and_the_advice_rebuilds_it(work, graph):
@@ -116,10 +116,10 @@ def test_a_truncated_artifact_is_refused_and_the_advice_rebuilds_it(work, graph)
     docs = shard.dir / "docs.jsonl"
     docs.write_bytes(docs.read_bytes()[:-10])
     with pytest.raises(UserError, match=r"docs\.jsonl: \d+ bytes, the manifest says \d+") as err:
-        run_stage("curate_shard", str(TINY), shard.key, track=False)  # the cheap check of a built artifact
+        run_stage("curate_shard", str(TINY), shard.key)  # the cheap check of a built artifact
     assert f"rebuild it with: rm -r {shard.dir} && snakemake" in str(err.value)
     shutil.rmtree(shard.dir)  # what the message says; Snakemake then reruns this stage (the next test says why)
-    rebuilt = run_stage("curate_shard", str(TINY), shard.key, track=False)
+    rebuilt = run_stage("curate_shard", str(TINY), shard.key)
     assert rebuilt.content_hash == before.content_hash and done(shard).read_text().strip() == rebuilt.content_hash
 
 
@@ -131,7 +131,7 @@ def test_a_file_added_or_removed_after_the_build_fails_verification(work, graph)
     assert problems == ("stats.json: missing", "extra.txt: not in the manifest (added after the build)")
 
 
-def test_built_artifact_is_stamped_and_tracked_not_rebuilt_and_orphans_go(work, graph, monkeypatch, capsys):
+def test_built_artifact_is_stamped_not_rebuilt_without_the_spec_and_orphans_go(work, graph, capsys):
     node = graph.find("curate_shard", source="docs", shard=1)
     before = read_manifest(node.dir)
     done(node).unlink()  # as after a kill between the commit and the stamps
@@ -140,17 +140,13 @@ def test_built_artifact_is_stamped_and_tracked_not_rebuilt_and_orphans_go(work, 
     (orphan / "sub").mkdir(parents=True)
     other = node.dir.parent / ".tmp-0123456789abcdef-999999"  # another key's: not ours to judge
     other.mkdir()
-    logged = []
-    fake = types.ModuleType("runlib.track.mlflow_track")
-    fake.log_stage = lambda spec, spec_path, n, manifest, files: logged.append(n.key)
-    monkeypatch.setitem(sys.modules, "runlib.track.mlflow_track", fake)
-    after = run_stage("curate_shard", str(TINY), node.key, track=True)
+    # the stage and the key name a built artifact: the spec is not read (issue 9: a stage's fixed cost)
+    after = run_stage("curate_shard", str(work / "no-such-spec.yaml"), node.key)
     assert after.timings == before.timings  # not rebuilt
     assert done(node).read_text() == built_marker(node.stage, node.key).read_text() == before.content_hash + "\n"
-    assert logged == [node.key]  # the spec's MLflow parent gets its child even when another run built it
     assert not orphan.exists() and other.exists()
     err = capsys.readouterr().err
-    assert "already built" in err and f"removed {orphan}" in err
+    assert f"{node.instance}: already built" in err and f"removed {orphan}" in err
 
 
 def test_runlib_verify(work, graph, capsys):
@@ -177,13 +173,18 @@ def test_two_concurrent_builders_build_once(tmp_path):
     runs): one builds, the other waits for its lock and finds it built."""
     node = build_graph(load_spec(TINY).spec).find("curate_shard", source="docs", shard=0)
     env = {**os.environ, "RUNLIB_WORK_DIR": str(tmp_path / "work")}
-    cmd = [sys.executable, "-m", "runlib", "curate-shard", "--spec", str(TINY), "--key", node.key, "--no-track"]
+    cmd = [sys.executable, "-X", "importtime", "-m", "runlib", "curate-shard", "--spec", str(TINY), "--key", node.key]
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     errs = [p.communicate(timeout=300)[1] for p in procs]  # a hang guard, not a timing
     assert [p.returncode for p in procs] == [0, 0], errs
     built = [e for e in errs if f"{node.instance}: built " in e]
-    waited = [e for e in errs if "already built" in e]
+    waited = [e for e in errs if f"{node.instance}: already built" in e]
     assert len(built) == 1 and len(waited) == 1, errs
+    # neither job imports mlflow (issue 9: the track rule records them), nor torch
+    imported = {
+        line.rsplit("|", 1)[1].strip() for e in errs for line in e.splitlines() if line.startswith("import time:")
+    }
+    assert "runlib.workflow.stages" in imported and not {"mlflow", "torch"} & imported
     assert not list((tmp_path / "work" / "artifacts" / "curate_shard").glob(".tmp-*"))
 
 
@@ -196,6 +197,18 @@ def test_deleting_an_artifact_folder_drops_its_built_marker_when_the_snakefile_l
         monkeypatch.setenv(name, "")
     tok, shard = graph.of("train_tokenizer")[0], graph.find("curate_shard", source="code", shard=1)
     shutil.rmtree(tok.dir)
-    assert Workflow(str(TINY)).drop_stale_markers() == []  # it did its work when it loaded
+    workflow = Workflow(str(TINY))
+    assert workflow.drop_stale_markers() == []  # it did its work when it loaded
     assert not built_marker(tok.stage, tok.key).exists() and done(tok).exists()
     assert built_marker(shard.stage, shard.key).exists()
+
+    # the track rule: one stamp per training phase under the spec's MLflow parent, after its evaluation
+    phases = graph.of("train_phase")
+    stamps = workflow.track_targets()
+    assert [Path(s).name for s in stamps] == [n.key for n in phases]
+    assert len({Path(s).parent for s in stamps}) == 1 and Path(stamps[0]).parent.parent == work / "tracked"
+    assert set(stamps) <= set(workflow.report_inputs())
+    inputs = workflow.track_inputs()(types.SimpleNamespace(key=phases[1].key))
+    evals = [n for n in graph.of("eval_phase") if n.inputs["model"] == phases[1].key]
+    assert len(evals) == 1 and inputs == [str(done(phases[1])), str(done(evals[0]))]
+    assert all(getattr(path, "flags", {}).get("ancient") for path in inputs)

@@ -85,7 +85,7 @@ def test_data_dag_end_to_end(workdir):
     other = edited(workdir, "renamed.yaml", "name: tiny", "name: tiny-renamed")
     other.write_text(other.read_text().replace("lr: 3.0e-3", "lr: 2.0e-3").replace("decay: 10%", "decay: 9%"))
     dry = snakemake(workdir, other, "-n")
-    assert dry.returncode == 0 and set(jobs_run(dry)) <= {"train_phase", "eval_phase", "report", "all"}, jobs_run(dry)
+    assert dry.returncode == 0 and set(jobs_run(dry)) <= {"train_phase", "eval_phase", "report", "track", "all"}, jobs_run(dry)
 
     # editing the eval section reruns only evaluation and the report
     eval_edit = edited(
@@ -95,7 +95,7 @@ def test_data_dag_end_to_end(workdir):
         "eval: {after_each_phase: true, tasks: [{name: t, kind: answer_loglik, from_heldout: code, examples: 5}]}\nmonitor: {eval_every: 25 steps",
     )
     dry = snakemake(workdir, eval_edit, "-n")
-    assert set(jobs_run(dry)) == {"eval_phase", "report", "all"}, jobs_run(dry)
+    assert set(jobs_run(dry)) == {"eval_phase", "report", "track", "all"}, jobs_run(dry)
     # editing the last phase's mixture reruns only that phase and what follows it
     anneal_edit = edited(
         workdir,
@@ -104,7 +104,8 @@ def test_data_dag_end_to_end(workdir):
         "mixture: {docs: 0.3, code: 0.5, arithmetic: 0.2}}\ncheckpoint",
     )
     dry = snakemake(workdir, anneal_edit, "-n")
-    assert sorted(jobs_run(dry)) == ["all", "eval_phase", "report", "train_phase"], jobs_run(dry)
+    # an edited spec is a new MLflow parent: every phase's track step records it again
+    assert sorted(jobs_run(dry)) == ["all", "eval_phase", "report", *["track"] * 4, "train_phase"], jobs_run(dry)
 
     # same curation, another tokenizer: the curated artifacts are shared, only tokenizer stages run
     bigger_vocab = edited(workdir, "vocab.yaml", "vocab_size: 768", "vocab_size: 640")

@@ -65,6 +65,7 @@ def _total(ctx: Context, s: PhaseSettings) -> float:
         s,
         plan.accelerator.runtime_overhead_gib,
         spec.hardware.nodes,
+        accelerator=spec.hardware.accelerator,
     ).total
 
 

@@ -89,6 +89,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 reduced,
                 plan.accelerator.runtime_overhead_gib,
                 ctx.spec.hardware.nodes,
+                accelerator=ctx.spec.hardware.accelerator,
             )
             cache[key] = mem.total
         return cache[key]
