@@ -101,3 +101,68 @@ def test_verify_speed_reports_both_hashes(capsys):
     verify_speed.main(["--gib", "0.02", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "sha256" in out and "runlib" in out and "x" in out.splitlines()[-1]
+
+
+def test_stage_overhead_reports_the_fixed_cost(capsys):
+    from runlib.bench import stage_overhead
+
+    med = stage_overhead.main(["--pairs", "1"])
+    out = capsys.readouterr().out
+    assert set(med) == {"python -c pass", "built", "build"} and all(v > 0 for v in med.values())
+    assert "fixed cost (built - pass)" in out and "curate_shard" in out
+
+
+def test_minhash_speed_reports_ratios_and_recall(capsys):
+    from runlib.bench import minhash_speed
+
+    assert minhash_speed.main(["--docs", "60", "--words", "40", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "signatures/s" in out and "S-curve" in out
+    runlib_row = next(line for line in out.splitlines() if line.split()[:1] == ["runlib"] and "%" in line)
+    assert float(runlib_row.split()[1].rstrip("%")) > 50  # recall of the planted near-duplicates
+
+
+def test_train_step_bench_parts_without_launching_processes():
+    """runlib.bench.train_step's pieces (the full run spawns processes: `python -m runlib.bench.train_step`)."""
+    from pathlib import Path
+
+    from runlib.bench import train_step
+    from runlib.model.transformer import Transformer
+
+    cfg = train_step.phase_config(str(Path(__file__).parent / "fixtures" / "tiny.yaml"), 2, 3, 5)
+    assert cfg.loader.segments[0].batch_sequences == cfg.micro_batch * 2 * 3  # 3 micro-batches per step
+    assert (cfg.span.start_step, cfg.span.end_step) == (0, 5) and cfg.checkpoint.every_steps is None
+    assert cfg.monitor.eval_every_steps is None and cfg.optimizer.z_loss > 0
+    ours = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
+    peer = train_step.bare_model(cfg)
+    assert sum(p.numel() for p in peer.parameters()) == sum(p.numel() for p in ours.parameters())
+    # median step time after the first (warm-up) step, its CPU time per process, and the whole turn
+    marks = [(0.0, 0.0), (5.0, 4.0), (6.0, 4.5), (7.0, 5.0), (10.0, 8.0)]
+    figures = train_step.turn_figures(marks, 100, 2)
+    assert figures == {"tokens_per_s": 100.0, "tokens_per_cpu_s": 100.0, "whole_turn_tokens_per_s": 40.0}
+    rows = [{"bare_tokens_per_s": b, "runlib_tokens_per_s": r} for b, r in [(100, 90), (200, 220), (150, 150)]]
+    summary = train_step.summarise(rows)["tokens_per_s"]
+    assert summary["ratio_of_medians"] == 1.0 and summary["median_pair_ratio"] == 1.0
+
+
+def test_memory_check_bench_parts_without_launching_processes(tmp_path):
+    """runlib.bench.memory_check's synthetic artifacts feed the real loader, and its short config keeps a
+    checkpoint and an evaluation inside the run (the full check launches: `python -m runlib.bench.memory_check`)."""
+    from pathlib import Path
+
+    from runlib.bench import memory_check
+    from runlib.data.loader import PhaseLoader
+    from runlib.spec import load_spec
+    from runlib.train.worker import special_token_ids
+    from runlib.workflow.graph import build_graph
+
+    spec = load_spec(Path(__file__).parent / "fixtures" / "tiny.yaml").spec
+    dirs = memory_check.synthetic_inputs(spec, tmp_path)
+    node = build_graph(spec).find("train_phase", phase=0)
+    cfg = memory_check.short_config(node.config, 4)
+    assert (cfg.span.end_step, cfg.checkpoint.every_steps, cfg.monitor.eval_every_steps) == (4, 2, 2)
+    tokens = {role.removeprefix("tokens:"): d for role, d in dirs.items() if role.startswith("tokens:")}
+    loader = PhaseLoader(cfg.loader, tokens, special_token_ids(dirs["tokenizer"]))
+    batch = loader.micro_batch(0, 0, 0, 2, cfg.micro_batch)
+    assert batch.input_ids.shape == (cfg.micro_batch, cfg.seq_len)
+    assert bool((batch.doc_ids[:, 1:] != batch.doc_ids[:, :-1]).any())  # several documents: the mask is built

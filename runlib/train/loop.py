@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from runlib.train.accumulate import accumulate, token_loss_sum
+from runlib.train.accumulate import accumulate, token_losses
 from runlib.train.engine import Engine
 from runlib.train.spikes import (
     SPIKES_EVIDENCE,
@@ -102,14 +102,11 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
         by_source = torch.zeros(2, len(run.loader.source_names))  # [loss sum, scored tokens] per source
 
         def loss_sum(b, stats=by_source):
-            logits = engine.forward(b)
-            with torch.no_grad():
-                tok = torch.nn.functional.cross_entropy(
-                    logits.transpose(1, 2), b.targets, ignore_index=-100, reduction="none"
-                )
-                stats[0].index_add_(0, b.source_index, tok.sum(1))
-                stats[1].index_add_(0, b.source_index, (b.targets != -100).sum(1).float())
-            return token_loss_sum(logits, b.targets, cfg.optimizer.z_loss)
+            # one pass over the logits: the loss (CE + z-loss) and the CE per source (accumulate.py)
+            loss, cross_entropy = token_losses(engine.forward(b), b.targets, cfg.optimizer.z_loss)
+            stats[0].index_add_(0, b.source_index, cross_entropy.sum(1))
+            stats[1].index_add_(0, b.source_index, (b.targets != -100).sum(1, dtype=torch.float32))
+            return loss.sum()
 
         model.train()
         # global_tokens: one token mean over the whole step on all ranks; micro_batch_mean: mean of means
@@ -124,10 +121,11 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
             engine.sync_contexts(accum),
             cfg.loss_normalization,
         )
-        loss = float(engine.dp_sum(torch.tensor([local_loss])).item())
+        # one all-reduce for the step's loss and the per-source sums
+        summed = engine.dp_sum(torch.cat([torch.tensor([local_loss]), by_source.flatten()]))
+        loss, by_source = float(summed[0]), summed[1:].view_as(by_source)
         if cfg.loss_normalization == "micro_batch_mean":
             loss /= dp_size  # the mean over ranks of each rank's mean of micro-batch means
-        by_source = engine.dp_sum(by_source)
         grad_norm = engine.clip_gradients(cfg.optimizer.grad_clip)
 
         if detector is not None and (detector.is_spike(loss) or not math.isfinite(grad_norm)):

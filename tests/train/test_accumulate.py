@@ -91,3 +91,58 @@ def test_z_loss_adds_log_z_squared():
     plain = token_loss_sum(logits, targets)
     with_z = token_loss_sum(logits, targets, z_loss=1e-2)
     assert float(with_z - plain) == pytest.approx(1e-2 * float(torch.logsumexp(logits[0, 0], -1)) ** 2)
+
+
+def reference_loss_sum(logits, targets, z_loss):
+    """The straightforward formula: F.cross_entropy summed over scored targets, plus z_loss * sum(log Z^2)."""
+    flat, flat_targets = logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1)
+    loss = torch.nn.functional.cross_entropy(flat, flat_targets, ignore_index=-100, reduction="sum")
+    if z_loss:
+        loss = loss + z_loss * (torch.logsumexp(flat[flat_targets != -100], dim=-1) ** 2).sum()
+    return loss
+
+
+@pytest.mark.parametrize("z_loss", [0.0, 1e-4, 0.1])
+@pytest.mark.parametrize("chunk_elements", [None, 50])  # None: one chunk; 50: a row per chunk
+def test_token_losses_equal_the_reference_loss_and_gradient(z_loss, chunk_elements, monkeypatch):
+    from runlib.train import accumulate as acc
+
+    if chunk_elements is not None:
+        monkeypatch.setitem(acc.CHUNK_ELEMENTS, "cpu", chunk_elements)
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 11, 37) * 4).requires_grad_()
+    targets = torch.randint(0, 37, (3, 11))
+    targets[0, :4] = -100
+    targets[2, -1] = -100
+    loss, cross_entropy = acc.token_losses(logits, targets, z_loss)
+    assert loss.shape == cross_entropy.shape == targets.shape and not cross_entropy.requires_grad
+    # the reported per-token CE is F.cross_entropy's, 0 on ignored targets
+    expected_ce = torch.nn.functional.cross_entropy(
+        logits.detach().reshape(-1, 37), targets.reshape(-1), ignore_index=-100, reduction="none"
+    ).view_as(targets)
+    torch.testing.assert_close(cross_entropy, expected_ce, rtol=1e-6, atol=1e-6)
+    assert torch.all(loss[targets == -100] == 0)
+    (2.5 * loss.sum()).backward()  # an upstream gradient other than 1 (the accumulation's scale)
+    ours = logits.grad.clone()
+    logits.grad = None
+    reference = reference_loss_sum(logits, targets, z_loss)
+    (2.5 * reference).backward()
+    torch.testing.assert_close(loss.sum().detach(), reference.detach(), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(ours, logits.grad, rtol=1e-5, atol=1e-7)
+    assert torch.all(ours[targets == -100] == 0)  # ignored positions get no gradient
+    assert float(acc.token_loss_sum(logits, targets, z_loss).detach()) == pytest.approx(float(loss.sum().detach()))
+
+
+def test_token_losses_gradcheck_in_float64():
+    from runlib.train.accumulate import token_losses
+
+    targets = torch.tensor([[1, -100, 3, 0]])
+    logits = torch.randn(1, 4, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: token_losses(x, targets, 0.1)[0], (logits,))
+
+
+def test_token_losses_reject_targets_outside_the_vocabulary():
+    from runlib.train.accumulate import token_losses
+
+    with pytest.raises(RuntimeError):
+        token_losses(torch.zeros(1, 2, 5), torch.tensor([[1, 5]]))
