@@ -85,7 +85,9 @@ def test_data_dag_end_to_end(workdir):
     other = edited(workdir, "renamed.yaml", "name: tiny", "name: tiny-renamed")
     other.write_text(other.read_text().replace("lr: 3.0e-3", "lr: 2.0e-3").replace("decay: 10%", "decay: 9%"))
     dry = snakemake(workdir, other, "-n")
-    assert dry.returncode == 0 and set(jobs_run(dry)) <= {"train_phase", "eval_phase", "report", "track", "all"}, jobs_run(dry)
+    assert dry.returncode == 0 and set(jobs_run(dry)) <= {"train_phase", "eval_phase", "report", "track", "all"}, (
+        jobs_run(dry)
+    )
 
     # editing the eval section reruns only evaluation and the report
     eval_edit = edited(
