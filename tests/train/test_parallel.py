@@ -54,7 +54,7 @@ def launch(processes: int, name: str, out_dir: Path, ckpt: Path) -> dict:
     return results
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: xdist may interleave other modules (a rebuild each time)
 def runs(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("parallel")
     ckpt = tmp / "step-2"

@@ -31,18 +31,26 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("phase_training")]
 PHASE_JOB = Path(__file__).parent / "phase_job.py"
 
 
-@pytest.fixture(scope="module")
+# Session scope, not module: xdist may run other modules' tests between this module's on the same
+# worker, and pytest tears a module fixture down whenever it leaves the module (it was built 3 times).
+@pytest.fixture(scope="session")
 def tokenized(tmp_path_factory):
-    """The tiny spec's data stages, built once for this module by real Snakemake."""
+    """The tiny spec's data stages, built once by real Snakemake."""
     workdir = tmp_path_factory.mktemp("train")
-    os.environ["RUNLIB_WORK_DIR"] = str(workdir / "work")
-    spec = load_spec(TINY).spec
-    graph = build_graph(spec)
-    targets = [str(n.done_path) for n in graph.of("tokenize")]
-    proc = snakemake(workdir, TINY, "--cores", "2", *targets)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNLIB_WORK_DIR", str(workdir / "work"))
+        spec = load_spec(TINY).spec
+        graph = build_graph(spec)
+        targets = [str(n.done_path) for n in graph.of("tokenize")]
+        proc = snakemake(workdir, TINY, "--cores", "2", *targets)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    yield spec, graph, workdir
-    os.environ.pop("RUNLIB_WORK_DIR", None)
+    return spec, graph, workdir
+
+
+@pytest.fixture(autouse=True)
+def _tokenized_work_dir(tokenized, monkeypatch):
+    """Every test here reads the artifacts of `tokenized`'s work directory."""
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tokenized[2] / "work"))
 
 
 def phase_launch(graph, node, out, scratch, processes, stop_after=None):
@@ -65,13 +73,15 @@ def launch(graph, node, out, scratch, processes, stop_after=None, **popen):
     return subprocess.run(list(cmd.argv), env=dict(cmd.env), capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ddp_reference(tokenized, tmp_path_factory):
     """Phase 0's weights after 2 updates of 2-process DDP on one machine: what every layout must reproduce."""
-    _, graph, _ = tokenized
+    _, graph, workdir = tokenized
     node = graph.find("train_phase", phase=0)
     tmp = tmp_path_factory.mktemp("ddp")
-    ddp = launch(graph, node, tmp / "out", tmp / "scratch", 2, stop_after=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNLIB_WORK_DIR", str(workdir / "work"))
+        ddp = launch(graph, node, tmp / "out", tmp / "scratch", 2, stop_after=2)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     return checkpoint_weights(node, tmp / "scratch" / "step-2")
 

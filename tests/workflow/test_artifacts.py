@@ -33,7 +33,7 @@ def graph():
     return build_graph(load_spec(TINY).spec)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: xdist may interleave other modules (a rebuild each time)
 def built_data(tmp_path_factory, graph) -> Path:
     """A work directory with the tiny spec's data stages built (copied per test)."""
     work = tmp_path_factory.mktemp("built") / "work"

@@ -101,7 +101,7 @@ def comparable(directory: Path) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: xdist may interleave other modules (a rebuild each time)
 def reference(tmp_path_factory):
     """The chain to the first phase's evaluation, built uninterrupted stage by stage, with wall times."""
     tmp = tmp_path_factory.mktemp("faults")
