@@ -28,7 +28,7 @@ from tests.workflow.conftest import TINY
 DATA_STAGES = ("curate_shard", "curate_source", "train_tokenizer", "tokenize")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def graph():
     return build_graph(load_spec(TINY).spec)
 
