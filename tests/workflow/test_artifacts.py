@@ -174,8 +174,16 @@ def test_two_concurrent_builders_build_once(tmp_path):
     node = build_graph(load_spec(TINY).spec).find("curate_shard", source="docs", shard=0)
     env = {**os.environ, "RUNLIB_WORK_DIR": str(tmp_path / "work")}
     cmd = [sys.executable, "-X", "importtime", "-m", "runlib", "curate-shard", "--spec", str(TINY), "--key", node.key]
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    errs = [p.communicate(timeout=300)[1] for p in procs]  # a hang guard, not a timing
+    # stderr to files, not pipes: -X importtime fills a pipe, and the builder would block on it while
+    # holding the lock the other waits for (a deadlock of the test, not of runlib)
+    logs = [tmp_path / f"job{i}.err" for i in range(2)]
+    procs = []
+    for log in logs:
+        with open(log, "w") as err:
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=err, text=True))
+    for p in procs:
+        p.wait(timeout=300)  # a hang guard, not a timing
+    errs = [log.read_text() for log in logs]
     assert [p.returncode for p in procs] == [0, 0], errs
     built = [e for e in errs if f"{node.instance}: built " in e]
     waited = [e for e in errs if f"{node.instance}: already built" in e]
