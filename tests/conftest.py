@@ -12,3 +12,29 @@ BASE_SPEC = ROOT / "runlib" / "audit" / "cases_base.yaml"
 @pytest.fixture
 def base_text() -> str:
     return BASE_SPEC.read_text()
+
+
+# Rough seconds of the longest test modules on 2 quiet cores (from `pytest --durations=0`, summed per module).
+# Only the order uses them: with `--dist loadfile --no-loadscope-reorder` pytest-xdist hands modules to the
+# workers in collection order, so the longest start first and the many short modules fill both workers'
+# tails (longest processing time first). Without this, xdist orders modules by test count, and the few
+# long end-to-end modules, which have few tests, ran last on one worker while the other sat idle.
+MODULE_COST_S = {
+    "tests/workflow/test_faults.py": 300,
+    "tests/train/test_phase_training.py": 300,
+    "tests/train/test_parallel.py": 200,
+    "tests/workflow/test_data_stages.py": 150,
+    "tests/workflow/test_cluster.py": 150,
+    "tests/workflow/test_multinode.py": 120,
+    "tests/workflow/test_commit_protocol.py": 120,
+    "tests/train/test_spikes.py": 100,
+    "tests/workflow/test_artifacts.py": 100,
+    "tests/track/test_mlflow_track.py": 60,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    def cost(item) -> int:
+        return MODULE_COST_S.get(Path(str(item.fspath)).relative_to(ROOT).as_posix(), 0)
+
+    items.sort(key=lambda item: -cost(item))  # stable: the order inside a module is kept

@@ -16,6 +16,7 @@ from runlib.curate.inputs import check_unchanged, match_files, source_inputs
 from runlib.errors import UserError
 from runlib.util.hashing import file_digest
 from tests.conftest import ROOT
+from tests.limits import HANG_GUARD_S
 
 FIELD = "data.sources.web.input.path"
 
@@ -106,7 +107,7 @@ def test_symlink_loop_under_runlib_plan_ends_with_exit_2(tmp_path: Path) -> None
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_GUARD_S,
     )
     assert proc.returncode == 2, proc.stderr
     assert "data.sources.docs.input.path: raw/sub/l1 is a symbolic link loop" in proc.stderr

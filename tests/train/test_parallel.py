@@ -32,6 +32,7 @@ from runlib.train.dist_checkpoint import (
     save_checkpoint,
 )
 from runlib.train.optim import build_optimizer, muon_parameters
+from tests.limits import HANG_GUARD_S
 from tests.train import parallel_worker as w
 
 # one xdist worker runs this module (pyproject: --dist loadgroup): its launches are shared fixtures
@@ -47,7 +48,7 @@ def launch(processes: int, name: str, out_dir: Path, ckpt: Path) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     cmd += [str(WORKER), "--set", name, "--out", str(out), "--ckpt", str(ckpt)]
     t0 = time.time()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     results = torch.load(out, weights_only=False)
     results["wall_seconds"] = time.time() - t0

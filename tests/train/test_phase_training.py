@@ -24,6 +24,7 @@ from runlib.train import dist_checkpoint as dcp_ckpt
 from runlib.train.launch import launch_commands
 from runlib.train.phase import worker_argv
 from runlib.workflow.graph import build_graph
+from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY, snakemake
 
 # one xdist worker runs this module (pyproject: --dist loadgroup), so the data stages are built once
@@ -70,7 +71,7 @@ def launch(graph, node, out, scratch, processes, stop_after=None, **popen):
     cmd = phase_launch(graph, node, out, scratch, processes, stop_after)
     if popen:
         return subprocess.Popen(list(cmd.argv), env=dict(cmd.env), **popen)
-    return subprocess.run(list(cmd.argv), env=dict(cmd.env), capture_output=True, text=True, timeout=600)
+    return subprocess.run(list(cmd.argv), env=dict(cmd.env), capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 @pytest.fixture(scope="session")
@@ -173,7 +174,9 @@ def test_two_nodes_on_loopback_train_as_two_processes_on_one_machine(tokenized, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     job = [sys.executable, str(PHASE_JOB), *phase_job(tmp_path, variant_graph, variant, "two-nodes")]
     job += [str(tmp_path / "nodes-out"), str(tmp_path / "nodes-s"), "2"]
-    proc = subprocess.run(job, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        job, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 0 of 2, MULTI_CPU" in proc.stdout and "rank 1 of 2, MULTI_CPU" in proc.stdout
     trained = checkpoint_weights(variant, tmp_path / "nodes-s" / "step-2")
@@ -202,7 +205,7 @@ def test_two_slurm_nodes_train_the_phase_as_two_processes_on_one_machine(tokeniz
     submit += ["--nodes=2", "--ntasks=2", "--cpus-per-task=1", "--mem=3000", "-t", "15", "-D", str(tmp_path)]
     submit += ["--wrap", f"srun -n1 --cpus-per-task=1 --nodes=2 {step}"]  # as Snakemake's job-step plugin
     try:
-        job = subprocess.run(submit, capture_output=True, text=True, timeout=900)
+        job = subprocess.run(submit, capture_output=True, text=True, timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         subprocess.run(["scancel", "--name", name])
         raise

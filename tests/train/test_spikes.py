@@ -9,6 +9,7 @@ import pytest
 
 from runlib.train.loop import data_step
 from runlib.train.spikes import MIN_HISTORY, SPIKES_EVIDENCE, SpikeDetector, most_skips_in_a_window
+from tests.limits import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,7 +125,7 @@ def test_a_persistent_loss_shift_stops_the_phase_after_the_bound(tmp_path, actio
     out.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "tests.train.test_spikes", str(config_file), str(out), str(scratch)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)  # hang guard
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.limits import HANG_GUARD_S
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 
 
-def snakemake(workdir: Path, spec: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, spec: Path, *args: str, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess:
     """Run the project's Snakefile on `spec` with `workdir` as the working and work directory."""
     env = {
         **os.environ,

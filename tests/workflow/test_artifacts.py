@@ -23,6 +23,7 @@ from runlib.workflow.manifest import read_manifest
 from runlib.workflow.settings import built_marker, done_stamp
 from runlib.workflow.stages import run_stage
 from tests.conftest import ROOT
+from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY
 
 DATA_STAGES = ("curate_shard", "curate_source", "train_tokenizer", "tokenize")
@@ -182,7 +183,7 @@ def test_two_concurrent_builders_build_once(tmp_path):
         with open(log, "w") as err:
             procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=err, text=True))
     for p in procs:
-        p.wait(timeout=300)  # a hang guard, not a timing
+        p.wait(timeout=HANG_GUARD_S)
     errs = [log.read_text() for log in logs]
     assert [p.returncode for p in procs] == [0, 0], errs
     built = [e for e in errs if f"{node.instance}: built " in e]

@@ -21,7 +21,7 @@ def test_data_stages_run_as_slurm_jobs(workdir):
     assert idle.stdout.strip() in ("idle", "mixed"), f"Slurm is not up: {idle.stdout!r} {idle.stderr!r}"
     graph = build_graph(load_spec(TINY).spec)
     targets = [str(n.done_path) for n in graph.of("tokenize")]
-    proc = snakemake(workdir, TINY, "--profile", str(ROOT / "cluster"), "--jobs", "4", *targets, timeout=900)
+    proc = snakemake(workdir, TINY, "--profile", str(ROOT / "cluster"), "--jobs", "4", *targets)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "SLURM jobid" in log  # the jobs really went through sbatch

@@ -23,6 +23,7 @@ from runlib.workflow.artifacts import verify_artifact
 from runlib.workflow.graph import build_graph
 from runlib.workflow.manifest import read_manifest
 from tests.conftest import ROOT
+from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY
 
 # one xdist worker runs the module, so the reference chain is built once
@@ -35,7 +36,6 @@ MEASURED = {
     "metrics.jsonl": lambda row: {k: v for k, v in row.items() if k not in ("tokens_per_s", "mfu")},
     "run.json": lambda row: {k: row[k] for k in ("mesh", "world")},
 }
-HANG_GUARD_S = 600
 
 
 def fault_spec(tmp: Path) -> Path:

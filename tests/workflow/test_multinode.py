@@ -21,6 +21,7 @@ import pytest
 
 from runlib.train.launch import launch_commands, run_launches
 from tests.conftest import ROOT
+from tests.limits import HANG_GUARD_S
 
 pytestmark = [
     pytest.mark.slow,
@@ -48,7 +49,7 @@ def test_two_slurm_nodes_train_as_two_processes_on_one_machine(tmp_path):
     submit += ["--wrap", f"srun -n1 --cpus-per-task=1 --nodes=2 {step}"]  # as the Snakemake job-step plugin
     start = time.monotonic()
     try:
-        job = subprocess.run(submit, capture_output=True, text=True, timeout=900)
+        job = subprocess.run(submit, capture_output=True, text=True, timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         subprocess.run(["scancel", "--name", name])
         raise
