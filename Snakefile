@@ -21,6 +21,20 @@ include: "rules/track.smk"
 include: "rules/report.smk"
 
 
+# console progress (stage names, training step / tokens / loss / tokens/s / ETA) and, at the end, where the
+# reports and MLflow are: runlib/workflow/progress.py. RUNLIB_PROGRESS=0 turns the view off.
+onstart:
+    WF.progress_start()
+
+
+onsuccess:
+    WF.progress_end(True)
+
+
+onerror:
+    WF.progress_end(False)
+
+
 rule all:
     input:
         WF.targets(),

@@ -17,8 +17,18 @@ from runlib.errors import UserError
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     from runlib.audit import audit_spec_file
+    from runlib.errors import SpecError
 
-    result = audit_spec_file(args.spec)
+    try:
+        result = audit_spec_file(args.spec)
+    except SpecError as exc:
+        if args.format != "json":
+            raise
+        from runlib.audit.render.json_view import render_load_failure
+
+        print(render_load_failure(args.spec, exc.diagnostics))  # the contract holds: JSON on stdout, exit 2
+        print(str(exc), file=sys.stderr)
+        return 2
     if args.format == "json":
         from runlib.audit.render.json_view import render
 
@@ -28,13 +38,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render(result))
     else:
-        from runlib.audit.render.report import default_report_dir, write_report
+        from runlib.audit.render.report import FILE_NAMES, default_report_dir, write_report
         from runlib.audit.render.text import render
 
         out = Path(args.out) if args.out else default_report_dir(result)
         path = write_report(result, out, args.format)
         sys.stdout.write(render(result))
-        print(f"report: {path}")
+        print(f"report: {path / FILE_NAMES[args.format]}")
     return result.exit_code(strict=args.strict)
 
 
@@ -153,6 +163,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return main_report(args.spec, args.out, track=args.track)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from runlib.export.phase import export_phase
+
+    if not args.spec:
+        raise UserError("runlib export: give the spec (or set RUNLIB_SPEC)")
+    out = export_phase(args.spec, args.phase, Path(args.out))
+    print(f"exported phase {args.phase!r} of {args.spec} to {out} (AutoModelForCausalLM.from_pretrained({str(out)!r}))")
+    return 0
+
+
 def _cmd_track(args: argparse.Namespace) -> int:
     from runlib.track.resync import main_resync
 
@@ -161,6 +181,76 @@ def _cmd_track(args: argparse.Namespace) -> int:
     if not args.spec:
         raise UserError("runlib track --resync: give the spec (or set RUNLIB_SPEC)")
     return main_resync(args.spec, stamp=args.stamp)
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    """Two specs compared: fields, plan, findings, the stages that rerun (runlib.review.diff)."""
+    from runlib.review.diff import as_json, diff_files, render_markdown, render_text
+
+    d = diff_files(args.a, args.b)
+    if args.format == "json":
+        import json
+
+        print(json.dumps(as_json(d), indent=2))
+    elif args.format == "markdown":
+        sys.stdout.write(render_markdown(d))
+    else:
+        sys.stdout.write(render_text(d))
+    return d.exit_code()
+
+
+def _cmd_shrink(args: argparse.Namespace) -> int:
+    """A spec with the run's structure, scaled down to run on this machine (runlib.review.shrink)."""
+    from runlib.review.shrink import shrink_file
+
+    text, summary = shrink_file(args.spec, minutes=args.minutes)
+    if args.out:
+        from runlib.util.atomic import write_text_atomic
+
+        write_text_atomic(Path(args.out), text)
+        print(summary.replace("{out}", args.out), file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _write_review_spec(text: str, out: str | None, audit_text: str, what: str) -> None:
+    """The spec to OUT (the audit to stdout) or to stdout (the audit to stderr, so the spec pipes clean)."""
+    if out:
+        from runlib.util.atomic import write_text_atomic
+
+        write_text_atomic(Path(out), text)
+        sys.stdout.write(audit_text)
+        print(f"{what}: {out}")
+    else:
+        sys.stdout.write(text)
+        sys.stderr.write(audit_text)
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    """A spec from a nanoGPT / Hugging Face / torchtitan / Megatron-LM config, then its audit (runlib.review.importers)."""
+    from runlib.audit import audit_loaded
+    from runlib.audit.render.text import render
+    from runlib.review.importers import import_file
+    from runlib.spec import load_spec_text
+
+    imported = import_file(args.file, args.format, args.training_args, out_name=args.out or "<imported>")
+    result = audit_loaded(load_spec_text(imported.text, args.out or "<imported>"))
+    _write_review_spec(imported.text, args.out, render(result), f"imported ({imported.format})")
+    return result.exit_code()
+
+
+def _cmd_propose(args: argparse.Namespace) -> int:
+    """A spec that spends a hardware budget by the compute-optimal fit, then its audit (runlib.review.propose)."""
+    from runlib.audit import audit_loaded
+    from runlib.audit.render.text import render
+    from runlib.review.propose import propose
+
+    proposal = propose(args.accelerator, args.devices, args.days, data=args.data, mfu=args.mfu, name=args.name)
+    loaded = proposal.loaded if not args.out else proposal.reload(args.out)
+    result = audit_loaded(loaded)
+    _write_review_spec(proposal.text, args.out, proposal.summary + render(result), "proposal")
+    return result.exit_code()
 
 
 STAGE_COMMANDS = {
@@ -181,7 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="run spec (YAML)")
     p.add_argument("--format", choices=["text", "json", "markdown", "html"], default="text")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    p.add_argument("--out", help="report directory for markdown/html (default reports/<run name>)")
+    p.add_argument(
+        "--out",
+        help="report directory for markdown/html (default reports/<run>/audit for the spec file named after "
+        "its run, reports/<run>/audit-<file stem> for another file)",
+    )
     p.set_defaults(func=_cmd_audit)
 
     p = sub.add_parser("explain", help="print a check's documentation (no code: list all checks)")
@@ -222,6 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--track", action="store_true", help="also log the report to the spec's MLflow parent run")
     p.set_defaults(func=_cmd_report)
 
+    p = sub.add_parser("export", help="write a built phase's model as a Hugging Face checkpoint (safetensors, config)")
+    p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
+    p.add_argument("--phase", required=True, help="name of the phase whose final model to export")
+    p.add_argument("--out", required=True, help="folder to write (replaced only if it is an earlier export)")
+    p.set_defaults(func=_cmd_export)
+
     p = sub.add_parser("track", help="MLflow records: --resync rebuilds them from the manifests of the built artifacts")
     p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
     p.add_argument(
@@ -235,6 +335,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="the workflow's track rule: write FILE when done, and make a tracking failure a warning (exit 0)",
     )
     p.set_defaults(func=_cmd_track)
+
+    p = sub.add_parser("diff", help="what changing spec A into B does: fields, plan, findings, stages that rerun")
+    p.add_argument("a", help="the spec as it is (YAML)")
+    p.add_argument("b", help="the spec as proposed (YAML)")
+    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser("shrink", help="the spec's run scaled down to run end to end on this machine in ~N minutes")
+    p.add_argument("spec", help="run spec (YAML)")
+    p.add_argument("--minutes", type=float, default=10.0, help="target wall time of the whole DAG (default 10)")
+    p.add_argument("-o", "--out", help="write the shrunk spec here (default: stdout)")
+    p.set_defaults(func=_cmd_shrink)
+
+    p = sub.add_parser("import", help="a spec from a nanoGPT, Hugging Face, torchtitan or Megatron-LM config, audited")
+    p.add_argument("file", help="the config: nanoGPT .py, HF config.json, torchtitan .toml, Megatron argument list")
+    p.add_argument("--format", choices=["auto", "nanogpt", "hf", "torchtitan", "megatron"], default="auto")
+    p.add_argument(
+        "--training-args", metavar="JSON", help="with --format hf: a TrainingArguments JSON (training_args.json)"
+    )
+    p.add_argument("-o", "--out", help="write the spec here (default: stdout, the audit on stderr)")
+    p.set_defaults(func=_cmd_import)
+
+    p = sub.add_parser("propose", help="a spec that spends a budget (devices x days) by the compute-optimal fit")
+    p.add_argument("--accelerator", required=True, help="catalog key, e.g. h100-sxm (`runlib explain hardware`)")
+    p.add_argument("--devices", type=int, required=True, help="accelerators in all (8 per node)")
+    p.add_argument("--days", type=float, required=True, help="wall-clock days of training")
+    p.add_argument("--data", help="a spec whose data.sources to train on, or NAME=GLOB:DOMAIN:TOKENS[,...]")
+    p.add_argument("--mfu", type=float, help="planning MFU before recomputation (default 0.40)")
+    p.add_argument("--name", default=None, help="spec name (default: proposal-<accelerator>-<devices>x<days>d)")
+    p.add_argument("-o", "--out", help="write the spec here (default: stdout, the audit on stderr)")
+    p.set_defaults(func=_cmd_propose)
 
     p = sub.add_parser("schema", help="print the JSON schema of the run spec")
     p.add_argument("--out", help="write it to this file instead")

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,7 +72,7 @@ def test_error_exits_1_and_strict_turns_warnings_into_1(tmp_path):
     assert main(["audit", str(warn), "--strict"]) == 1
 
 
-def test_ignore_silences_with_reason_and_reports_it(tmp_path, capsys):
+def test_ignore_silences_with_reason_and_reports_it(tmp_path, capsys, data_here):
     text = BASE_SPEC.read_text().replace("grad_clip: 1.0", "grad_clip: 0")
     spec = tmp_path / "ignored.yaml"
     spec.write_text(text.replace("audit: {ignore: {}}", 'audit: {ignore: {OPT001: "clipping hurts this ablation"}}'))
@@ -156,3 +157,70 @@ def test_plan_of_a_mixture_the_audit_refuses_exits_2_naming_the_phase(tmp_path, 
     assert main(["plan", str(spec)]) == 2
     err = capsys.readouterr().err
     assert "phase anneal: the mixture has no source with a positive weight" in err and "Traceback" not in err
+
+
+# --- issue 13: the audit names missing input files, speaks our words, keeps its JSON contract ----------
+
+
+@pytest.fixture
+def data_here(tmp_path, monkeypatch):
+    """A working directory holding the base spec's input files (data/web/*.jsonl, data/code/*.jsonl)."""
+    here = tmp_path / "here"
+    for source in ("web", "code"):
+        (here / "data" / source).mkdir(parents=True)
+        (here / "data" / source / "part-0.jsonl").write_text('{"text": "a document"}\n')
+    monkeypatch.chdir(here)
+    return here
+
+
+def test_audit_names_a_source_path_that_matches_nothing(tmp_path, capsys, data_here):
+    """SRC001 at the path's file:line; an error when a phase needs the source and its directory is here."""
+    text = BASE_SPEC.read_text()
+    spec = tmp_path / "typo.yaml"
+    spec.write_text(text.replace('path: "data/web/*.jsonl"', 'path: "data/web/*.json"'))
+    assert main(["audit", str(spec)]) == 1
+    out = capsys.readouterr().out
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if 'path: "data/web/*.jsonl"' in s)
+    assert f"{spec}:{line}:" in out and "SRC001 data.sources.web.input.path" in out
+    assert "matches no file" in out and "part-0.jsonl" in out  # says what the directory holds
+    assert "SRC001" not in out.split("SRC001", 1)[1]  # one finding: data/code/*.jsonl matches
+    assert main(["audit", str(BASE_SPEC), "--strict"]) == 0  # the same spec with the right path: clean
+
+
+def test_json_on_a_spec_that_does_not_load(tmp_path, capsys):
+    """--format json keeps its contract when the spec does not load: JSON on stdout, SPEC findings, exit 2."""
+    spec = tmp_path / "typo.yaml"
+    spec.write_text(BASE_SPEC.read_text().replace("  layers: 12", "  layrs: 12"))
+    assert main(["audit", str(spec), "--format", "json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit_code"] == 2 and doc["derived"] is None and doc["summary"]["error"] == 1
+    (f,) = doc["findings"]  # one mistake, one finding (not also "layers is missing")
+    assert set(f) >= {"code", "severity", "path", "line", "col", "message", "fix"}
+    assert (f["code"], f["severity"], f["path"]) == ("SPEC002", "error", "model.layrs")
+    assert "did you mean 'layers'" in f["message"] and f["fix"] == "rename layrs to layers" and f["line"]
+
+
+def test_cpu_run_counts_core_hours(capsys):
+    assert main(["audit", "specs/demo.yaml", "--format", "json"]) == 0
+    derived = json.loads(capsys.readouterr().out)["derived"]
+    assert derived["device_hours_unit"] == "core-hours" and derived["gpu_hours"] > 0  # the key stays
+    main(["audit", "specs/demo.yaml"])
+    out = capsys.readouterr().out
+    assert "core-hours" in out and "GPU-hours" not in out
+
+
+def test_audit_reports_a_glob_the_stage_would_refuse(tmp_path, capsys, data_here):
+    """A symbolic link loop under `**` (runlib.curate.inputs refuses it) is an SRC001 error too; a glob too
+    large to walk within the audit's bound is an info finding, not a guess."""
+    from runlib.audit.checks.src001_source_files_missing import match_state
+
+    loop = tmp_path / "loop"
+    (loop / "sub").mkdir(parents=True)
+    (loop / "sub" / "back").symlink_to(loop)
+    spec = tmp_path / "loop.yaml"
+    spec.write_text(BASE_SPEC.read_text().replace('path: "data/web/*.jsonl"', f'path: "{loop}/**/*.jsonl"'))
+    assert main(["audit", str(spec)]) == 1
+    out = capsys.readouterr().out
+    assert "SRC001 data.sources.web.input.path" in out and "symbolic link loop" in out
+    assert match_state("data/**/*.jsonl", False, "f", max_entries=2) == ("unchecked", "more than 2 directory entries")
+    assert match_state("data/**/*.jsonl", False, "f", max_entries=100) == ("ok", "2 file(s)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runlib.audit.registry import SEVERITIES, Context, Finding
+from runlib.audit.registry import SEVERITIES, Context, Finding, ignore_entries, ignoring_entry
 from runlib.plan import Plan, derive
 from runlib.spec import LoadedSpec, RunSpec, SourceMap, load_spec
 
@@ -14,6 +14,7 @@ from runlib.spec import LoadedSpec, RunSpec, SourceMap, load_spec
 class Ignored:
     finding: Finding
     reason: str
+    entry: str = ""  # the audit.ignore key that silenced it: "CODE" or "CODE@path"
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,13 @@ def run_checks(
     from runlib.audit.checks import all_checks
 
     findings: list[Finding] = []
+    ctx = Context(spec, plan, source_map, prior=findings)  # one context, re-labelled per check (cheap)
     for check in all_checks():
         if select is not None and check.code not in select:
             continue
-        ctx = Context(spec, plan, source_map, check.code, check.severity, list(findings))
-        findings.extend(check.run(ctx))
+        ctx.code, ctx.severity = check.code, check.severity
+        new = list(check.run(ctx))  # drained before it joins ctx.prior: a check sees the earlier ones only
+        findings.extend(new)
     return findings
 
 
@@ -56,9 +59,15 @@ def audit(
 ) -> AuditResult:
     plan = derive(spec, measured_tokens)
     raw = run_checks(spec, plan, source_map, select)
-    reasons = {code.upper(): reason for code, reason in spec.audit.ignore.items() if reason.strip()}
-    kept = [f for f in raw if f.code not in reasons or f.code == "AUDIT001"]
-    ignored = [Ignored(f, reasons[f.code]) for f in raw if f.code in reasons and f.code != "AUDIT001"]
+    entries = ignore_entries(spec.audit.ignore)
+    kept: list[Finding] = []
+    ignored: list[Ignored] = []
+    for f in raw:
+        entry = ignoring_entry(entries, f) if entries else None
+        if entry is None:
+            kept.append(f)
+        else:
+            ignored.append(Ignored(f, entry.reason, entry.key))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     kept.sort(key=lambda f: (order[f.severity], f.code, f.path))
     return AuditResult(spec, plan, kept, ignored, file)

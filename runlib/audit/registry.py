@@ -50,6 +50,53 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class IgnoreEntry:
+    """One `audit.ignore` entry: `CODE` silences the code everywhere; `CODE@PATH` only at PATH and
+    under it (PATH followed by '.' or '['), e.g. `MIX003@data.sources.web` or
+    `CKPT002@checkpoint.every`. The path is a finding's path as the report prints it."""
+
+    key: str  # as written in the spec
+    code: str  # upper-cased
+    path: str | None  # None: every path
+    reason: str
+
+    def covers(self, finding: Finding) -> bool:
+        if finding.code != self.code:
+            return False
+        if self.path is None or finding.path == self.path:
+            return True
+        return finding.path.startswith(self.path) and finding.path[len(self.path)] in ".["
+
+
+def ignore_entries(ignore: dict[str, str]) -> list[IgnoreEntry]:
+    """The spec's ignore entries, parsed (with or without a reason: AUDIT001 reports those without)."""
+    entries = []
+    for key, reason in ignore.items():
+        code, at, path = key.partition("@")
+        entries.append(IgnoreEntry(key, code.strip().upper(), path.strip() if at else None, reason))
+    return entries
+
+
+def ignoring_entry(entries: list[IgnoreEntry], finding: Finding) -> IgnoreEntry | None:
+    """The entry that silences a finding: the one with the longest matching path (a bare code last);
+    entries without a reason silence nothing, and AUDIT001 is never silenced."""
+    best: IgnoreEntry | None = None
+    for entry in entries:
+        if finding.code == "AUDIT001" or not entry.reason.strip() or not entry.covers(finding):
+            continue
+        if best is None or len(entry.path or "") > len(best.path or ""):
+            best = entry
+    return best
+
+
+def summarize(items: list[str], head: int = 3, tail: int = 1) -> str:
+    """A long list for a message: the first few, '... N more', the last ('1, 2, 3, ... 110 more, 117')."""
+    if len(items) <= head + tail + 1:
+        return ", ".join(items)
+    return ", ".join([*items[:head], f"... {len(items) - head - tail} more", *items[len(items) - tail :]])
+
+
+@dataclass(frozen=True, slots=True)
 class Case:
     """A check's test case: a patch over the base spec, and for a fail case the expected severity."""
 

@@ -1,18 +1,25 @@
 """Benchmark MinHash: runlib's signatures against rensa and datasketch, speed and near-duplicate recall.
 
-    python -m runlib.bench.minhash_speed [--docs 4000] [--words 400] [--repeats 5] [--threshold 0.72]
+    python -m runlib.bench.minhash_speed [--docs 4000] [--words 400] [--repeats 5] [--threshold 0.72] [--grid]
 
 Measures, on one synthetic corpus with planted near-duplicates (documents of Zipf-distributed words with
 capitals, punctuation, numbers and accented words; a third of them copied with word substitutions until
 the copy's exact word 5-gram Jaccard reaches a drawn level in 0.5..1):
-  * speed: signatures per second at bands * rows = 14 * 8 = 112 permutations (FineWeb's, the curate
-    default), from the raw text to a (docs, 112) numpy matrix, interleaved (runlib, rensa, datasketch,
-    runlib, ...), --repeats rounds, medians and ratios to runlib;
-  * quality: each implementation's signatures go through the same LSH (runlib.curate.minhash.duplicates'
-    banding and union-find, 14 bands of 8 rows, as the curate_source stage does); a pair is predicted when
-    its two documents end in one cluster, and true when its exact 5-gram Jaccard (word tuples, no hashing)
-    is >= --threshold. Recall and precision over pairs, per Jaccard band too, and the banding's own
-    S-curve 1 - (1 - J^rows)^bands for comparison (the recall ceiling of any exact MinHash).
+  * speed: signatures per second at the curate defaults' bands * rows permutations (MinhashSpec: 20 x 5
+    = 100), from the raw text to a (docs, permutations) numpy matrix, interleaved (runlib, rensa,
+    datasketch, runlib, ...), --repeats rounds, medians and ratios; runlib and rensa also at FineWeb's
+    14 x 8 = 112 (runlib's banding before the verification step), in the same rounds;
+  * dedup time: runlib's near-duplicate step after the signatures (LSH candidates, the candidates' texts
+    shingled again, exact Jaccard, union-find: runlib.curate.minhash.near_duplicates, as curate_source);
+  * quality: each implementation's signatures go through the same LSH and verification (candidate pairs
+    of the default banding whose exact shingle Jaccard is >= the default threshold, union-find); a pair is
+    predicted when its two documents end in one cluster, and true when its exact 5-gram Jaccard (word
+    tuples, no hashing) is >= --threshold. Recall and precision over pairs, recall per Jaccard bucket
+    (the recall curve), and the banding's S-curve 1 - (1 - J^rows)^bands (the chance that a pair is a
+    candidate). Rows "before" and "LSH only" show FineWeb's 14 x 8 without verification (runlib before)
+    and the default banding without verification;
+  * --grid: recall, precision, candidates and verification time of other bandings (runlib signatures,
+    the first bands * rows columns of a 128-permutation signature), the measurement behind the defaults.
 The shingling is the same for all three: runlib.curate.minhash.simplified_words, word 5-grams joined by a
 space (fewer words: one shingle); rensa gets the shingle strings (RMinHash.digest_matrix_from_token_sets,
 rensa's bulk path), datasketch gets their UTF-8 bytes (MinHash.update_batch).
@@ -34,12 +41,17 @@ from collections.abc import Callable
 import numpy as np
 
 from runlib.curate import minhash
+from runlib.spec.models import MinhashSpec
 
-NGRAM = 5
-BANDS, ROWS = 14, 8
+DEFAULTS = MinhashSpec()
+NGRAM = DEFAULTS.ngram
+BANDS, ROWS, THRESHOLD = DEFAULTS.bands, DEFAULTS.rows, DEFAULTS.threshold
+BEFORE_BANDS, BEFORE_ROWS = 14, 8  # FineWeb's (datatrove examples/fineweb.py), runlib's default before
 SEED = 1
 JACCARD_LEVELS = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
-REPORT_BINS = ((0.0, 0.6), (0.6, 0.72), (0.72, 0.8), (0.8, 0.9), (0.9, 1.01))
+REPORT_BINS = ((0.3, 0.5), (0.5, 0.6), (0.6, 0.65), (0.65, 0.7), (0.7, 0.72), (0.72, 0.75), (0.75, 0.8), (0.8, 0.9))
+REPORT_BINS += ((0.9, 1.01),)
+GRID = ((14, 8), (16, 7), (18, 6), (20, 5), (22, 5), (24, 4), (28, 4))
 
 
 # ---------------------------------------------------------------------------------------------- corpus
@@ -149,27 +161,33 @@ def _shingle_strings(text: str, ngram: int = NGRAM) -> list[str]:
     return [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
-def runlib_signatures(module) -> Callable[[list[str]], np.ndarray]:
-    return lambda texts: module.signatures(texts, NGRAM, BANDS * ROWS)
+def runlib_signatures(module, num_perm: int) -> Callable[[list[str]], np.ndarray]:
+    return lambda texts: module.signatures(texts, NGRAM, num_perm)
 
 
-def rensa_signatures(texts: list[str]) -> np.ndarray:
-    from rensa import RMinHash
+def rensa_signatures(num_perm: int) -> Callable[[list[str]], np.ndarray]:
+    def run(texts: list[str]) -> np.ndarray:
+        from rensa import RMinHash
 
-    matrix = RMinHash.digest_matrix_from_token_sets([_shingle_strings(t) for t in texts], BANDS * ROWS, SEED)
-    return np.array(matrix.to_rows(), dtype=np.uint32).reshape(len(texts), BANDS * ROWS)
+        matrix = RMinHash.digest_matrix_from_token_sets([_shingle_strings(t) for t in texts], num_perm, SEED)
+        return np.array(matrix.to_rows(), dtype=np.uint32).reshape(len(texts), num_perm)
+
+    return run
 
 
-def datasketch_signatures(texts: list[str]) -> np.ndarray:
-    from datasketch import MinHash
+def datasketch_signatures(num_perm: int) -> Callable[[list[str]], np.ndarray]:
+    def run(texts: list[str]) -> np.ndarray:
+        from datasketch import MinHash
 
-    template = MinHash(num_perm=BANDS * ROWS, seed=SEED)  # the permutations, drawn once and shared
-    out = np.empty((len(texts), BANDS * ROWS), dtype=template.hashvalues.dtype)
-    for i, text in enumerate(texts):  # its default scheme (2.0.0: affine32, SHA-1 of the shingle)
-        m = MinHash(num_perm=BANDS * ROWS, permutations=template.permutations, scheme=template.scheme)
-        m.update_batch([s.encode("utf-8") for s in _shingle_strings(text)])
-        out[i] = m.hashvalues
-    return out
+        template = MinHash(num_perm=num_perm, seed=SEED)  # the permutations, drawn once and shared
+        out = np.empty((len(texts), num_perm), dtype=template.hashvalues.dtype)
+        for i, text in enumerate(texts):  # its default scheme (2.0.0: affine32, SHA-1 of the shingle)
+            m = MinHash(num_perm=num_perm, permutations=template.permutations, scheme=template.scheme)
+            m.update_batch([s.encode("utf-8") for s in _shingle_strings(text)])
+            out[i] = m.hashvalues
+        return out
+
+    return run
 
 
 def _available(name: str) -> bool:
@@ -183,10 +201,8 @@ def _available(name: str) -> bool:
 # ------------------------------------------------------------------------------------------- quality
 
 
-def cluster_pairs(sigs: np.ndarray) -> set[tuple[int, int]]:
-    """Pairs of documents that the curate stage's LSH puts in one cluster."""
-    n = len(sigs)
-    sigs = np.ascontiguousarray(sigs)
+def cluster_pairs(n: int, pairs: np.ndarray) -> set[tuple[int, int]]:
+    """Pairs of documents in one connected component of `pairs` (the clusters the curate stage forms)."""
     parent = list(range(n))
 
     def find(x: int) -> int:
@@ -195,29 +211,32 @@ def cluster_pairs(sigs: np.ndarray) -> set[tuple[int, int]]:
             x = parent[x]
         return x
 
-    for band in range(BANDS):
-        block = np.ascontiguousarray(sigs[:, band * ROWS : (band + 1) * ROWS])
-        keys = block.view(np.dtype((np.void, block.dtype.itemsize * ROWS))).ravel()
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        leader = first[inverse.ravel()]
-        for i in np.nonzero(leader != np.arange(n))[0].tolist():
-            ri, rj = find(i), find(int(leader[i]))
-            if ri != rj:
-                parent[max(ri, rj)] = min(ri, rj)
+    for i, j in pairs.tolist():
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
     members: dict[int, list[int]] = defaultdict(list)
     for i in range(n):
         members[find(i)].append(i)
     return {(c[x], c[y]) for c in members.values() for x in range(len(c)) for y in range(x + 1, len(c))}
 
 
-def quality(sigs: np.ndarray, truth: dict[tuple[int, int], float], threshold: float) -> dict:
-    predicted = cluster_pairs(sigs)
+def dedup_pairs(sigs: np.ndarray, texts: list[str], bands: int, rows: int, threshold: float) -> np.ndarray:
+    """The pairs runlib's curate_source joins: LSH candidates verified against the threshold."""
+    pairs, _ = minhash.verified_pairs(
+        np.ascontiguousarray(sigs), bands, rows, threshold, NGRAM, lambda idx: [texts[i] for i in idx.tolist()]
+    )
+    return pairs
+
+
+def quality(pairs: np.ndarray, n: int, truth: dict[tuple[int, int], float], threshold: float) -> dict:
+    predicted = cluster_pairs(n, pairs)
     positives = {p for p, j in truth.items() if j >= threshold}
     hits = predicted & positives
     by_bin = {}
     for lo, hi in REPORT_BINS:
-        pairs = [p for p, j in truth.items() if lo <= j < hi]
-        by_bin[(lo, hi)] = (sum(p in predicted for p in pairs), len(pairs))
+        in_bin = [p for p, j in truth.items() if lo <= j < hi]
+        by_bin[(lo, hi)] = (sum(p in predicted for p in in_bin), len(in_bin))
     return {
         "recall": len(hits) / max(1, len(positives)),
         "precision": len(hits) / max(1, len(predicted)),
@@ -227,8 +246,13 @@ def quality(sigs: np.ndarray, truth: dict[tuple[int, int], float], threshold: fl
     }
 
 
-def s_curve(j: float) -> float:
-    return 1 - (1 - j**ROWS) ** BANDS
+def s_curve(j: float, bands: int = BANDS, rows: int = ROWS) -> float:
+    return 1 - (1 - j**rows) ** bands
+
+
+def _quality_row(name: str, q: dict) -> str:
+    bins = "".join(f"  {h / n if n else float('nan'):>9.1%}" for h, n in q["bins"].values())
+    return f"  {name:<14} {q['recall']:7.1%} {q['precision']:9.1%}{bins}"
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -239,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=4000)
     parser.add_argument("--words", type=int, default=400, help="median words per document")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threshold", type=float, default=0.72)
+    parser.add_argument("--threshold", type=float, default=THRESHOLD, help="true pairs: exact Jaccard >= this")
+    parser.add_argument("--grid", action="store_true", help="also measure other bands x rows (the defaults' basis)")
     parser.add_argument(
         "--runlib-module", default="runlib.curate.minhash", help="module with signatures(texts, ngram, num_perm)"
     )
@@ -247,50 +272,114 @@ def main(argv: list[str] | None = None) -> int:
 
     texts = make_corpus(args.docs, args.words)
     truth = true_pairs(texts)
-    impls: dict[str, Callable[[list[str]], np.ndarray]] = {
-        "runlib": runlib_signatures(importlib.import_module(args.runlib_module))
-    }
-    for name, fn in (("rensa", rensa_signatures), ("datasketch", datasketch_signatures)):
-        if _available(name):
-            impls[name] = fn
-        else:
-            print(f"{name}: not installed, skipped (pip install rensa==0.5.0 datasketch==2.0.0)")
+    module = importlib.import_module(args.runlib_module)
+    perms, before_perms = BANDS * ROWS, BEFORE_BANDS * BEFORE_ROWS
+    impls: dict[str, Callable[[list[str]], np.ndarray]] = {"runlib": runlib_signatures(module, perms)}
+    peers = [name for name in ("rensa", "datasketch") if _available(name)]
+    for name in {"rensa", "datasketch"} - set(peers):
+        print(f"{name}: not installed, skipped (pip install rensa==0.5.0 datasketch==2.0.0)")
+    if "rensa" in peers:
+        impls["rensa"] = rensa_signatures(perms)
+    if "datasketch" in peers:
+        impls["datasketch"] = datasketch_signatures(perms)
+    impls[f"runlib@{before_perms}"] = runlib_signatures(module, before_perms)
+    if "rensa" in peers:
+        impls[f"rensa@{before_perms}"] = rensa_signatures(before_perms)
     words = sum(len(minhash.simplified_words(t)) for t in texts)
     print(
-        f"{len(texts)} documents, {words / len(texts):.0f} words each on average, {BANDS * ROWS} permutations "
-        f"({BANDS} bands x {ROWS} rows), {NGRAM}-word shingles; {sum(j >= args.threshold for j in truth.values())} "
-        f"true pairs (exact Jaccard >= {args.threshold})"
+        f"{len(texts)} documents, {words / len(texts):.0f} words each on average, {NGRAM}-word shingles; "
+        f"defaults {BANDS} bands x {ROWS} rows = {perms} permutations, verified at Jaccard >= {THRESHOLD}; "
+        f"{sum(j >= args.threshold for j in truth.values())} true pairs (exact Jaccard >= {args.threshold})"
     )
 
     seconds: dict[str, list[float]] = {name: [] for name in impls}
+    dedup_seconds: dict[str, list[float]] = {"now": [], "before": []}
     sigs: dict[str, np.ndarray] = {}
+    for fn in impls.values():  # warm-up, untimed: imports, runlib's power tables, rensa's first call
+        fn(texts[:20])
     for _ in range(args.repeats):
         for name, fn in impls.items():
             started = time.perf_counter()
             sigs[name] = fn(texts)
             seconds[name].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        minhash.near_duplicates(
+            sigs["runlib"], BANDS, ROWS, THRESHOLD, NGRAM, lambda idx: [texts[i] for i in idx.tolist()]
+        )
+        dedup_seconds["now"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        minhash.duplicates(sigs[f"runlib@{before_perms}"], BEFORE_BANDS, BEFORE_ROWS)
+        dedup_seconds["before"].append(time.perf_counter() - started)
     rate = {name: len(texts) / statistics.median(s) for name, s in seconds.items()}
 
     print(f"\nspeed, median of {args.repeats} interleaved rounds (text -> signature matrix):")
     for name in impls:
-        print(f"  {name:<11} {rate[name]:9.0f} signatures/s   runlib / {name}: {rate['runlib'] / rate[name]:5.2f}x")
+        at = name.partition("@")[2]
+        ref = f"runlib@{at}" if at else "runlib"
+        print(f"  {name:<14} {rate[name]:9.0f} signatures/s   {ref} / {name}: {rate[ref] / rate[name]:5.2f}x")
+    now, before = (statistics.median(dedup_seconds[k]) for k in ("now", "before"))
+    print(
+        f"  dedup step after the signatures (median): {now:.3f} s ({BANDS}x{ROWS} + exact Jaccard >= {THRESHOLD}), "
+        f"before {before:.3f} s ({BEFORE_BANDS}x{BEFORE_ROWS}, no verification)"
+    )
+    end_to_end = len(texts) / (statistics.median(seconds["runlib"]) + now)
+    if "rensa" in rate:
+        print(
+            f"  runlib signatures + dedup: {end_to_end:.0f} docs/s = {end_to_end / rate['rensa']:.2f}x "
+            "rensa's signatures alone"
+        )
 
-    print(f"\nquality: LSH {BANDS}x{ROWS} + union-find (the curate stage's), pairs in one cluster")
-    header = "".join(f"  J {lo:.2f}-{min(hi, 1):.2f}" for lo, hi in REPORT_BINS)
-    print(f"  {'':<11} {'recall':>7} {'precision':>9}{header}")
-    for name in impls:
-        q = quality(sigs[name], truth, args.threshold)
-        bins = "".join(f"  {h:>5}/{n:<5}" for h, n in q["bins"].values())
-        print(f"  {name:<11} {q['recall']:7.1%} {q['precision']:9.1%}{bins}")
-    expected = {
-        (lo, hi): sum(s_curve(j) for j in truth.values() if lo <= j < hi)
-        / max(1, sum(lo <= j < hi for j in truth.values()))
-        for lo, hi in REPORT_BINS
-    }
-    positives = [j for j in truth.values() if j >= args.threshold]
-    ceiling = sum(s_curve(j) for j in positives) / max(1, len(positives))
-    bins = "".join(f"  {v:>11.1%}" for v in expected.values())
-    print(f"  {'S-curve':<11} {ceiling:7.1%} {'':>9}{bins}   (expected pair recall of exact MinHash + this LSH)")
+    print(
+        f"\nquality: LSH {BANDS}x{ROWS} + exact Jaccard >= {THRESHOLD} + union-find (the curate stage's), "
+        "pairs in one cluster; recall by exact Jaccard bucket:"
+    )
+    header = "".join(f"  {lo:.2f}-{min(hi, 1):.2f}" for lo, hi in REPORT_BINS)
+    counts = {(lo, hi): sum(lo <= j < hi for j in truth.values()) for lo, hi in REPORT_BINS}
+    print(f"  {'':<14} {'recall':>7} {'precision':>9}{header}")
+    print(f"  {'(true pairs)':<14} {'':>7} {'':>9}" + "".join(f"  {counts[b]:>9}" for b in REPORT_BINS))
+    n = len(texts)
+    for name in [name for name in impls if "@" not in name]:
+        print(
+            _quality_row(
+                name, quality(dedup_pairs(sigs[name], texts, BANDS, ROWS, THRESHOLD), n, truth, args.threshold)
+            )
+        )
+    lsh_only = quality(minhash.candidate_pairs(sigs["runlib"], BANDS, ROWS), n, truth, args.threshold)
+    print(_quality_row("runlib LSH only", lsh_only) + f"   ({BANDS}x{ROWS}, no verification)")
+    before_pairs = minhash.candidate_pairs(sigs[f"runlib@{before_perms}"], BEFORE_BANDS, BEFORE_ROWS)
+    print(
+        _quality_row("runlib before", quality(before_pairs, n, truth, args.threshold))
+        + f"   ({BEFORE_BANDS}x{BEFORE_ROWS}, no verification: datatrove's)"
+    )
+    for label, (b, r) in (
+        ("S-curve", (BANDS, ROWS)),
+        (f"S-curve {BEFORE_BANDS}x{BEFORE_ROWS}", (BEFORE_BANDS, BEFORE_ROWS)),
+    ):
+        mean = {
+            key: sum(s_curve(j, b, r) for j in truth.values() if key[0] <= j < key[1]) / max(1, counts[key])
+            for key in REPORT_BINS
+        }
+        positives = [j for j in truth.values() if j >= args.threshold]
+        ceiling = sum(s_curve(j, b, r) for j in positives) / max(1, len(positives))
+        print(f"  {label:<14} {ceiling:7.1%} {'':>9}" + "".join(f"  {v:>9.1%}" for v in mean.values()))
+    print("  (S-curve: the mean chance that a pair of the bucket is an LSH candidate, 1 - (1 - J^rows)^bands)")
+
+    if args.grid:
+        grid_sigs = module.signatures(texts, NGRAM, 128)
+        print(f"\ngrid: runlib signatures (first bands*rows of 128 permutations), verified at Jaccard >= {THRESHOLD}")
+        print(
+            f"  {'banding':<8} {'perms':>5} {'candidates':>10} {'verify s':>8} {'recall':>7} {'precision':>9}  S({THRESHOLD})"
+        )
+        for b, r in GRID:
+            started = time.perf_counter()
+            pairs = dedup_pairs(grid_sigs[:, : b * r], texts, b, r, THRESHOLD)
+            spent = time.perf_counter() - started
+            candidates = len(minhash.candidate_pairs(np.ascontiguousarray(grid_sigs[:, : b * r]), b, r))
+            q = quality(pairs, n, truth, args.threshold)
+            print(
+                f"  {f'{b}x{r}':<8} {b * r:>5} {candidates:>10} {spent:>8.3f} {q['recall']:7.1%} "
+                f"{q['precision']:9.1%}  {s_curve(THRESHOLD, b, r):.3f}"
+            )
     return 0
 
 

@@ -77,7 +77,7 @@ def phase_config(spec_path: str, processes: int, accum: int, steps: int):
             "loader": loader,
             "span": span,
             "checkpoint": cfg.checkpoint.model_copy(update={"every_steps": None}),
-            "monitor": cfg.monitor.model_copy(update={"eval_every_steps": None, "log_every_steps": steps}),
+            "monitor": cfg.monitor.model_copy(update={"eval_every_steps": None, "log_every_tokens": 2**62}),  # end only
         }
     )
 

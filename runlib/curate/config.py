@@ -47,7 +47,8 @@ class CurateSourceConfig(StageConfig):
     """The join of a source's shards: dedup across shards, near-duplicates, the held-out split."""
 
     dedup: DedupSpec
-    """Exact dedup across shards and MinHash near-duplicate removal (the shards computed the signatures)."""
+    """Exact dedup across shards and MinHash near-duplicate removal (the shards computed the signatures; the
+    LSH candidates' texts are read again from the shards for the exact Jaccard check against threshold)."""
 
     heldout_docs: int
     """Documents kept out of training (the ones with the smallest SHA-256)."""

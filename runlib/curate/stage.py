@@ -19,9 +19,10 @@ and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.js
 with curate.dedup.minhash, minhash.npy (the documents' MinHash signatures, docs.jsonl's order).
 
 curate_source concatenates the shards in order, removes exact duplicates across them (cross_shard_dedup),
-then near-duplicates (minhash_dedup: LSH over the signatures, union-find, the first document of each cluster
-kept), then splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into
-heldout.jsonl; the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
+then near-duplicates (minhash_dedup: LSH candidate pairs from the signatures, kept when their exact shingle
+Jaccard is >= curate.dedup.minhash.threshold, union-find, the first document of each cluster kept), then
+splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into heldout.jsonl;
+the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
 
 Both receive their config (runlib.curate.config, built by runlib.workflow.configs) and their input
 directories, never the run spec; the source's name only labels error messages.
@@ -58,7 +59,7 @@ from runlib.curate.filters import (
     language_reason,
 )
 from runlib.curate.inputs import check_still, check_unchanged
-from runlib.curate.minhash import duplicates, signatures
+from runlib.curate.minhash import near_duplicates, signatures
 from runlib.curate.readers import read_documents
 from runlib.errors import UserError
 from runlib.spec.models import CurateSpec
@@ -566,6 +567,25 @@ def _load_signatures(source_name: str, shard_dirs: list[Path], docs: int, column
     return sigs
 
 
+def _texts_at(shard_dirs: list[Path], lines: np.ndarray) -> list[str]:
+    """The texts of the given (sorted) line indices of the shards' docs.jsonl files read in order: the
+    documents of MinHash candidate pairs, whose exact shingle Jaccard is checked."""
+    wanted = lines.tolist()
+    texts: list[str] = []
+    index = 0
+    for directory in shard_dirs:
+        if len(texts) == len(wanted):
+            break
+        with open(directory / DOCS_FILE, encoding="utf-8") as f:
+            for line in f:
+                if index == wanted[len(texts)]:
+                    texts.append(json.loads(line)["text"])
+                    if len(texts) == len(wanted):
+                        break
+                index += 1
+    return texts
+
+
 def _steps_summary(steps: list[dict[str, Any]]) -> str:
     return ", ".join(f"{row['step']} {row['docs_in']}->{row['docs_out']}" for row in steps)
 
@@ -625,7 +645,14 @@ def curate_source(
     if minhash is not None:
         sigs = _load_signatures(source_name, shard_dirs, len(entries), minhash.bands * minhash.rows)
         candidates = np.nonzero(keep)[0]
-        near = duplicates(sigs[candidates], minhash.bands, minhash.rows)
+        near, verification = near_duplicates(
+            sigs[candidates],
+            minhash.bands,
+            minhash.rows,
+            minhash.threshold,
+            minhash.ngram,
+            lambda wanted: _texts_at(shard_dirs, candidates[wanted]),
+        )
         chars_in = sum(entries[i][1] for i in candidates.tolist())
         for i in candidates[near].tolist():
             keep[i] = False
@@ -640,6 +667,8 @@ def curate_source(
                 "ngram": minhash.ngram,
                 "bands": minhash.bands,
                 "rows": minhash.rows,
+                "threshold": minhash.threshold,
+                **verification,
             }
         )
     kept = [i for i, k in enumerate(keep) if k]

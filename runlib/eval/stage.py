@@ -2,6 +2,10 @@
 
     evaluate_phase(config, model_dir, tokenizer_dir, token_dirs, out_dir) -> summary; writes out_dir/eval.json
 
+eval.json: {"phase", "phase_index", "tokens", "heldout": {source: heldout_metrics}, "tasks": {name:
+{"kind", "n", the scores (acc, acc_norm, chance_acc | loglik_mean, loglik_per_token), and for a task
+built from_heldout "examples_requested" and "examples_cap" (why n is below the request, or null)}}}.
+
 `config` is a runlib.eval.config.EvalConfig (built by runlib.workflow.configs); the inputs are the
 train_phase artifact (final.pt), the tokenizer artifact and each source's tokenize artifact, whose
 manifests give the end-of-document id and the held-out bytes per token.
@@ -16,6 +20,9 @@ from typing import Any
 from runlib.eval.config import EvalConfig
 
 TASK_SEED = 1234  # tasks built from held-out documents are the same for every phase and run
+# eval.json fields that describe a task rather than measure the model: not in the manifest's counts
+# (which MLflow logs as metrics)
+NOT_COUNTED = frozenset({"chance_acc", "examples_requested"})
 
 
 def evaluate_phase(
@@ -24,7 +31,7 @@ def evaluate_phase(
     import torch
 
     from runlib.eval.heldout import heldout_metrics
-    from runlib.eval.tasks import build_heldout_tasks, load_tasks, score_answer_loglik, score_multiple_choice
+    from runlib.eval.tasks import heldout_tasks, load_tasks, score_answer_loglik, score_multiple_choice
     from runlib.model.transformer import Transformer
     from runlib.tokenizer.train import load_tokenizer
     from runlib.train import checkpoint as ckpt
@@ -51,13 +58,15 @@ def evaluate_phase(
 
     tasks = {}
     for task in config.tasks:
+        extra: dict[str, Any] = {}
         if task.from_heldout is not None:
-            mc, answers = build_heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, TASK_SEED)
-            examples = mc if task.kind == "multiple_choice" else answers
+            built = heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, TASK_SEED)
+            examples = built.multiple_choice if task.kind == "multiple_choice" else built.answers
+            extra = {"examples_requested": task.examples, "examples_cap": built.cap_note}
         else:
             examples = load_tasks(task.path, task.kind)
         score = score_multiple_choice if task.kind == "multiple_choice" else score_answer_loglik
-        tasks[task.name] = {"kind": task.kind, **score(model, tokenizer, examples, seq_len)}
+        tasks[task.name] = {"kind": task.kind, **score(model, tokenizer, examples, seq_len), **extra}
 
     result = {
         "phase": config.phase,
@@ -68,5 +77,12 @@ def evaluate_phase(
     }
     (Path(out_dir) / "eval.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     counts = {f"{s}_loss": m["loss"] for s, m in heldout.items()}
-    counts.update({f"{name}_{k}": v for name, t in tasks.items() for k, v in t.items() if isinstance(v, (int, float))})
+    counts.update(
+        {
+            f"{name}_{k}": v
+            for name, t in tasks.items()
+            for k, v in t.items()
+            if isinstance(v, (int, float)) and k not in NOT_COUNTED
+        }
+    )
     return {"counts": counts}

@@ -20,6 +20,9 @@ Scoring (the lm-eval-harness definitions):
     log-likelihood / len(choice in characters) is;
   * answer_loglik: loglik_mean is the mean over examples of the answer's log-likelihood (nats),
     loglik_per_token the total over the total answer tokens.
+  * chance_acc (multiple_choice): the accuracy of a uniform random pick, the mean over examples of
+    1 / number of choices, computed from the items (0.25 for the held-out task's 4 choices), so
+    acc and acc_norm are read against it.
 A sequence longer than max_len + 1 tokens is cut from the left (the option always stays whole, if it
 fits). A context that tokenizes to nothing is preceded by the EOS token so the first option token has
 something to be predicted from.
@@ -27,7 +30,9 @@ something to be predicted from.
 `build_heldout_tasks` makes a small multiple-choice task out of a source's own held-out documents
 (context: the first half of a document, up to 200 characters; choices: its next 100 characters and
 the same span of 3 other held-out documents), so every source gets a downstream-style number without
-any external data.
+any external data. It has at most one example per usable held-out document: asking for more
+examples than that gets fewer, and `heldout_tasks` says how many were asked for, how many were
+made and why (`HeldoutTasks.cap_note`), for eval.json and the run report.
 """
 
 from __future__ import annotations
@@ -228,7 +233,18 @@ def score_multiple_choice(
         correct += int(np.argmax(ll)) == ex.answer
         correct_norm += int(np.argmax(ll / chars)) == ex.answer
     n = len(examples)
-    return {"acc": correct / n if n else float("nan"), "acc_norm": correct_norm / n if n else float("nan"), "n": n}
+    return {
+        "acc": correct / n if n else float("nan"),
+        "acc_norm": correct_norm / n if n else float("nan"),
+        "n": n,
+        "chance_acc": chance_accuracy(examples),
+    }
+
+
+def chance_accuracy(examples: Iterable[MultipleChoice | Mapping[str, Any]]) -> float:
+    """The expected accuracy of a uniform random pick: the mean of 1 / len(choices) over the examples."""
+    counts = [len(_as_mc(ex).choices) for ex in examples]
+    return sum(1.0 / k for k in counts) / len(counts) if counts else float("nan")
 
 
 def score_answer_loglik(
@@ -266,9 +282,46 @@ def _split(text: str) -> tuple[str, str] | None:
     return context, continuation
 
 
+@dataclass(frozen=True, slots=True)
+class HeldoutTasks:
+    multiple_choice: list[MultipleChoice]
+    answers: list[AnswerExample]  # the same examples' contexts and true continuations
+    requested_examples: int
+    heldout_docs: int  # documents in the held-out shard
+    usable_docs: int  # of them, long enough to split into context and continuation
+
+    @property
+    def examples(self) -> int:
+        return len(self.multiple_choice)
+
+    @property
+    def cap_note(self) -> str | None:
+        """Why fewer examples than requested were made (None: as many as requested)."""
+        if self.examples >= self.requested_examples:
+            return None
+        short = self.heldout_docs - self.usable_docs
+        why = (
+            f"the source's held-out shard has {self.heldout_docs} documents (data.heldout_docs)"
+            + (f", {short} of them too short to split into context and continuation" if short else "")
+            + f", and the task makes at most one example per usable document ({self.usable_docs})"
+        )
+        if self.examples < min(self.requested_examples, self.usable_docs):
+            why += "; a document whose continuation every other document repeats makes none"
+        return (
+            f"{self.examples} of {self.requested_examples} examples: {why}; raise data.heldout_docs "
+            f"(or set the task's examples to {self.examples}) to get all {self.requested_examples}"
+        )
+
+
 def build_heldout_tasks(
     token_dir: str | Path, tokenizer, n_examples: int, seed: int
 ) -> tuple[list[MultipleChoice], list[AnswerExample]]:
+    """(multiple_choice, answers) of `heldout_tasks`."""
+    tasks = heldout_tasks(token_dir, tokenizer, n_examples, seed)
+    return tasks.multiple_choice, tasks.answers
+
+
+def heldout_tasks(token_dir: str | Path, tokenizer, n_examples: int, seed: int) -> HeldoutTasks:
     """A multiple-choice and an answer-loglik task from the held-out documents of token_dir (deterministic by seed).
 
     Each example takes a document: context = its first half (at most 200 characters), the true
@@ -304,4 +357,4 @@ def build_heldout_tasks(
         choices = wrong[:position] + [truth] + wrong[position:]
         mc.append(MultipleChoice(context, tuple(choices), position))
         answers.append(AnswerExample(context, truth))
-    return mc, answers
+    return HeldoutTasks(mc, answers, n_examples, len(shard), len(parts))

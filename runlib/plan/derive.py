@@ -65,6 +65,8 @@ class CheckpointPlan:
     job_mtbf_hours: float | None
     young_optimum_hours: float | None  # sqrt(2 * write time * MTBF), Young 1974
     count: int  # checkpoints written over the run (intervals + phase ends)
+    write_gb_per_s: float = 0.0  # min(nodes x per-node bandwidth, storage bandwidth)
+    mtbf_basis: str = ""  # how job_mtbf_hours was found, for messages ("" when there is none)
 
 
 @dataclass(frozen=True)
@@ -256,18 +258,55 @@ def checkpoint_bytes_per_param(spec: RunSpec) -> int:
     return max(weights, master) + optimizer
 
 
+# Llama 3's published failure log (Dubey et al. 2024, "The Llama 3 Herd of Models", section 3.3.4):
+# 419 unexpected interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs, i.e. one per
+# 54 * 24 * 16,384 / 419 = ~50,700 GPU-hours. A job on n GPUs fails about every 50,700 / n hours
+# (failures of independent devices add up): 24.7 h on 2,048 GPUs, 3.1 h on all 16,384 (the paper's
+# "roughly every three hours"). Used when hardware.node_mtbf_hours is not given, on GPUs only.
+LLAMA3_INTERRUPTIONS = 419
+LLAMA3_SNAPSHOT_DAYS = 54
+LLAMA3_GPUS = 16_384
+DEVICE_MTBF_HOURS = LLAMA3_SNAPSHOT_DAYS * 24 * LLAMA3_GPUS / LLAMA3_INTERRUPTIONS
+
+
+def job_mtbf(spec: RunSpec) -> tuple[float | None, str]:
+    """(mean hours between failures of the whole job, how it was found); (None, "") on a CPU without
+    hardware.node_mtbf_hours (no published rate for it)."""
+    hw = spec.hardware
+    if hw.node_mtbf_hours:
+        nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
+        return hw.node_mtbf_hours / hw.nodes, f"node MTBF {hw.node_mtbf_hours:,.4g} h / {nodes}"
+    if hw.accelerator == "cpu":
+        return None, ""
+    n = devices(spec)
+    return DEVICE_MTBF_HOURS / n, (
+        f"{DEVICE_MTBF_HOURS:,.0f} GPU-hours per failure / {n:,} GPUs: no hardware.node_mtbf_hours, so Llama 3's "
+        f"published rate ({LLAMA3_INTERRUPTIONS} unexpected interruptions in {LLAMA3_SNAPSHOT_DAYS} days on "
+        f"{LLAMA3_GPUS:,} GPUs, Dubey et al. 2024 section 3.3.4)"
+    )
+
+
+def checkpoint_write_gb_per_s(spec: RunSpec) -> float:
+    """The rate a checkpoint is written at: each node's link, or the shared storage, whichever is slower."""
+    hw = spec.hardware
+    return min(hw.nodes * hw.checkpoint_write_gb_per_s, hw.storage_write_gb_per_s)
+
+
 def _checkpoint_plan(
     spec: RunSpec, params: ParamCounts, spans: list[PhaseSpan], hours_per_token: float, to_tokens
 ) -> CheckpointPlan:
     size = params.total * checkpoint_bytes_per_param(spec)
-    write_seconds = size / (spec.hardware.nodes * spec.hardware.checkpoint_write_gb_per_s * 1e9)
+    rate = checkpoint_write_gb_per_s(spec)
+    write_seconds = size / (rate * 1e9)
     run_tokens = spans[-1].end_tokens if spans else 0
     interval_tokens = to_tokens(spec.checkpoint.every)
     interval_steps = step_at_tokens(spans, interval_tokens) if interval_tokens is not None else None
     interval_hours = interval_tokens * hours_per_token if interval_tokens is not None else None
-    job_mtbf = spec.hardware.node_mtbf_hours / spec.hardware.nodes if spec.hardware.node_mtbf_hours else None
-    young = math.sqrt(2 * (write_seconds / 3600) * job_mtbf) if job_mtbf else None
+    mtbf, basis = job_mtbf(spec)
+    young = math.sqrt(2 * (write_seconds / 3600) * mtbf) if mtbf else None
     count = len(spans)
     if interval_tokens and interval_tokens > 0:
         count += int(run_tokens // interval_tokens)
-    return CheckpointPlan(size, write_seconds, interval_tokens, interval_steps, interval_hours, job_mtbf, young, count)
+    return CheckpointPlan(
+        size, write_seconds, interval_tokens, interval_steps, interval_hours, mtbf, young, count, rate, basis
+    )

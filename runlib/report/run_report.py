@@ -11,6 +11,14 @@ swapped into place only when complete.
 
 Step and token counts in train_phase artifacts are the run's (cumulative across phases), so all
 phases share one x axis: tokens seen since the start of the run.
+
+Numbers a reader could misread are qualified where they are shown: the loss plot draws the raw
+logged loss and an EMA over tokens (runlib.report.smoothing) beside it, with the uniform-guess loss
+ln(vocabulary) as a reference line; multiple-choice accuracy sits beside its chance level (from
+the items: eval.json's chance_acc); a task that got fewer examples than it asked for says how many
+and why (eval.json's examples_cap); device-hours are "core-hours" on a CPU run (hardware.accelerator
+cpu: one device is one core) and "GPU-hours" on a GPU; the audit's refit loss prediction is shown
+only inside the range it was fitted on (runlib.plan.scaling.predict_loss).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from runlib.audit.render import report as audit_report
 from runlib.audit.render.json_view import to_dict
 from runlib.audit.render.report import Block, Code, Heading, Image, Para, Table, render_html, render_markdown
 from runlib.errors import UserError
+from runlib.plan.hardware import CATALOG
+from runlib.report.smoothing import ema_over_tokens
 from runlib.spec import load_spec
 from runlib.spec.units import format_count
 from runlib.util.jsonl import read_jsonl
@@ -50,21 +60,37 @@ STAGE_ORDER = ("curate_shard", "curate_source", "train_tokenizer", "tokenize", "
 HELDOUT_METRICS = (("loss", "Held-out loss", ".4f"), ("perplexity", "Held-out perplexity", ".2f"))
 HELDOUT_METRICS += (("bits_per_byte", "Held-out bits per byte", ".4f"),)
 TASK_METRIC_ORDER = ("acc", "acc_norm", "loglik_mean", "loglik_per_token")
+TASK_INFO_KEYS = ("kind", "n", "chance_acc", "examples_requested", "examples_cap")  # not metrics
+CHANCE_METRICS = ("acc", "acc_norm")  # compared with chance_acc
+# the smoothed loss curve's memory: an EMA over tokens with a half-life of 2% of the run's tokens
+# (a 2M-token run: 41K tokens, 10 steps of 4Ki; a 2T-token run: 40B tokens), restarted at each
+# phase so a phase's new data or context length is not blurred into the previous phase's curve
+SMOOTH_HALF_LIFE_FRACTION = 0.02
 
 # (file, title, caption): the report shows the plots in this order.
 PLOTS = (
     (
         "loss.png",
         "Loss",
-        "Training loss against tokens seen (total, and per source); diamonds: held-out loss per source "
-        "after each evaluated phase; dotted lines mark phase starts.",
+        "Training loss against tokens seen. Thin grey: the raw logged loss, one point per logging "
+        "interval (the interval's mean where the log records interval_tokens, else the logged step's "
+        "loss); black and coloured: the loss in total and per source smoothed by "
+        "an exponential moving average over tokens (half-life 2% of the run's tokens, each record "
+        "weighted by the tokens of its logging interval, restarted at each phase). Diamonds: held-out "
+        "loss per source after each evaluated phase; dashed: ln(vocabulary), the loss of a uniform "
+        "guess; dotted lines mark phase starts.",
     ),
     (
         "lr.png",
         "Learning rate",
         "Learning rate logged by training, against tokens seen; thin grey line: the plan's schedule.",
     ),
-    ("throughput.png", "Throughput", "Tokens per second and MFU per logging interval, against tokens seen."),
+    (
+        "throughput.png",
+        "Throughput",
+        "Tokens per second and MFU at each logging point: the phase's average so far (its training time "
+        "only: evaluation and checkpoints excluded), against tokens seen.",
+    ),
 )
 
 
@@ -137,6 +163,22 @@ class RunData:
                 names.extend(r.get("loss_by_source") or {})
             names.extend(((p.eval_data or {}).get("heldout")) or {})
         return list(dict.fromkeys(names))
+
+
+def device_hours_unit(accelerator: str) -> str:
+    """'core-hours' on a CPU run (one device is one core), 'GPU-hours' on a catalogued GPU,
+    'device-hours' on an accelerator runlib does not know."""
+    if accelerator == "cpu":
+        return "core-hours"
+    return "GPU-hours" if accelerator in CATALOG else "device-hours"
+
+
+HOURS_LABELS = ("gpu-hours", "core-hours", "device-hours")
+
+
+def _sentence(text: str) -> str:
+    """First letter upper case, the rest as written ('core-hours' -> 'Core-hours', 'GPU-hours' stays)."""
+    return text[:1].upper() + text[1:]
 
 
 def _is_number(x: Any) -> bool:
@@ -307,7 +349,10 @@ def _training(run: RunData) -> list[Block]:
     headers = ("Phase", "Status", "Planned tokens", "Steps", "Tokens", "Final loss", "Tokens/s", "MFU", "Spikes")
     return [
         Heading(2, "Training"),
-        Para("Per phase, from its train_phase manifest and metrics.jsonl (tokens/s and MFU: the last interval)."),
+        Para(
+            "Per phase, from its train_phase manifest and metrics.jsonl (final loss: the last logged "
+            "loss; tokens/s and MFU: over the phase's training time)."
+        ),
         Table((*headers, "Wall time"), rows),
     ]
 
@@ -325,10 +370,13 @@ def _plan_vs_measured(run: RunData) -> list[Block]:
         memory = details.get("memory") or {}
         peaks = [x for x in memory.get("measured_peak_bytes_per_rank") or [] if _is_number(x)]
         estimate = memory.get("estimate_bytes_per_device")
+        processes, wall = counts.get("processes"), p.train.wall_seconds if p.train is not None else None
         rows.append(
             (
                 p.name,
                 " x ".join(f"{k} {v}" for k, v in mesh.items() if v != 1) or "1 process",
+                _fmt(wall * processes / 3600, ".3g") if _is_number(processes) and wall is not None else "–",
+                _fmt(p.plan.hours * run.plan.devices, ".3g"),
                 _count(counts.get("tokens_per_s")),
                 _fmt(counts.get("mfu"), ".3f"),
                 _fmt(run.spec.hardware.mfu, ".3f"),
@@ -339,11 +387,15 @@ def _plan_vs_measured(run: RunData) -> list[Block]:
         )
     if not rows:
         return []
-    headers = ("Phase", "Mesh", "Tokens/s", "MFU", "Planned MFU", "Peak memory", "Planned memory", "Plan/measured")
+    unit = device_hours_unit(run.spec.hardware.accelerator)
+    headers = ("Phase", "Mesh", _sentence(unit), f"Planned {unit}", "Tokens/s", "MFU", "Planned MFU")
+    headers += ("Peak memory", "Planned memory", "Plan/measured")
     return [
         Heading(2, "Plan against measurement"),
         Para(
-            "Per phase, from its train_phase manifest: the device mesh that ran (dimensions above 1), "
+            f"Per phase, from its train_phase manifest: the device mesh that ran (dimensions above 1), "
+            f"{unit} (the stage's wall time x its processes, so start-up, evaluation and checkpoints "
+            f"included) against the plan's (its FLOPs at the spec's MFU), "
             "throughput over the phase's training time (evaluation and checkpoints excluded), and the "
             "largest peak memory of any rank (CUDA allocator on GPU, resident set size on CPU, which "
             "includes the Python runtime) against the plan's per-device estimate."
@@ -378,22 +430,38 @@ def _evaluation(run: RunData) -> list[Block]:
             entry = tasks.setdefault(name, {"kind": "", "metrics": []})
             if isinstance(result, dict):
                 entry["kind"] = entry["kind"] or str(result.get("kind", ""))
-                entry["metrics"] += [k for k, v in result.items() if k not in ("kind", "n") and _is_number(v)]
+                entry["metrics"] += [k for k, v in result.items() if k not in TASK_INFO_KEYS and _is_number(v)]
     if not tasks:
         return [*blocks, Heading(3, "Tasks"), Para("No task results.")]
-    rows = []
+    rows, caps = [], []
     for name, entry in tasks.items():
         names = list(dict.fromkeys(entry["metrics"]))
         names.sort(key=lambda m: TASK_METRIC_ORDER.index(m) if m in TASK_METRIC_ORDER else len(TASK_METRIC_ORDER))
+        results = [((p.eval_data or {}).get("tasks") or {}).get(name) for p in evaluated]
+        latest = next((r for r in reversed(results) if isinstance(r, dict)), {})  # the last evaluation's
+        n, requested = latest.get("n"), latest.get("examples_requested")
+        examples = _int(n)
+        if _is_number(n) and _is_number(requested) and requested > n:
+            examples = f"{int(n):,} of {int(requested):,} requested"
+        if latest.get("examples_cap"):
+            caps.append(f"{name}: {latest['examples_cap']}.")
+        chance = latest.get("chance_acc")
         for metric in names:
-            cells = []
-            for p in evaluated:
-                result = ((p.eval_data or {}).get("tasks") or {}).get(name)
-                cells.append(_fmt(result.get(metric), ".4f") if isinstance(result, dict) else "–")
-            ns = [((p.eval_data or {}).get("tasks") or {}).get(name) for p in evaluated]
-            n = next((r.get("n") for r in reversed(ns) if isinstance(r, dict) and _is_number(r.get("n"))), None)
-            rows.append((name, entry["kind"], metric, _int(n), *cells))
-    return [*blocks, Heading(3, "Tasks"), Table(("Task", "Kind", "Metric", "n", *heads), rows)]
+            cells = [_fmt(r.get(metric), ".4f") if isinstance(r, dict) else "–" for r in results]
+            level = (_fmt(chance, ".4f") if _is_number(chance) else "n/a") if metric in CHANCE_METRICS else "–"
+            rows.append((name, entry["kind"], metric, examples, level, *cells))
+    blocks += [
+        Heading(3, "Tasks"),
+        Para(
+            "n: the examples scored (of those requested, when fewer). Chance: the accuracy of picking a "
+            "choice uniformly at random, the mean of 1 / choices over the task's items (acc and acc_norm "
+            "are read against it; n/a: not recorded by the runlib that evaluated)."
+        ),
+        Table(("Task", "Kind", "Metric", "n", "Chance", *heads), rows),
+    ]
+    if caps:
+        blocks.append(Para("Fewer examples than requested: " + " ".join(caps)))
+    return blocks
 
 
 def _wall_times(run: RunData) -> list[Block]:
@@ -437,11 +505,21 @@ def _demote(blocks: list[Block]) -> list[Block]:
     return [Heading(b.level + 1, b.text) if isinstance(b, Heading) else b for b in blocks]
 
 
+def _relabel_hours(table: Table, unit: str) -> Table:
+    """The audit's derived table with its device-hours row named in this run's unit."""
+    rows = [(_sentence(unit), *row[1:]) if str(row[0]).lower() in HOURS_LABELS else row for row in table.rows]
+    return Table(table.headers, rows)
+
+
 def _audit(run: RunData) -> list[Block]:
     result = run.audit
     d = to_dict(result)
     s = d["summary"]
-    derived = [b for b in audit_report._derived(result, d["derived"]) if isinstance(b, Table)]
+    derived = [
+        _relabel_hours(b, device_hours_unit(run.spec.hardware.accelerator))
+        for b in audit_report._derived(result, d["derived"])
+        if isinstance(b, Table)
+    ]
     return [
         Heading(2, "Audit"),
         Para(
@@ -491,6 +569,29 @@ def _heldout_points(run: RunData, source: str) -> tuple[list[float], list[float]
     return xs, ys
 
 
+def smoothing_half_life_tokens(run: RunData) -> float:
+    """The loss EMA's half-life in tokens: SMOOTH_HALF_LIFE_FRACTION of the run's planned tokens."""
+    return max(SMOOTH_HALF_LIFE_FRACTION * float(run.plan.tokens_total), 1.0)
+
+
+def smoothed_loss(
+    run: RunData, get: Callable[[dict[str, Any]], Any] = lambda r: r.get("loss")
+) -> tuple[list[float], list[float]]:
+    """(tokens, EMA of get(record)) over every phase's records, the EMA restarted at each phase start."""
+    half_life = smoothing_half_life_tokens(run)
+    xs_out: list[float] = []
+    ys_out: list[float] = []
+    for p in run.phases:
+        kept = [r for r in p.records if _is_number(r.get("tokens")) and _is_number(get(r))]
+        xs = [float(r["tokens"]) for r in kept]
+        covered = [r.get("interval_tokens") if _is_number(r.get("interval_tokens")) else None for r in kept]
+        xs_out += xs
+        ys_out += ema_over_tokens(
+            xs, [float(get(r)) for r in kept], half_life, float(p.plan.span.start_tokens), covered
+        )
+    return xs_out, ys_out
+
+
 def plot_loss(run: RunData, path: Path) -> Path:
     fig, (ax,) = plots._figure(height=5.0)
     records = run.records()
@@ -502,12 +603,15 @@ def plot_loss(run: RunData, path: Path) -> Path:
         plots._empty(ax, "no training metrics or evaluations yet")
     else:
         all_x = list(xs)
+        half_life = format_count(smoothing_half_life_tokens(run))
         if xs:
-            ax.plot(xs, ys, color="black", lw=1.4, label="train: total", zorder=3)
+            ax.plot(xs, ys, color="0.6", lw=0.7, marker=".", ms=2, label="train: total, raw", zorder=2)
+            sx, sy = smoothed_loss(run)
+            ax.plot(sx, sy, color="black", lw=1.6, label=f"train: total, EMA (half-life {half_life} tokens)", zorder=3)
         for s in sources:
-            sx, sy = _finite_xy(records, lambda r, s=s: (r.get("loss_by_source") or {}).get(s))
+            sx, sy = smoothed_loss(run, lambda r, s=s: (r.get("loss_by_source") or {}).get(s))
             if sx:
-                ax.plot(sx, sy, color=colours[s], lw=0.9, alpha=0.8, label=f"train: {s}", zorder=2)
+                ax.plot(sx, sy, color=colours[s], lw=1.0, alpha=0.9, label=f"train: {s}, EMA", zorder=2)
         for s in sources:
             hx, hy = heldout[s]
             if hx:
@@ -515,6 +619,11 @@ def plot_loss(run: RunData, path: Path) -> Path:
                 ax.scatter(
                     hx, hy, marker="D", s=40, color=colours[s], edgecolors="black", zorder=4, label=f"held-out: {s}"
                 )
+        uniform = math.log(run.plan.vocab_rows) if run.plan.vocab_rows > 1 else None
+        if uniform is not None:
+            ax.axhline(
+                uniform, color="tab:red", lw=0.9, ls="--", zorder=1, label=f"uniform guess ln({run.plan.vocab_rows})"
+            )
         _token_axis(ax, run, all_x)
         ax.set_xlabel("tokens seen")
         ax.set_ylabel("loss (nats per token)")
@@ -569,7 +678,7 @@ def plot_throughput(run: RunData, path: Path) -> Path:
     if ty:
         plots._count_axis(ax_t.yaxis)
     ax_m.set_xlabel("tokens seen")
-    ax_t.set_title("Throughput per logging interval", fontsize=11)
+    ax_t.set_title("Throughput: the phase's average so far", fontsize=11)
     plots._save(fig, path)
     return Path(path)
 

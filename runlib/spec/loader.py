@@ -13,13 +13,17 @@ checked as the document is read so that a hostile file is refused in millisecond
 from __future__ import annotations
 
 import difflib
+import functools
+import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from runlib.errors import Diagnostic, SpecError
 from runlib.spec.bounded_yaml import (
@@ -29,7 +33,7 @@ from runlib.spec.bounded_yaml import (
     LimitExceeded,
     compose_bounded,
 )
-from runlib.spec.models import RunSpec
+from runlib.spec.models import NAME_PATTERN, RunSpec
 from runlib.spec.units import short_repr
 
 Position = tuple[int, int]  # 1-based line, column
@@ -254,43 +258,294 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
-def _message(error: dict[str, Any], loc: tuple[Any, ...]) -> str:
-    kind, msg = error["type"], error["msg"]
+# --- our own text for the schema's errors: what is wrong, and a fix line with a valid example ----------
+
+# a sound spec shipped with the package: realistic example values for required fields without a default
+EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "audit" / "cases_base.yaml"
+_PLAIN = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./%*+ -]*$")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
+
+
+@functools.cache
+def _example_data() -> Any:
+    try:
+        return parse_yaml(EXAMPLE_SPEC.read_text(encoding="utf-8"), str(EXAMPLE_SPEC))[0]
+    except (OSError, SpecError):  # an installation without it: examples from defaults and types only
+        return None
+
+
+def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
+    """The pydantic field that validates the value at `loc` (None for a dict value or a list item)."""
+    if not loc or isinstance(loc[-1], int):
+        return None
+    model = _model_at(loc[:-1])
+    return model.model_fields.get(str(loc[-1])) if model else None
+
+
+def _bounds(field: FieldInfo | None) -> tuple[tuple[float, bool] | None, tuple[float, bool] | None]:
+    """((lower, inclusive), (upper, inclusive)) of a numeric field, each None when unbounded."""
+    lower = upper = None
+    for meta in field.metadata if field else ():
+        for attr, inclusive, is_lower in (
+            ("ge", True, True),
+            ("gt", False, True),
+            ("le", True, False),
+            ("lt", False, False),
+        ):
+            bound = getattr(meta, attr, None)
+            if bound is None:
+                continue
+            if is_lower:
+                lower = (bound, inclusive)
+            else:
+                upper = (bound, inclusive)
+    return lower, upper
+
+
+def _yaml(value: Any) -> str:
+    """A value as it is written in a spec (flow style for lists and mappings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return format(value, "g") if value == value else ".nan"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            if _PLAIN.match(value) and value.lower() not in _YAML_WORDS:
+                return value  # plain: YAML reads it back as this text
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _from_example_spec(loc: tuple[Any, ...]) -> Any:
+    """The value at `loc` in the example spec: list items by index (else the first), dict entries by
+    name (else the first: a source or mixture named differently), model fields by name only."""
+    node = _example_data()
+    for i, part in enumerate(loc):
+        if isinstance(node, list) and node:
+            node = node[part] if isinstance(part, int) and part < len(node) else node[0]
+        elif isinstance(node, dict) and node:
+            if part in node:
+                node = node[part]
+            elif _model_at(loc[:i]) is None:  # a mapping of user names (sources, mixture): any entry will do
+                node = next(iter(node.values()))
+            else:
+                return None
+        else:
+            return None
+    return node
+
+
+def _example(loc: tuple[Any, ...], field: FieldInfo | None) -> str | None:
+    """`key: value` with a valid value for `loc`: the field's default, else the example spec's value, else
+    one built from the type (the first allowed word, the lower bound); None when none fits on a line."""
+    value: Any = None
+    if field is not None and not field.is_required() and field.default not in (None, [], {}):
+        value = field.default
+    if value is None or hasattr(value, "model_dump"):
+        value = _from_example_spec(loc)
+    if value is None and field is not None:
+        annotation = _unwrap(field.annotation)
+        if typing.get_origin(annotation) is Literal:
+            value = typing.get_args(annotation)[0]
+        elif annotation is bool:
+            value = False
+        elif annotation in (int, float):
+            lower, _ = _bounds(field)
+            value = annotation(lower[0]) if lower and lower[1] else (1 if annotation is int else 1.0)
+    if value is None or hasattr(value, "model_dump"):
+        return None
+    text = _yaml(value.model_dump() if hasattr(value, "model_dump") else value)
+    if len(text) > 70:
+        return None
+    key = loc[-1] if loc and not isinstance(loc[-1], int) else None
+    return f"{key}: {text}" if key is not None else f"- {text}"
+
+
+def _got(value: Any) -> str:
+    """The user's value with its kind: the text 'abc', the number 4.5, a list, a mapping, nothing."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {_yaml(value)}"
+    if isinstance(value, (int, float)):
+        return f"the number {short_repr(value)}"
+    if isinstance(value, str):
+        return f"the text {short_repr(value)}"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return "a mapping"
+    return short_repr(value)
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
+
+
+def _range(field: FieldInfo | None, ctx: dict[str, Any]) -> str:
+    lower, upper = _bounds(field)
+    if lower is None and ("ge" in ctx or "gt" in ctx):
+        lower = (ctx.get("ge", ctx.get("gt")), "ge" in ctx)
+    if upper is None and ("le" in ctx or "lt" in ctx):
+        upper = (ctx.get("le", ctx.get("lt")), "le" in ctx)
+    if lower is not None and upper is not None and lower[1] and upper[1]:
+        return f"from {_number(lower[0])} to {_number(upper[0])}"
+    parts = []
+    if lower is not None:
+        parts.append(f"{'at least' if lower[1] else 'above'} {_number(lower[0])}")
+    if upper is not None:
+        parts.append(f"{'at most' if upper[1] else 'below'} {_number(upper[0])}")
+    return " and ".join(parts)
+
+
+def _fix(path: str, what: str, example: str | None) -> str:
+    return f"write {path} as {what}" + (f", e.g. `{example}`" if example else "")
+
+
+def explain_error(error: dict[str, Any], loc: tuple[Any, ...], path: str) -> tuple[str, str]:
+    """(message, fix) for one pydantic error at `loc` (`path` spelled as the spec's dotted path)."""
+    kind, got = error["type"], error.get("input")
+    ctx = error.get("ctx") or {}
+    field = _field_at(loc)
+    example = _example(loc, field)
+    eg = f", e.g. `{example}`" if example else ""
+    key = loc[-1] if loc else ""
     if kind == "extra_forbidden":
         model = _model_at(loc[:-1])
         allowed = sorted(model.model_fields) if model else []
-        guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
-        hint = f"; did you mean {guess[0]!r}?" if guess else (f"; allowed: {', '.join(allowed)}" if allowed else "")
-        return f"unknown key {short_repr(loc[-1])}{hint}"
-    if kind == "missing":
-        return f"required key {loc[-1]!r} is missing: add it"
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-    got = error.get("input")
-    if kind == "literal_error":
-        expected = [
-            e.strip().strip("'") for e in error.get("ctx", {}).get("expected", "").replace(" or ", ",").split(",")
-        ]
-        guess = difflib.get_close_matches(str(got), [e for e in expected if e], n=1, cutoff=0.5)
+        guess = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
         if guess:
-            return f"{msg} (got {short_repr(got)}); did you mean {guess[0]!r}?"
-    if kind != "value_error" and not isinstance(got, (dict, list)):
-        return f"{msg} (got {short_repr(got)})"
-    return msg
+            return f"unknown key {short_repr(key)}; did you mean {guess[0]!r}?", f"rename {key} to {guess[0]}"
+        return (
+            f"unknown key {short_repr(key)}",
+            f"remove it; the keys of {parent_path(path) or 'a run spec'} are: {', '.join(allowed)}",
+        )
+    if kind == "missing":
+        if isinstance(key, int):
+            return (
+                f"item {key} is missing: {parent_path(path)} has too few items",
+                f"give every item of {parent_path(path)}"
+                + (
+                    f", e.g. `{_example(loc[:-1], _field_at(loc[:-1]))}`"
+                    if _example(loc[:-1], _field_at(loc[:-1]))
+                    else ""
+                ),
+            )
+        where = parent_path(path) or "the top level of the spec"
+        return f"required key {key!r} is missing", f"add it under {where}{eg}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        rng = _range(field, ctx)
+        return f"expected a whole number, got {_got(got)}", _fix(
+            path, "a whole number" + (f" {rng}" if rng else "") + " (no quotes, units or decimals)", example
+        )
+    if kind in ("float_parsing", "float_type"):
+        hint = ""
+        if isinstance(got, str) and got.strip().endswith("%"):
+            try:
+                fraction = float(got.strip()[:-1]) / 100
+            except ValueError:
+                fraction = 0.45
+            hint = f" (a fraction: {got.strip()} is {fraction:g})"
+            example = f"{key}: {fraction:g}" if not isinstance(key, int) else example
+        return f"expected a number, got {_got(got)}{hint}", _fix(path, "a plain number (no quotes or units)", example)
+    if kind == "finite_number":
+        return f"expected a finite number, got {_got(got)}", _fix(path, "a finite number (no .nan or .inf)", example)
+    if kind in ("bool_parsing", "bool_type"):
+        return f"expected true or false, got {_got(got)}", _fix(path, "true or false", example)
+    if kind in ("string_type", "str_type"):
+        return f"expected text, got {_got(got)}", _fix(path, "text (quote it if it looks like a number)", example)
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        rng = _range(field, ctx)
+        side = "small" if kind.startswith("greater") else "large"
+        return f"{short_repr(got)} is too {side}: {path} takes a value {rng}", f"use a value {rng}{eg}"
+    if kind == "literal_error":
+        expected = [e.strip().strip("'") for e in ctx.get("expected", "").replace(" or ", ",").split(",")]
+        expected = [e for e in expected if e]
+        guess = difflib.get_close_matches(str(got), expected, n=1, cutoff=0.5)
+        choices = ", ".join(expected)
+        if guess:
+            return (
+                f"{short_repr(got)} is not one of {choices}; did you mean {guess[0]!r}?",
+                f"write `{key}: {guess[0]}`" if not isinstance(key, int) else f"write {guess[0]}",
+            )
+        return f"{short_repr(got)} is not one of {choices}", f"use one of {choices}{eg}"
+    if kind == "string_pattern_mismatch":
+        if ctx.get("pattern") == NAME_PATTERN:
+            fixed = re.sub(r"[^a-z0-9._-]+", "-", str(got).lower()).strip("-._") or "name"
+            return (
+                f"{short_repr(got)} is not a valid name: lowercase letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit (names become folder and run names)",
+                f"write `{key}: {fixed}`",
+            )
+        return f"{short_repr(got)} does not match the pattern {ctx.get('pattern')}", f"use a value like the example{eg}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        model = _model_at(loc)
+        keys = f" ({', '.join(list(model.model_fields)[:4])}, ...)" if model else ""
+        return (
+            f"expected a mapping of keys{keys}, got {_got(got)}",
+            f"write {path} as `key: value` lines indented under {key}:{eg}",
+        )
+    if kind in ("list_type", "tuple_type", "set_type"):
+        return f"expected a list, got {_got(got)}", _fix(path, "a list ([a, b] or '- item' lines)", example)
+    if kind in ("too_short", "too_long"):
+        return (
+            f"{path} has {ctx.get('actual_length', '?')} items; it takes "
+            f"{'at least ' + str(ctx.get('min_length')) if kind == 'too_short' else 'at most ' + str(ctx.get('max_length'))}",
+            f"{'add' if kind == 'too_short' else 'remove'} items{eg}",
+        )
+    msg = error["msg"].removeprefix("Value error, ")
+    if kind == "value_error":  # our own validators (counts, durations, batch sizes): already our words
+        return msg, (f"write {path} like `{example}`" if example else f"see `runlib schema` for {path}")
+    shown = f" (got {_got(got)})" if not isinstance(got, (dict, list)) else ""
+    return f"{msg}{shown}", (f"write {path} like `{example}`" if example else f"see `runlib schema` for {path}")
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The loc parts that address data (pydantic adds validator names for unions and tagged unions)."""
+    return tuple(
+        part for part in loc if isinstance(part, int) or not str(part).startswith(("function-", "tagged-union["))
+    )
+
+
+def _join_loc(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        path = join_path(path, part)
+    return path
 
 
 def validation_diagnostics(exc: ValidationError, data: Any, smap: SourceMap) -> list[Diagnostic]:
-    diagnostics = []
-    for error in exc.errors():
-        # keep only the loc parts that address data (pydantic adds validator names for unions)
-        loc = tuple(
-            part
-            for part in error["loc"]
-            if isinstance(part, int) or not (str(part).startswith(("function-", "tagged-union[")))
-        )
-        path = ""
-        for part in loc:
-            path = join_path(path, part)
+    """One diagnostic per mistake: the schema's errors in our words, each with a fix line.
+
+    A typo'd key gives pydantic two errors, the unknown key and the required key it was meant to be;
+    they become one ("did you mean"). Several errors at one path (the members of a union) become the
+    first one."""
+    errors = [(e, _clean_loc(e["loc"])) for e in exc.errors()]
+    missing = {loc for e, loc in errors if e["type"] == "missing"}
+    renamed: set[tuple[Any, ...]] = set()
+    for e, loc in errors:
+        if e["type"] == "extra_forbidden":
+            model = _model_at(loc[:-1])
+            allowed = list(model.model_fields) if model else []
+            guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+            if guess and (*loc[:-1], guess[0]) in missing:
+                renamed.add((*loc[:-1], guess[0]))
+    diagnostics, seen = [], set()
+    for error, loc in errors:
+        if error["type"] == "missing" and loc in renamed:
+            continue  # said by the unknown key's "did you mean"
+        path = _join_loc(loc)
+        if path in seen:
+            continue
+        seen.add(path)
         if error["type"] == "extra_forbidden":
             position = smap.keys.get(path) or smap.position(path)
         elif error["type"] == "missing":
@@ -298,7 +553,12 @@ def validation_diagnostics(exc: ValidationError, data: Any, smap: SourceMap) -> 
         else:
             position = smap.position(path)
         line, col = position if position else (None, None)
-        diagnostics.append(Diagnostic(smap.file, line, col, "SPEC002", path, _message(error, loc)))
+        message, fix = explain_error(error, loc, path)
+        if error["type"] == "extra_forbidden" and "did you mean" in message:
+            guess = message.rsplit("'", 2)[-2]
+            if (*loc[:-1], guess) in renamed:
+                message += f" ({guess} is required and missing)"
+        diagnostics.append(Diagnostic(smap.file, line, col, "SPEC002", path, message, fix))
     diagnostics.sort(key=lambda d: (d.line or 0, d.col or 0))
     return diagnostics
 

@@ -12,11 +12,20 @@ tests/spec/test_hostile.py checks that every numeric field of the schema has a m
 
 from __future__ import annotations
 
+import os
+from functools import cache
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from runlib.spec.units import BatchSizeField, Count, Duration, DurationField
+
+# pydantic looks up its plugins (the entry points of every installed distribution: ~60 ms of the cold
+# start in a venv of ~350 packages) when it builds the first validator. The spec models use none, so
+# the lookup is switched off (pydantic's documented PYDANTIC_DISABLE_PLUGINS) while this module builds
+# them, and the variable is restored at the end of the module.
+_PLUGINS_ENV = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # on the Field of a spec field that no stage reads (the audit and the plan do): the schema carries it
@@ -41,10 +50,34 @@ Weight = Annotated[float, Field(ge=-MAX_WEIGHT, le=MAX_WEIGHT)]
 """A sampling weight: finite; the audit reports negative weights and sums other than 1."""
 
 
-class SpecModel(BaseModel):
-    """Base of every spec section: unknown keys are errors, values are immutable."""
+def _divisors_near(n: int, target: int, count: int = 4) -> str:
+    """The divisors of n closest to target, ascending, e.g. 16, 6 -> '2, 4, 8 or 16' (sqrt(n) steps)."""
+    divisors = set()
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            divisors.update((i, n // i))
+        i += 1
+    near = sorted(sorted(divisors, key=lambda d: (abs(d - target), d))[:count])
+    words = [str(d) for d in near]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+
+class SpecModel(BaseModel):
+    """Base of every spec section: unknown keys are errors, values are immutable.
+
+    Field docstrings become the schema's descriptions, attached when a JSON schema is asked for
+    (`_attach_field_docstrings`), not at import: pydantic's use_attribute_docstrings re-reads and
+    re-parses this file's source once per class (inspect.getsource), about a third of the cold start
+    of `runlib audit`, for text only the schema shows.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @classmethod
+    def model_json_schema(cls, *args, **kwargs):  # type: ignore[override]
+        _attach_field_docstrings()
+        return super().model_json_schema(*args, **kwargs)
 
 
 class HardwareSpec(SpecModel):
@@ -61,7 +94,7 @@ class HardwareSpec(SpecModel):
     """Model FLOPs utilization assumed for time estimates (planning only: read by the audit, not by any stage)."""
 
     node_mtbf_hours: float | None = Field(None, ge=0.001, le=1e7, json_schema_extra=PLANNING_ONLY)
-    """Mean time between failures of one node, in hours, for checkpoint-interval advice (planning only: read by the audit, not by any stage)."""
+    """Mean time between failures of one node, in hours, for checkpoint-interval advice; omitted on a GPU: Llama 3's published failure rate, one unexpected interruption per ~50,700 GPU-hours (419 in 54 days on 16,384 GPUs, Dubey et al. 2024 section 3.3.4) (planning only: read by the audit, not by any stage)."""
 
     memory_gib: float | None = Field(None, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
     """Memory per device in GiB, overriding the catalog for hardware not in it (planning only: read by the audit, not by any stage)."""
@@ -71,6 +104,9 @@ class HardwareSpec(SpecModel):
 
     checkpoint_write_gb_per_s: float = Field(2.0, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
     """Checkpoint write bandwidth per node in GB/s, for the checkpoint write time (planning only: read by the audit, not by any stage)."""
+
+    storage_write_gb_per_s: float = Field(0.5, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
+    """Write bandwidth of the storage checkpoints go to, all nodes together, in GB/s as a blocking checkpoint sees it; the write time is the checkpoint's size over the smaller of this and nodes x checkpoint_write_gb_per_s. Default 0.5: a measured 7B checkpoint, ~84 GB (12 bytes per parameter) in 148.8 s (PyTorch blog 2024, "Reducing Model Checkpointing Times by Over 10x with PyTorch Distributed Asynchronous Checkpointing"); storage built for checkpoints sustains far more (Llama 3's: 2 TB/s, Dubey et al. 2024 section 3.3.1): give yours (planning only: read by the audit, not by any stage)."""
 
 
 class BudgetSpec(SpecModel):
@@ -95,7 +131,22 @@ class ModelSpec(SpecModel):
     """Attention (query) heads."""
 
     kv_heads: int | None = Field(None, ge=1, le=MAX_WIDTH)
-    """Key/value heads (grouped-query attention); omitted or = heads for multi-head attention."""
+    """Key/value heads (grouped-query attention): a divisor of heads; omitted or = heads for multi-head attention."""
+
+    @field_validator("kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, kv_heads: int | None, info: ValidationInfo) -> int | None:
+        # grouped-query attention shares each key/value head among heads / kv_heads query heads
+        # (Ainslie et al. 2023, GQA, section 2.2): any other count has no layout, and every parameter,
+        # FLOP and memory figure computed from it would describe a model that cannot be built
+        heads = info.data.get("heads")  # absent when heads itself was refused: that error is reported
+        if kv_heads is None or heads is None or heads % kv_heads == 0:
+            return kv_heads
+        raise ValueError(
+            f"kv_heads: {kv_heads} does not divide heads: {heads} (grouped-query attention shares each "
+            f"key/value head among heads / kv_heads query heads); use a divisor of {heads}: "
+            f"{_divisors_near(heads, kv_heads)}"
+        )
 
     head_dim: int | None = Field(None, ge=1, le=MAX_WIDTH)
     """Per-head width; default d_model / heads."""
@@ -181,12 +232,26 @@ class InputSpec(SpecModel):
 
 
 class MinhashSpec(SpecModel):
+    """MinHash near-duplicate removal: bands * rows permutations, LSH candidates, exact verification.
+
+    Defaults measured with `python -m runlib.bench.minhash_speed --grid` (the recall of each banding
+    by Jaccard bucket): 20 x 5 = 100 permutations make a pair at Jaccard 0.72 a candidate with
+    probability 1 - (1 - 0.72^5)^20 = 98.6% (99.6% at 0.75), where FineWeb's 14 x 8 gives 65% (77%);
+    the verification then removes the candidates below `threshold`."""
+
     ngram: int = Field(5, ge=1, le=1_000)
-    """Shingle size in words."""
-    bands: int = Field(14, ge=1, le=1_024)
-    """LSH bands."""
-    rows: int = Field(8, ge=1, le=1_024)
-    """Rows per band."""
+    """Shingle size in words (FineWeb: 5-grams)."""
+    bands: int = Field(20, ge=1, le=1_024)
+    """LSH bands: documents whose `rows` signature values agree in any band are candidate pairs."""
+    rows: int = Field(5, ge=1, le=1_024)
+    """Rows per band (the signature has bands * rows permutations)."""
+    threshold: float = Field(0.72, ge=0, le=1)
+    """Candidate pairs are near-duplicates only if the exact Jaccard similarity of their shingle sets is
+    at least this (0: every LSH candidate, as datatrove, which verifies none). 0.72 is (1/14)^(1/8), the
+    threshold of FineWeb's 14-band x 8-row banding (Penedo et al. 2024, section 3.4 and appendix E.1:
+    "targeting documents that are at least 75% similar", removed with probability 56% at 0.70 and 77% at
+    0.75): the same pairs, as a sharp cut. Lee et al. 2022 (section 4.2) likewise check each LSH
+    candidate pair before calling it a duplicate."""
 
 
 class DedupSpec(SpecModel):
@@ -422,7 +487,9 @@ class MonitorSpec(SpecModel):
     eval_every: DurationField | None = None
     """Held-out loss per source at this interval."""
     log_every: DurationField | None = None
-    """Training metrics at this interval."""
+    """Training metrics (loss as the mean over the interval, LR, throughput) at this interval of the run's
+    tokens, the same in every phase ('<n> steps' and '<p>%' are converted to tokens on the run's timeline);
+    default: about 200 records over the run."""
     spike: SpikeSpec | None = None
     """Loss-spike policy."""
 
@@ -502,3 +569,39 @@ class RunSpec(SpecModel):
     """MLflow tracking."""
     audit: AuditSpec = AuditSpec()
     """Audit settings."""
+
+
+@cache
+def _attach_field_docstrings() -> None:
+    """Set each spec field's description from the string literal under it (as pydantic's
+    use_attribute_docstrings does: inspect.cleandoc of the literal right after an annotated
+    assignment), then rebuild the models' schemas, leaves first (classes are defined before use)."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields = docs.setdefault(node.name, {})
+        for stmt, after in zip(node.body, node.body[1:], strict=False):
+            literal = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and literal:
+                if isinstance(after.value.value, str):
+                    fields[stmt.target.id] = inspect.cleandoc(after.value.value)
+    for name, fields in docs.items():
+        model = globals().get(name)
+        if not (isinstance(model, type) and issubclass(model, SpecModel)):
+            continue
+        for field_name, info in model.model_fields.items():
+            if info.description is None and field_name in fields:
+                info.description = fields[field_name]
+        model.model_rebuild(force=True)
+
+
+if _PLUGINS_ENV is None:
+    os.environ.pop("PYDANTIC_DISABLE_PLUGINS", None)
+else:
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = _PLUGINS_ENV

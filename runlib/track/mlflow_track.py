@@ -18,7 +18,9 @@ idempotent: a rerun, a second process that waited for another's build, or `runli
 
 A train_phase run also gets its metrics.jsonl as metric histories (step = the optimizer step) and
 its checkpoint's location (tag runlib.checkpoint, param checkpoint); an eval_phase run gets its
-eval.json as metrics at step = the phase index. `log_report` attaches the run report to the parent.
+eval.json as metrics at step = the phase index. Metric names follow the one scheme of runlib.track's
+docstring (one name per quantity). `update_parent` gives the parent the run's summary metrics and the
+span of its artifacts' builds; `log_report` attaches the run report to the parent.
 """
 
 from __future__ import annotations
@@ -141,25 +143,43 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def numeric_leaves(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    """Numbers in nested dicts under dotted names (lists and strings are skipped: they are not metrics)."""
+def metric_name(*parts: Any) -> str:
+    """The scheme's name of a metric: its parts (each made a valid MLflow name) joined by "/"."""
+    return "/".join(clean_key(str(p)).replace("/", "_") for p in parts)
+
+
+def numeric_leaves(d: dict[str, Any], *prefix: str) -> dict[str, float]:
+    """Numbers in nested dicts under "/"-joined names (lists and strings are skipped: they are not metrics)."""
     out: dict[str, float] = {}
     for k, v in d.items():
-        name = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(numeric_leaves(v, name + "."))
+            out.update(numeric_leaves(v, *prefix, k))
         elif _is_number(v):
-            out[clean_key(name)] = float(v)
+            out[metric_name(*prefix, k)] = float(v)
     return out
 
 
+# manifest values that a stage's own history logs already (under the name in the comment): not logged twice
+DUPLICATED_COUNTS = {
+    "train_phase": {"tokens", "final_loss", "tokens_per_s", "mfu"},  # train/tokens, train/loss, ... (last point)
+}
+DUPLICATED_DETAILS = {"train_phase": {"loss_by_source"}}  # train/loss/<source> (last point)
+COUNTS_FROM_FILE = {"eval_phase"}  # its counts copy eval.json: heldout/<source>/..., task/<task>/...
+
+
 def stage_metrics(manifest: Manifest) -> dict[str, float]:
-    """counts (under their own names), wall_seconds, and numeric details under "details."."""
-    metrics = numeric_leaves(manifest.counts)
+    """stage/wall_seconds, the counts as count/<name> and the numeric details as detail/<path>, less what the
+    stage's history logs already (DUPLICATED_COUNTS, DUPLICATED_DETAILS, COUNTS_FROM_FILE)."""
+    stage = manifest.stage
+    metrics: dict[str, float] = {}
     wall = manifest.timings.wall_seconds
     if _is_number(wall):
-        metrics["wall_seconds"] = float(wall)
-    metrics.update(numeric_leaves(manifest.details, "details."))
+        metrics["stage/wall_seconds"] = float(wall)
+    if stage not in COUNTS_FROM_FILE:
+        skip = DUPLICATED_COUNTS.get(stage, set())
+        metrics.update(numeric_leaves({k: v for k, v in manifest.counts.items() if k not in skip}, "count"))
+    skip = DUPLICATED_DETAILS.get(stage, set())
+    metrics.update(numeric_leaves({k: v for k, v in manifest.details.items() if k not in skip}, "detail"))
     return metrics
 
 
@@ -172,30 +192,36 @@ def _is_value(value: Any) -> bool:
 
 
 def train_history(records: Iterable[dict[str, Any]]) -> list[tuple[str, float, int]]:
-    """metrics.jsonl records -> (name, value, step): loss, lr, grad_norm, tokens, tokens_per_s, mfu and
-    loss.<source>; a record without an integer step is skipped."""
+    """metrics.jsonl records -> (name, value, step): train/<loss|lr|grad_norm|tokens|tokens_per_s|mfu>,
+    train/loss/<source> and train/heldout_loss/<source> (monitor.eval_every); a record without an integer
+    step is skipped."""
     points: list[tuple[str, float, int]] = []
     for record in records:
         step = record.get("step")
         if not _is_value(step) or not math.isfinite(step):
             continue
         step = int(step)
-        points += [(k, float(record[k]), step) for k in TRAIN_HISTORY_FIELDS if _is_value(record.get(k))]
-        by_source = record.get("loss_by_source")
-        if isinstance(by_source, dict):
-            points += [(clean_key(f"loss.{s}"), float(v), step) for s, v in by_source.items() if _is_value(v)]
+        points += [
+            (metric_name("train", k), float(record[k]), step) for k in TRAIN_HISTORY_FIELDS if _is_value(record.get(k))
+        ]
+        for field, group in (("loss_by_source", "loss"), ("heldout_loss_by_source", "heldout_loss")):
+            by_source = record.get(field)
+            if isinstance(by_source, dict):
+                points += [
+                    (metric_name("train", group, s), float(v), step) for s, v in by_source.items() if _is_value(v)
+                ]
     return points
 
 
 def eval_metrics(data: dict[str, Any]) -> dict[str, float]:
-    """eval.json -> heldout.<source>.<loss|perplexity|bits_per_byte|tokens> and task.<name>.<metric>."""
+    """eval.json -> heldout/<source>/<loss|perplexity|bits_per_byte|tokens> and task/<name>/<metric>."""
     out: dict[str, float] = {}
     for prefix, group in (("heldout", data.get("heldout")), ("task", data.get("tasks"))):
         for name, values in (group if isinstance(group, dict) else {}).items():
             if isinstance(values, dict):
                 for k, v in values.items():
                     if _is_value(v):
-                        out[clean_key(f"{prefix}.{name}.{k}")] = float(v)
+                        out[metric_name(prefix, name, k)] = float(v)
     return out
 
 
@@ -261,15 +287,21 @@ def _audit(spec: RunSpec, spec_path: str | Path | None):
     return audit(spec, source_map, str(spec_path) if spec_path else "<spec>")
 
 
-def _create_parent(client: MlflowClient, experiment_id: str, spec: RunSpec, spec_path: str | Path | None) -> str:
+def _create_parent(
+    client: MlflowClient,
+    experiment_id: str,
+    spec: RunSpec,
+    spec_path: str | Path | None,
+    start_ms: int | None = None,
+) -> str:
     from runlib.audit.render import json_view, text
 
     key = spec_key(spec)
     result = _audit(spec, spec_path)
-    tags = {"runlib.spec_key": key, "runlib.spec_name": spec.name}
+    tags = {"runlib.spec_key": key, "runlib.spec_name": spec.name, "runlib.accelerator": spec.hardware.accelerator}
     if spec_path:
         tags["runlib.spec_file"] = str(Path(spec_path).resolve())
-    run = _retry(client.create_run, experiment_id, run_name=parent_run_name(spec), tags=tags)
+    run = _retry(client.create_run, experiment_id, start_time=start_ms, run_name=parent_run_name(spec), tags=tags)
     run_id = run.info.run_id
     params = flatten(spec.model_dump(mode="json"), "spec.")
     params.update(flatten(json_view.derived(result.plan), "derived."))
@@ -279,21 +311,96 @@ def _create_parent(client: MlflowClient, experiment_id: str, spec: RunSpec, spec
     if spec_path and Path(spec_path).is_file():
         _retry(client.log_artifact, run_id, str(spec_path), "spec")
     _retry(client.set_tag, run_id, "runlib.kind", "parent")  # last: marks the parent complete
-    _retry(client.set_terminated, run_id, "FINISHED")
+    # its end: the last artifact's (update_parent moves it as stages are built)
+    _retry(client.set_terminated, run_id, "FINISHED", end_time=start_ms)
     return run_id
 
 
-def _parent(spec: RunSpec, spec_path: str | Path | None) -> tuple[MlflowClient, str, str]:
+def _parent(spec: RunSpec, spec_path: str | Path | None, start_ms: int | None = None) -> tuple[MlflowClient, str, str]:
     """(client, experiment id, parent run id); the store is opened under the lock too (a fresh SQLite
-    file gets its schema created once, not by two jobs at once)."""
+    file gets its schema created once, not by two jobs at once). start_ms: a new parent's start time (the
+    first build of the run's artifacts: runlib.track.resync passes it), else now."""
     with _file_lock():
         client = _client()
         experiment_id = _experiment_id(client, experiment_name(spec))
         tags = {"runlib.kind": "parent", "runlib.spec_key": spec_key(spec), "runlib.spec_name": spec.name}
         run_id = _search_one(client, experiment_id, tags)
         if run_id is None:
-            run_id = _create_parent(client, experiment_id, spec, spec_path)
+            run_id = _create_parent(client, experiment_id, spec, spec_path, start_ms)
         return client, experiment_id, run_id
+
+
+def build_span_ms(manifests: Iterable[Manifest]) -> tuple[int, int] | None:
+    """(start, end) in Unix ms of the builds of these artifacts: the first start, the last end."""
+    spans = [
+        (m.timings.started_at, m.timings.started_at + m.timings.wall_seconds)
+        for m in manifests
+        if _is_number(m.timings.started_at) and _is_number(m.timings.wall_seconds)
+    ]
+    if not spans:
+        return None
+    return int(min(a for a, _ in spans) * 1000), int(max(b for _, b in spans) * 1000)
+
+
+def parent_summary(
+    manifests: dict[str, Manifest], evals: dict[int, dict[str, Any]], planned_device_hours: float | None
+) -> list[tuple[str, float, int]]:
+    """The parent's summary metrics as (name, value, step), from the built artifacts of the run (pure):
+    manifests by node instance; evals: eval.json by phase index.
+    - heldout/<source>/<loss|bits_per_byte>: the latest evaluated phase's (step = its phase index; the
+      same names as the eval_phase children, so MLflow compares them across runs);
+    - train/tokens: tokens trained (the furthest phase built);
+    - run/wall_seconds: from the first build's start to the last one's end (the parent's span);
+    - train/device_hours: measured, each train_phase's wall seconds x its processes / 3600 (core-hours on
+      a CPU run: tag runlib.accelerator says which); plan/device_hours: the plan's estimate beside it."""
+    points: list[tuple[str, float, int]] = []
+    if evals:
+        phase = max(evals)
+        for source, values in (evals[phase].get("heldout") or {}).items():
+            for k in ("loss", "bits_per_byte"):
+                if isinstance(values, dict) and _is_number(values.get(k)):
+                    points.append((metric_name("heldout", source, k), float(values[k]), phase))
+    trains = [m for m in manifests.values() if m.stage == "train_phase"]
+    tokens = [m.counts.get("tokens") for m in trains if _is_number(m.counts.get("tokens"))]
+    if tokens:
+        points.append(("train/tokens", float(max(tokens)), 0))
+    span = build_span_ms(manifests.values())
+    if span is not None:
+        points.append(("run/wall_seconds", (span[1] - span[0]) / 1000.0, 0))
+    device_seconds = [
+        m.timings.wall_seconds * m.counts.get("processes", 1)
+        for m in trains
+        if _is_number(m.timings.wall_seconds) and _is_number(m.counts.get("processes", 1))
+    ]
+    if device_seconds:
+        points.append(("train/device_hours", sum(device_seconds) / 3600.0, 0))
+    if planned_device_hours is not None and _is_number(planned_device_hours):
+        points.append(("plan/device_hours", float(planned_device_hours), 0))
+    return points
+
+
+def update_parent(
+    client: MlflowClient,
+    parent_id: str,
+    manifests: dict[str, Manifest],
+    evals: dict[int, dict[str, Any]],
+    planned_device_hours: float | None,
+) -> int:
+    """Log the parent's summary metrics that changed and move its end time to the last build's end; the
+    number of metrics logged (0 when nothing changed: a repeated resync logs nothing)."""
+    run = _retry(client.get_run, parent_id)
+    current = run.data.metrics
+    points = [
+        (k, v, step)
+        for k, v, step in parent_summary(manifests, evals, planned_device_hours)
+        if k not in current or current[k] != v
+    ]
+    span = build_span_ms(manifests.values())
+    if points:
+        _log_metric_points(client, parent_id, points, span[1] if span else int(time.time() * 1000))
+    if span is not None and run.info.end_time != span[1]:
+        _retry(client.set_terminated, parent_id, "FINISHED", end_time=max(span[1], run.info.start_time or 0))
+    return len(points)
 
 
 def parent_run(spec: RunSpec, spec_path: str | Path | None) -> str:

@@ -4,7 +4,10 @@ Every artifact of the spec that is built (its manifest reads) gets a child run o
 (runlib.track.mlflow_track: counts, the config as params, metrics.jsonl / eval.json as metric histories,
 the manifest and the tracked files as MLflow artifacts); the parent is created when missing. Artifacts
 already recorded (a child with their key) are left alone, so a resync can be repeated, and after
-`rm mlflow.db` it brings every child back.
+`rm mlflow.db` it brings every child back. The parent gets the run's summary metrics (final held-out loss
+per source, tokens, wall time, device-hours measured and planned: mlflow_track.parent_summary) and spans
+the builds of the run's artifacts (a new parent starts at the first build, each resync moves its end to
+the last); only changed values are logged, so a repeated resync logs nothing.
 
 This is also how a workflow run is tracked: stage jobs never import mlflow; the track rule
 (rules/track.smk) runs `runlib track --resync --stamp FILE` after each training phase (its evaluation
@@ -42,10 +45,18 @@ def resync(spec_path: str | Path) -> list[Resynced]:
 
     spec = load_spec(spec_path).spec
     graph = build_graph(spec)
+    built: dict[str, object] = {}  # node instance -> its manifest, or the UserError reading it
+    for node in graph.nodes:
+        try:
+            built[node.instance] = find_manifest(node.dir)
+        except UserError as exc:
+            built[node.instance] = exc
+    manifests = {name: m for name, m in built.items() if m is not None and not isinstance(m, UserError)}
+    span = mlflow_track.build_span_ms(manifests.values())
     uri = tracking_uri()
     try:
         mlflow_track._probe(uri)
-        parent = mlflow_track._parent(spec, spec_path)
+        parent = mlflow_track._parent(spec, spec_path, start_ms=span[0] if span else None)
         recorded = mlflow_track.recorded_keys(*parent)
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
@@ -54,10 +65,9 @@ def resync(spec_path: str | Path) -> list[Resynced]:
         ) from None
     out = []
     for node in graph.nodes:
-        try:
-            manifest = find_manifest(node.dir)
-        except UserError as exc:
-            out.append(Resynced(node.instance, f"FAILED: {exc}"))
+        manifest = built[node.instance]
+        if isinstance(manifest, UserError):
+            out.append(Resynced(node.instance, f"FAILED: {manifest}"))
             continue
         if manifest is None:
             out.append(Resynced(node.instance, "not built"))
@@ -73,7 +83,26 @@ def resync(spec_path: str | Path) -> list[Resynced]:
             out.append(Resynced(node.instance, f"FAILED: {type(exc).__name__}: {message}"))
             continue
         out.append(Resynced(node.instance, "logged" if created else "recorded"))
+    try:
+        _update_parent(spec, graph, manifests, parent)
+    except Exception as exc:
+        message = " ".join(str(exc).split())[:300]
+        out.append(Resynced("parent summary", f"FAILED: {type(exc).__name__}: {message}"))
     return out
+
+
+def _update_parent(spec, graph, manifests: dict, parent: tuple) -> int:
+    """The parent's summary metrics and end time (mlflow_track.update_parent) from the built artifacts."""
+    from runlib.plan import derive
+    from runlib.track import mlflow_track
+
+    evals = {}
+    for node in graph.of("eval_phase"):
+        data = mlflow_track._read_json_object(node.dir / "eval.json") if node.instance in manifests else None
+        if data is not None:
+            evals[int(node.params.get("phase", 0))] = data
+    client, _, parent_id = parent
+    return mlflow_track.update_parent(client, parent_id, manifests, evals, derive(spec).gpu_hours)
 
 
 def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:

@@ -10,6 +10,7 @@ layout, checkpointing and monitoring. No torch import here: `runlib plan` builds
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -130,8 +131,10 @@ class SpikeConfig(_Part):
 
 
 class MonitorConfig(_Part):
-    log_every_steps: int
-    """Training metrics every this many steps (monitor.log_every; default: 20 records per phase)."""
+    log_every_tokens: int
+    """Training metrics (the mean loss over the interval) each time the run's token count crosses a multiple
+    of this, and at the phase's end: one interval for every phase (monitor.log_every in tokens; default:
+    about DEFAULT_LOG_POINTS records over the run, a whole number of the longest step)."""
     eval_every_steps: int | None
     """Held-out loss per source every this many steps (monitor.eval_every)."""
     eval_tokens: int
@@ -240,6 +243,18 @@ def _steps(plan: Any, duration: Any) -> int | None:
     return max(1, round(plan.duration_steps(duration))) if duration is not None else None
 
 
+DEFAULT_LOG_POINTS = 200  # training-metric records over a whole run when monitor.log_every is not set
+
+
+def log_every_tokens(plan: Any, duration: Any) -> int:
+    """monitor.log_every on the run's token timeline (a steps or % duration converted there); default: the
+    run's tokens / DEFAULT_LOG_POINTS, rounded up to a whole number of the longest step of any phase."""
+    if duration is not None:
+        return max(1, round(plan.duration_tokens(duration)))
+    step_tokens = max([seg.tokens_per_step for p in plan.phases for seg in p.span.segments], default=1)
+    return max(1, step_tokens * math.ceil(plan.tokens_total / DEFAULT_LOG_POINTS / max(1, step_tokens)))
+
+
 def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
     """One TrainPhaseConfig per phase of the plan (pure)."""
     longest = max([p.settings.seq_len for p in plan.phases] + [spec.model.seq_len])
@@ -255,7 +270,7 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
     for i, phase in enumerate(plan.phases):
         s = phase.settings
         monitor = MonitorConfig(
-            log_every_steps=_steps(plan, spec.monitor.log_every) or max(1, phase.steps // 20),
+            log_every_tokens=log_every_tokens(plan, spec.monitor.log_every),
             eval_every_steps=_steps(plan, spec.monitor.eval_every),
             eval_tokens=int(eval_cap),
             spike=SpikeConfig(

@@ -8,6 +8,17 @@ Optimizer steps and data steps differ only when monitor.spike skips a batch or r
 offending data steps are recorded and the data index steps over them. More skips than
 monitor.spike.max_skips_per_window within any `window` data steps (or more rollbacks than max_retries)
 stop the phase: SpikeLimitExceeded, with the evidence in the scratch directory's spikes.json.
+
+Training metrics (metrics.jsonl, one JSON object per line) are logged each time the run's token count
+crosses a multiple of monitor.log_every_tokens, one interval shared by every phase, and at the phase's end.
+A record: step, tokens (after the step), loss (the mean over the interval's steps, weighted by their
+scored tokens; not one step's loss), loss_by_source (token means over the interval), interval_steps and
+interval_tokens (what the means cover: fewer steps at a phase's end, or after a resume from a checkpoint
+inside an interval), lr and grad_norm (of the interval's last step), tokens_per_s and mfu (the phase so far,
+evaluation and checkpoint time excluded); heldout_loss_by_source at monitor.eval_every.
+Rank 0 also replaces progress.json in the scratch directory every PROGRESS_EVERY_S seconds (step, tokens,
+the last interval's loss, tokens/s, ETA): what the console view of the workflow reads
+(runlib.workflow.progress). None of this touches the numerics: it only reads the step's loss.
 """
 
 from __future__ import annotations
@@ -43,6 +54,54 @@ class PhaseRun:
     init_checkpoint: Path | None  # the previous phase's final state
     heldout_dirs: dict  # source -> token directory (held-out split) for monitor.eval_every
     stop_after_steps: int | None = None  # tests: stop early, as if killed
+
+
+PROGRESS_FILE = "progress.json"
+PROGRESS_EVERY_S = 2.0  # wall seconds between progress.json updates (a 200-byte file: negligible)
+
+
+def log_points_crossed(tokens_before: int, tokens_after: int, every_tokens: int) -> bool:
+    """Whether a step from tokens_before to tokens_after crosses (or reaches) a multiple of every_tokens on
+    the run's token timeline: the logging points are the same in every phase and under a batch ramp."""
+    return tokens_after // every_tokens > tokens_before // every_tokens
+
+
+class IntervalMeans:
+    """The mean loss (overall and per source) of the steps since the last logged record."""
+
+    def __init__(self, sources: int):
+        self.sources = sources
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum, self.weight, self.steps, self.tokens = 0.0, 0.0, 0, 0
+        self.by_source = torch.zeros(2, self.sources, dtype=torch.float64)
+
+    def add(self, loss: float, scored_tokens: float, by_source: torch.Tensor, tokens: int) -> None:
+        weight = max(float(scored_tokens), 1.0)
+        self.loss_sum += loss * weight
+        self.weight += weight
+        self.steps += 1
+        self.tokens += tokens
+        self.by_source += by_source.to(torch.float64)
+
+    def loss(self) -> float:
+        return self.loss_sum / self.weight if self.weight else float("nan")
+
+    def loss_by_source(self, names: list[str]) -> dict[str, float]:
+        return {
+            s: float(self.by_source[0, j] / self.by_source[1, j])
+            for j, s in enumerate(names)
+            if self.by_source[1, j] > 0
+        }
+
+
+def write_progress(scratch: Path, progress: dict) -> None:
+    """Replace progress.json atomically (a reader never sees half of it)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    tmp = scratch / f".{PROGRESS_FILE}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(progress) + "\n")
+    os.replace(tmp, scratch / PROGRESS_FILE)
 
 
 def data_step(update: int, skipped: list[int]) -> int:
@@ -88,6 +147,18 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
     detector = SpikeDetector(spike.zscore, spike.window, state["losses"]) if spike else None
     spikes, t0, first, first_tokens = [], time.time(), state["step"], state["tokens"]
     paused = 0.0  # seconds in held-out evaluation and checkpoints: not training throughput
+    interval = IntervalMeans(len(run.loader.source_names))
+    progress = {
+        "phase": cfg.phase_name,
+        "phase_index": cfg.phase_index,
+        "start_step": span.start_step,
+        "end_step": span.end_step,
+        "start_tokens": span.start_tokens,
+        "end_tokens": span.end_tokens,
+        "resumed_at_step": first if first > span.start_step else None,
+        "loss": None,
+    }
+    progress_at = 0.0
     while state["step"] < span.end_step:
         update = state["step"] - span.start_step
         data = data_step(update, state["skipped"])
@@ -173,27 +244,27 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
             state["losses"] = list(detector.losses)
         state["step"] += 1
         state["tokens"] += tokens_per_step
+        interval.add(loss, total_scored, by_source, tokens_per_step)
         done = state["step"] == span.end_step
         record = None
-        if state["step"] % mon.log_every_steps == 0 or done:
-            seconds = time.time() - t0 - paused
-            tokens_per_s = (state["step"] - first) * tokens_per_step / max(seconds, 1e-9)
+        seconds = time.time() - t0 - paused
+        tokens_per_s = (state["tokens"] - first_tokens) / max(seconds, 1e-9)
+        if log_points_crossed(state["tokens"] - tokens_per_step, state["tokens"], mon.log_every_tokens) or done:
             record = {
                 "step": state["step"],
                 "tokens": state["tokens"],
-                "loss": loss,
+                "loss": interval.loss(),
+                "interval_steps": interval.steps,
+                "interval_tokens": interval.tokens,
                 "lr": lr,
                 "grad_norm": grad_norm,
                 "tokens_per_s": tokens_per_s,
                 "mfu": tokens_per_s
                 * cfg.estimates.flops_per_token
                 / (cfg.estimates.peak_flops_per_device * engine.world),
-                "loss_by_source": {
-                    s: float(by_source[0, j] / by_source[1, j])
-                    for j, s in enumerate(run.loader.source_names)
-                    if by_source[1, j] > 0
-                },
+                "loss_by_source": interval.loss_by_source(run.loader.source_names),
             }
+            interval.reset()
         if mon.eval_every_steps and (state["step"] % mon.eval_every_steps == 0 or done):
             started = time.time()
             record = (record or {"step": state["step"], "tokens": state["tokens"]}) | {
@@ -205,12 +276,25 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
             with metrics.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             if "loss" in record:
-                eta = (span.end_step - state["step"]) * tokens_per_step / max(record["tokens_per_s"], 1e-9)
+                eta = (span.end_tokens - state["tokens"]) / max(record["tokens_per_s"], 1e-9)
                 print(
-                    f"[{cfg.phase_name}] step {state['step']}/{span.end_step} loss {loss:.4f} lr {lr:.2e} "
+                    f"[{cfg.phase_name}] step {state['step']}/{span.end_step} tokens {state['tokens']:,} "
+                    f"loss {record['loss']:.4f} (mean of {record['interval_steps']} steps) lr {lr:.2e} "
                     f"{record['tokens_per_s']:,.0f} tok/s ETA {eta:,.0f} s",
                     flush=True,
                 )
+        if engine.rank == 0 and (record is not None or time.time() - progress_at >= PROGRESS_EVERY_S):
+            if record is not None and "loss" in record:
+                progress["loss"] = record["loss"]
+            progress.update(
+                step=state["step"],
+                tokens=state["tokens"],
+                tokens_per_s=tokens_per_s,
+                eta_s=(span.end_tokens - state["tokens"]) / max(tokens_per_s, 1e-9),
+                updated_unix=time.time(),
+            )
+            write_progress(run.scratch_dir, progress)
+            progress_at = time.time()
         every = cfg.checkpoint.every_steps
         stop = run.stop_after_steps is not None and state["step"] - first >= run.stop_after_steps
         if (every and state["step"] % every == 0 and not done) or stop:

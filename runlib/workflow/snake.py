@@ -206,6 +206,38 @@ class Workflow:
         done = [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in ("train_phase", "eval_phase")]
         return done + self.track_targets()
 
+    def progress_start(self) -> None:
+        """The Snakefile's onstart: the console view of runlib.workflow.progress (stage names, training
+        step, tokens, loss, tokens/s, ETA)."""
+        import math
+
+        from runlib.plan import derive
+        from runlib.train.phase import scratch_dir
+        from runlib.workflow import progress
+
+        try:
+            plan = derive(self.spec)
+            phases = []
+            for node in self.graph.of("train_phase"):
+                planned = plan.phases[node.config.phase_index]
+                seconds = planned.hours * 3600 if planned.hours is not None and math.isfinite(planned.hours) else None
+                phases.append(progress.PhaseTime(node.key, node.instance, planned.span.tokens, seconds))
+            labels = {(n.stage, n.key): n.instance for n in self.graph.nodes}
+            self._progress = progress.start(labels, phases, scratch_dir)
+            if self._progress is not None:  # phases built before this run count as done for the ETA
+                built = [n.key for n in self.graph.of("train_phase") if n.done_path.exists()]
+                self._progress.view.finished.update(built)
+        except Exception as exc:  # a view must never stop the run
+            print(f"runlib: warning: no console progress ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    def progress_end(self, ok: bool) -> None:
+        """The Snakefile's onsuccess / onerror: stop the view; print the report, audit and MLflow pointers."""
+        from runlib.workflow import progress
+        from runlib.workflow.settings import tracking_uri
+
+        lines = progress.summary_lines(self.spec_path, self.spec.name, tracking_uri(), ok)
+        progress.finish(getattr(self, "_progress", None), lines)
+
     def targets(self, *stages: str) -> list[str]:
         """Both outputs of every node of these stages (all stages when none are named): Snakemake reruns a
         job for a missing output only when something requests that output."""

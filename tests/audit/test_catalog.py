@@ -12,12 +12,13 @@ from runlib.spec import validate_data
 
 CATALOG = """
 PAR001 PAR002 PAR003 PAR004 PAR005 PAR006 BATCH001 BATCH002 BATCH003 BATCH004 BATCH005
-SCHED001 SCHED002 SCHED003 SCHED004 SCHED005 SCHED006 SCHED007 SCHED008 OPT001 OPT002 OPT003
+SCHED001 SCHED002 SCHED003 SCHED004 SCHED005 SCHED006 SCHED007 SCHED008 SCHED009 OPT001 OPT002
+OPT003
 PREC001 PREC002 PREC003 PREC004 PREC005 PREC006 TOK001 TOK002 TOK003 TOK004 TOK005 TOK006 TOK007
 PACK001 PACK002 PACK003 PACK004 MIX001 MIX002 MIX003 MIX004 MIX005 MIX006 PHASE001 PHASE002
 PHASE003 PHASE004 PHASE005 PHASE006 MEM001 MEM002 BUDGET001 BUDGET002 BUDGET003 BUDGET004
 CKPT001 CKPT002 CKPT003 MON001 MON002 RUN001 RUN002 RUN003 RUN004 RUN005 RUN006 RUN007
-AUDIT001
+SRC001 AUDIT001
 """.split()
 SECTIONS = ("Why it matters:", "Flagged:", "Preferred:", "How to fix:")
 
@@ -45,6 +46,10 @@ def test_check_is_documented_and_has_cases(check):
     assert check.passes and check.fails
 
 
-def test_base_spec_is_clean():
+def test_base_spec_is_clean(tmp_path, monkeypatch):
+    for source in ("web", "code"):  # its input files, where SRC001 looks for them (relative to the cwd)
+        (tmp_path / "data" / source).mkdir(parents=True)
+        (tmp_path / "data" / source / "part-0.jsonl").write_text('{"text": "a document"}\n')
+    monkeypatch.chdir(tmp_path)
     result = audit(validate_data(case_data({})).spec)
     assert [(f.code, f.message) for f in result.findings] == []

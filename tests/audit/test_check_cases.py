@@ -18,7 +18,8 @@ CASES = [
 @pytest.mark.parametrize(("check", "kind", "case"), CASES)
 def test_check_case(check, kind, case):
     spec = validate_data(case_data(case.patch)).spec
-    result = audit(spec, select={check.code})
+    # AUDIT001 reads the other checks' findings (what an ignore entry matches): it runs with all of them
+    result = audit(spec, select=None if check.code == "AUDIT001" else {check.code})
     mine = [f for f in result.findings if f.code == check.code]
     if kind == "pass":
         assert mine == [], f"{check.code} fired on a pass case: {[f.message for f in mine]}"

@@ -137,11 +137,15 @@ def test_failed_rewrite_keeps_previous_report(
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_rewrite_replaces_previous_report(base_result: AuditResult, tmp_path: Path) -> None:
+def test_rewrite_replaces_previous_report_and_formats_coexist(base_result: AuditResult, tmp_path: Path) -> None:
     out = write_report(base_result, tmp_path / "rep", "markdown")
     (out / "stale.txt").write_text("from an older report")
+    (out / "audit.md").write_text("an older markdown report")
     write_report(base_result, out, "html")
-    assert sorted(p.name for p in out.iterdir()) == sorted([*PLOT_FILES, "audit.html"])
+    expected = sorted([*PLOT_FILES, "audit.html", "audit.md", report.SPEC_PATH_FILE])
+    assert sorted(p.name for p in out.iterdir()) == expected  # markdown kept: formats coexist
+    assert "an older" not in (out / "audit.md").read_text()  # written again from this audit, with the new plots
+    assert (out / report.SPEC_PATH_FILE).read_text().strip() == str(BASE_SPEC.resolve())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
 
 
@@ -151,5 +155,39 @@ def test_unknown_format_is_rejected(base_result: AuditResult, tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []
 
 
-def test_default_report_dir(base_result: AuditResult) -> None:
-    assert default_report_dir(base_result) == Path("reports") / "case-base" / "audit"
+def test_default_report_dir_is_keyed_by_spec_file_and_run(tmp_path: Path) -> None:
+    """reports/<run>/audit for the file named after its run; a copy with the same run name gets its own
+    directory; a same-named file elsewhere never overwrites the first one's report."""
+    text = BASE_SPEC.read_text()
+    own = tmp_path / "case-base.yaml"
+    own.write_text(text)
+    copy = tmp_path / "case-base-edit.yaml"
+    copy.write_text(text)
+    elsewhere = tmp_path / "other" / "case-base.yaml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(text)
+    root = tmp_path / "reports"
+    own_result = audit_loaded(load_spec(own))
+    assert default_report_dir(own_result, root) == root / "case-base" / "audit"
+    assert default_report_dir(audit_loaded(load_spec(copy)), root) == root / "case-base" / "audit-case-base-edit"
+    (root / "case-base" / "audit").mkdir(parents=True)
+    (root / "case-base" / "audit" / report.SPEC_PATH_FILE).write_text(f"{own.resolve()}\n")
+    assert default_report_dir(own_result, root) == root / "case-base" / "audit"  # its own: rewritten in place
+    other = default_report_dir(audit_loaded(load_spec(elsewhere)), root)
+    assert other.parent == root / "case-base" and other.name.startswith("audit-") and len(other.name) == 14
+
+
+def test_cpu_run_counts_core_hours_in_every_view() -> None:
+    from runlib.audit.render import json_view, text
+
+    cpu = patched({"hardware.accelerator": "cpu", "hardware.devices_per_node": 2})
+    blocks = report.build_blocks(cpu)
+    assert "| Core-hours |" in report.render_markdown(blocks)
+    assert "<td>Core-hours</td>" in report.render_html(blocks, "t")
+    time_line = next(line for line in text.render(cpu).splitlines() if line.startswith("  time "))
+    assert "core-hours" in time_line and "GPU" not in time_line
+    derived = report.render_markdown(blocks).split("## Phases")[0]  # the derived table, not the findings
+    assert "GPU-hours" not in derived
+    assert json_view.to_dict(cpu)["derived"]["device_hours_unit"] == "core-hours"
+    gpu = report.render_markdown(report.build_blocks(patched({})))
+    assert "| GPU-hours |" in gpu and "ore-hours" not in gpu

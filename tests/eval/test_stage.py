@@ -60,7 +60,10 @@ def test_evaluate_phase(source, tmp_path: Path, position: str) -> None:
         rope_theta=THETA if position == "rope" else None,
         model=EvalModelConfig(spec=spec, vocab_rows=source.vocab, position_rows=POSITION_ROWS),
         heldout_tokens=2048,
-        tasks=[EvalTaskSpec(name="mc", kind="multiple_choice", from_heldout="web", examples=4)],
+        tasks=[
+            EvalTaskSpec(name="mc", kind="multiple_choice", from_heldout="web", examples=4),
+            EvalTaskSpec(name="more", kind="answer_loglik", from_heldout="web", examples=60),
+        ],
     )
     out = tmp_path / "out"
     out.mkdir()
@@ -75,4 +78,12 @@ def test_evaluate_phase(source, tmp_path: Path, position: str) -> None:
     assert result["heldout"]["web"]["bits_per_byte"] == pytest.approx(want["bits_per_byte"], rel=1e-6)
     assert result["heldout"]["web"]["tokens"] == want["tokens"] <= 2048
     assert result["tasks"]["mc"]["kind"] == "multiple_choice" and result["tasks"]["mc"]["n"] == 4
+    assert result["tasks"]["mc"]["chance_acc"] == pytest.approx(0.25)  # 4 choices per held-out example
+    assert (result["tasks"]["mc"]["examples_requested"], result["tasks"]["mc"]["examples_cap"]) == (4, None)
+    docs = len(source.heldout_texts)
+    more = result["tasks"]["more"]
+    assert (more["n"], more["examples_requested"]) == (docs, 60)  # capped by the 12 held-out documents
+    assert more["examples_cap"].startswith(f"{docs} of 60 examples:") and "data.heldout_docs" in more["examples_cap"]
+    assert "mc_acc" in summary["counts"] and "mc_chance_acc" not in summary["counts"]
+    assert "more_examples_requested" not in summary["counts"]
     assert summary["counts"]["web_loss"] == result["heldout"]["web"]["loss"]

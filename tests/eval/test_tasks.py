@@ -15,7 +15,9 @@ from runlib.eval.tasks import (
     AnswerExample,
     MultipleChoice,
     build_heldout_tasks,
+    chance_accuracy,
     continuation_tokens,
+    heldout_tasks,
     load_tasks,
     loglikelihoods,
     score_answer_loglik,
@@ -133,11 +135,11 @@ def test_acc_norm_differs_from_acc_when_lengths_differ(source) -> None:
     example = MultipleChoice("Once", (short, long), answer=1)
     got = score_multiple_choice(Uniform(source.vocab), tok, [example], max_len=64)
     # acc picks the fewest tokens (the short one, wrong); acc_norm the fewest nats per character (the long one)
-    assert got == {"acc": 0.0, "acc_norm": 1.0, "n": 1}
+    assert got == {"acc": 0.0, "acc_norm": 1.0, "n": 1, "chance_acc": 0.5}
     got = score_multiple_choice(
         Uniform(source.vocab), tok, [{"context": "Once", "choices": [short, long], "answer": 0}], 64
     )
-    assert got == {"acc": 1.0, "acc_norm": 0.0, "n": 1}
+    assert got == {"acc": 1.0, "acc_norm": 0.0, "n": 1, "chance_acc": 0.5}
 
 
 def test_loglikelihoods_match_a_direct_computation(source, make_model) -> None:
@@ -219,3 +221,22 @@ def test_heldout_task_needs_two_documents(tmp_path, source) -> None:
     write_shard(tmp_path, "heldout", [ids, [5, source.eos]], "uint16")
     with pytest.raises(UserError, match="at least 2"):
         build_heldout_tasks(tmp_path, source.tokenizer, 4, seed=0)
+
+
+def test_chance_accuracy_from_the_items() -> None:
+    two, four = MultipleChoice("a", ("x", "y"), 0), MultipleChoice("b", ("w", "x", "y", "z"), 3)
+    assert chance_accuracy([two, four]) == pytest.approx((1 / 2 + 1 / 4) / 2)
+    assert chance_accuracy([{"context": "c", "choices": ["p", "q", "r"], "answer": 1}]) == pytest.approx(1 / 3)
+    assert chance_accuracy([]) != chance_accuracy([])  # nan: no items, no chance level
+
+
+def test_heldout_task_says_why_it_has_fewer_examples(source) -> None:
+    docs = len(source.heldout_texts)
+    asked = heldout_tasks(source.token_dir, source.tokenizer, docs + 8, seed=3)
+    assert (asked.heldout_docs, asked.requested_examples) == (docs, docs + 8)
+    assert asked.examples == asked.usable_docs == docs  # every document of the fixture is long enough
+    note = asked.cap_note
+    assert note is not None and note.startswith(f"{docs} of {docs + 8} examples:")
+    assert f"held-out shard has {docs} documents (data.heldout_docs)" in note and "raise data.heldout_docs" in note
+    exact = heldout_tasks(source.token_dir, source.tokenizer, docs, seed=3)
+    assert exact.examples == docs and exact.cap_note is None

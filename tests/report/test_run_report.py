@@ -212,17 +212,19 @@ def test_complete_run(spec_path: Path, tmp_path: Path) -> None:
             assert name in text
         assert "Key derived numbers" in text and "Parameters" in text
     assert "| web | 3.2000 | 3.1000 | 3.0000 | 2.9000 |" in md  # held-out loss, source x phase
-    assert "| hellaswag-mini | multiple_choice | acc_norm | 100 | 0.3300 |" in md
+    assert "| hellaswag-mini | multiple_choice | acc_norm | 100 | n/a | 0.3300 |" in md  # no chance_acc recorded
     assert md.count("| built |") >= 4
     # plan against measurement: the mesh that ran, MFU, the largest rank's peak memory against the estimate
     assert (
-        "| foundation | dp_shard 4 x tp 2 | 1.28M | 0.250 | 0.400 | 2,048 MiB (cuda_max_memory_allocated) | 3,072 MiB | 1.50 |"
+        "| foundation | dp_shard 4 x tp 2 | 0.0362 | 3.79 | 1.28M | 0.250 | 0.400 | 2,048 MiB (cuda_max_memory_allocated) | 3,072 MiB | 1.50 |"
         in md
     )
     assert (
         "| enrich | dp_shard 4 x tp 2 |" in md and "| 3,072 MiB (cuda_max_memory_allocated) | 3,072 MiB | 1.00 |" in md
     )
     assert '<img src="loss.png"' in page and "<script" not in page.lower()
+    # GPU-hours on a GPU run: 16.3 s of wall time x 8 processes / 3600 s = 0.0362 (the first train stage)
+    assert "| Phase | Mesh | GPU-hours | Planned GPU-hours |" in md and "| GPU-hours | " in md
 
 
 def test_partial_run_names_missing_stages(spec_path: Path, tmp_path: Path) -> None:
@@ -300,3 +302,48 @@ def test_a_manifest_that_does_not_validate_is_reported_not_raised(spec_path: Pat
     out = write_run_report(str(spec_path), tmp_path / "out")
     md, _ = read_both(out)
     assert "unreadable (not a valid manifest)" in md
+
+
+# ------------------------------------------------------------------ honest numbers (issue 13)
+
+
+def test_honest_numbers_of_a_cpu_run(tmp_path: Path, work: Path) -> None:
+    """Core-hours on CPU, chance levels and capped example counts beside task scores, the loss
+    smoothed over tokens per phase (a held-out-only record in the log is skipped)."""
+    cpu = write_spec(tmp_path / "cpu.yaml", {"hardware.accelerator": "cpu"})
+    graph, _ = build_fake_run(cpu)
+    cap = "100 of 120 examples: the source has 100 held-out documents (data.heldout_docs)"
+    for node in graph.of("eval_phase"):
+        data = json.loads((node.dir / "eval.json").read_text())
+        data["tasks"]["hellaswag-mini"] |= {"chance_acc": 0.25, "examples_requested": 120, "examples_cap": cap}
+        (node.dir / "eval.json").write_text(json.dumps(data))
+    node = graph.find("train_phase", phase=1)
+    records = [json.loads(line) for line in (node.dir / "metrics.jsonl").read_text().splitlines()]
+    records.insert(3, {"step": records[2]["step"], "tokens": records[2]["tokens"], "heldout_loss_by_source": {}})
+    (node.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    run = run_report.collect_run(cpu)
+    xs, ys = run_report.smoothed_loss(run)
+    raw = [r for r in run.records() if "loss" in r]
+    assert xs == [r["tokens"] for r in raw]
+    first = {p.records[0]["tokens"]: p.records[0]["loss"] for p in run.phases}
+    for x, y in zip(xs, ys, strict=True):
+        if x in first:
+            assert y == pytest.approx(first[x])  # restarted at each phase: its first point is its raw value
+    assert any(y != pytest.approx(r["loss"]) for y, r in zip(ys, raw, strict=True))  # and smoothed after
+    assert run_report.smoothing_half_life_tokens(run) == pytest.approx(0.02 * run.plan.tokens_total)
+
+    md, page = read_both(run_report.write_report_of(run, tmp_path / "cpu-report"))
+    derived = md.split("### Key derived numbers")[1].split("## Findings")[0].split("### Errors")[0]
+    assert "| Core-hours | " in derived and "GPU-hours" not in derived  # the audit's row, in this run's unit
+    assert "| Phase | Mesh | Core-hours | Planned core-hours |" in md
+    assert "<th>Core-hours</th><th>Planned core-hours</th>" in page
+    assert "| hellaswag-mini | multiple_choice | acc | 100 of 120 requested | 0.2500 | 0.3100 |" in md
+    assert "| hellaswag-mini | multiple_choice | acc_norm | 100 of 120 requested | 0.2500 | 0.3300 |" in md
+    assert (
+        "| web-continuation | answer_loglik | loglik_mean | 50 | – | -41.5000 |" in md
+    )  # no chance for a log-likelihood
+    assert "<th>Chance</th>" in page and "<td>0.2500</td>" in page
+    for text in (md, page):
+        assert f"Fewer examples than requested: hellaswag-mini: {cap}." in text
+        assert "exponential moving average over tokens" in text and "ln(vocabulary)" in text

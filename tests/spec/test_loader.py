@@ -38,12 +38,58 @@ def errors_of(text: str) -> list:
 
 
 def test_unknown_key_did_you_mean(base_text):
-    diags = errors_of(base_text.replace("  d_ff: 2048", "  d_fff: 2048"))
-    assert {x.path for x in diags} == {"model.d_fff", "model.d_ff"}  # unknown, and the required one missing
-    d = next(x for x in diags if x.path == "model.d_fff")
+    """A typo'd required key is one mistake: one diagnostic (not also "d_ff is missing"), at the typo."""
+    (d,) = errors_of(base_text.replace("  d_ff: 2048", "  d_fff: 2048"))
     assert d.code == "SPEC002" and d.path == "model.d_fff"
-    assert "did you mean 'd_ff'" in d.message
+    assert "did you mean 'd_ff'" in d.message and "d_ff is required and missing" in d.message
+    assert d.fix == "rename d_fff to d_ff"
     assert d.line == base_text.splitlines().index("  d_ff: 2048") + 1 and d.col == 3
+
+
+# (old text, new text, path, in the message, in the fix): one mistake of each error type the schema raises
+MISTAKES = [
+    ("layers: 12", "layers: abc", "model.layers", "expected a whole number, got the text 'abc'", "`layers: 12`"),
+    ("heads: 12", "heads: 4.5", "model.heads", "got the number 4.5", "whole number from 1 to 1,048,576"),
+    ("seq_len: 2048", "seq_len: [2048]", "model.seq_len", "got a list of 1 item", "`seq_len: 2048`"),
+    ("mfu: 0.4", "mfu: 1.5", "hardware.mfu", "1.5 is too large", "from 0.001 to 1, e.g. `mfu: 0.4`"),
+    ("micro_batch: 8", "micro_batch: 0", "batch.micro_batch", "0 is too small", "e.g. `micro_batch: 8`"),
+    ("norm: rmsnorm", "norm: rmsnrm", "model.norm", "did you mean 'rmsnorm'", "`norm: rmsnorm`"),
+    ("{name: foundation,", "{name: Foundation,", "phases[0].name", "not a valid name", "`name: foundation`"),
+    ("mixture: {web: 0.8,", "mixture: {web: 80%,", "phases[0].mixture.web", "80% is 0.8", "`web: 0.8`"),
+    ("qk_norm: false", "qk_norm: maybe", "model.qk_norm", "expected true or false", "`qk_norm: false`"),
+    ("name: case-base", "name: 12", "name", "expected text, got the number 12", "quote it"),
+    ("mfu: 0.4", "mfu: .nan", "hardware.mfu", "expected a finite number", "`mfu: 0.4`"),
+    (
+        "parallelism: {tensor: 1, pipeline: 1, context: 1, sharding: none, activation_checkpointing: none}",
+        "parallelism: 1",
+        "parallelism",
+        "expected a mapping of keys (tensor, pipeline,",
+        "under parallelism:",
+    ),
+    (
+        "state: [model, optimizer, scheduler, rng, data]",
+        "state: model",
+        "checkpoint.state",
+        "expected a list",
+        "`state: [model, optimizer, scheduler, rng, data]`",
+    ),
+    ("betas: [0.9, 0.95]", "betas: [0.9]", "optimizer.betas[1]", "item 1 is missing", "`betas: [0.9, 0.95]`"),
+    ("warmup: 1%", "warmup: 1 days", "schedule.warmup", "is not a duration", "`warmup: 1%`"),
+    ("  d_ff: 2048\n", "", "model.d_ff", "required key 'd_ff' is missing", "add it under model, e.g. `d_ff: 2048`"),
+    ("seed: 0", "seed: 0\nbogus: 1", "bogus", "unknown key 'bogus'", "remove it; the keys of a run spec are"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "path", "message", "fix"), MISTAKES, ids=[m[2] for m in MISTAKES])
+def test_one_clear_error_with_a_fix_per_mistake(base_text, old, new, path, message, fix):
+    assert old in base_text
+    diags = errors_of(base_text.replace(old, new, 1))
+    (d,) = [x for x in diags if x.path == path]
+    assert len(diags) == 1, [str(x) for x in diags]
+    assert message in d.message, d.message
+    assert fix in d.fix, d.fix
+    assert "Input should" not in d.message  # pydantic's own wording never reaches the user
+    assert d.line is not None
 
 
 def test_all_problems_at_once(base_text):

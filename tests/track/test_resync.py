@@ -82,20 +82,35 @@ def test_resync_rebuilds_the_store_and_log_stage_is_idempotent_by_key(
     _build(evaluation, {"eval.json": json.dumps(eval_json)}, {"sources": 1})
     built = {shard.key, train.key, evaluation.key}
 
-    def check(out: str, logged: int, recorded: int, spelling: str = "") -> None:
+    def check(out: str, logged: int, recorded: int, spelling: str = "", resynced: bool = True) -> None:
         not_built = len(graph.nodes) - len(built)
         assert f"{logged} logged, {recorded} already recorded, {not_built} not built, 0 failed" in out
         children = _children(work, "runlib-tests", spelling)
         assert set(children) == built and all(len(v) == 1 for v in children.values())
         client = _client(work, spelling)
         train_run = children[train.key][0]
-        history = client.get_metric_history(train_run.info.run_id, "loss")
+        history = client.get_metric_history(train_run.info.run_id, "train/loss")
         assert sorted((m.step, m.value) for m in history) == [(1, 5.9), (2, 5.8), (3, 5.7)]
         assert train_run.info.run_name == "train_phase foundation"
         eval_run = children[evaluation.key][0]
-        eval_loss = client.get_metric_history(eval_run.info.run_id, "heldout.docs.loss")
+        eval_loss = client.get_metric_history(eval_run.info.run_id, "heldout/docs/loss")
         assert [(m.step, m.value) for m in eval_loss] == [(3, 4.5)]
-        assert children[shard.key][0].data.metrics["docs"] == 3
+        assert children[shard.key][0].data.metrics["count/docs"] == 3
+        if not resynced:
+            return
+        # the parent: the run's summary under the children's names, once however often it is resynced, and
+        # the span of the builds (first start to last end), not the moment it was created
+        parent = client.get_run(mlflow_track.parent_run(spec, spec_file))
+        summary = {name: client.get_metric_history(parent.info.run_id, name) for name in parent.data.metrics}
+        assert [(m.step, m.value) for m in summary["heldout/docs/loss"]] == [(3, 4.5)]
+        assert all(len(points) == 1 for points in summary.values()), summary
+        assert {"run/wall_seconds", "train/device_hours", "plan/device_hours"} <= set(summary)
+        manifests = [read_manifest(n.dir) for n in graph.nodes if n.key in built]
+        first = min(m.timings.started_at for m in manifests)
+        last = max(m.timings.started_at + m.timings.wall_seconds for m in manifests)
+        assert parent.info.end_time == int(last * 1000)
+        assert parent.info.start_time == int(first * 1000)  # the resync created it
+        assert parent.data.metrics["run/wall_seconds"] == pytest.approx(last - first, abs=2e-3)
 
     assert main(["track", "--resync", str(spec_file)]) == 0
     check(capsys.readouterr().out, logged=3, recorded=0)
@@ -120,7 +135,12 @@ def test_resync_rebuilds_the_store_and_log_stage_is_idempotent_by_key(
     new_id = mlflow_track.log_stage(spec, spec_file, tokenizer, read_manifest(tokenizer.dir))
     assert new_id != stale and client.get_run(stale).info.lifecycle_stage == "deleted"
     built.add(tokenizer.key)
-    check(f"0 logged, 0 already recorded, {len(graph.nodes) - 4} not built, 0 failed", logged=0, recorded=0)
+    check(
+        f"0 logged, 0 already recorded, {len(graph.nodes) - 4} not built, 0 failed",
+        logged=0,
+        recorded=0,
+        resynced=False,
+    )
 
     (work / "mlflow.db").unlink()  # the store is gone; a resync brings every child back
     # (the same file under another spelling: MLflow's engine for the first one holds the deleted file open)

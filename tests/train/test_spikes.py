@@ -107,7 +107,9 @@ def shifted_phase_config(action: str):
     spike = SpikeConfig(
         zscore=5.0, window=WINDOW, action=action, rollback_steps=None, max_retries=100, max_skips_per_window=BOUND
     )
-    monitor = cfg.monitor.model_copy(update={"spike": spike, "eval_every_steps": None, "log_every_steps": EVERY})
+    monitor = cfg.monitor.model_copy(
+        update={"spike": spike, "eval_every_steps": None, "log_every_tokens": EVERY * 1024}
+    )
     checkpoint = cfg.checkpoint.model_copy(update={"every_steps": EVERY, "keep": 2})
     assert cfg.span.end_step - cfg.span.start_step > SHIFT_AT + 10  # the shift comes inside the phase
     return cfg.model_copy(update={"monitor": monitor, "checkpoint": checkpoint, "micro_batch": 4})

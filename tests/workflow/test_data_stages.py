@@ -41,6 +41,27 @@ def edited(tmp_path, name: str, old: str, new: str):
     return path
 
 
+def export_and_compare(node, out):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from runlib.cli import main
+    from runlib.model.transformer import Transformer
+    from runlib.train import checkpoint as ckpt
+
+    assert main(["export", str(TINY), "--phase", "anneal", "--out", str(out)]) == 0
+    cfg = node.config
+    ours = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
+    ours.load_state_dict(ckpt.load(node.dir / "final.pt")["model"])
+    ours.set_rope(cfg.rope_theta, cfg.seq_len)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    ids = torch.tensor([tokenizer("def main():\n    return 1 + 2\n")["input_ids"]])
+    theirs = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert (ours.eval()(ids) - theirs(ids).logits).abs().max().item() < 1e-5
+    assert tokenizer.decode(ids[0]) == "def main():\n    return 1 + 2\n"
+
+
 def test_data_dag_end_to_end(workdir):
     spec = load_spec(TINY).spec
     first = snakemake(workdir, TINY, "--cores", "2")
@@ -60,6 +81,9 @@ def test_data_dag_end_to_end(workdir):
     last_train = graph.find("train_phase", phase=3)
     records = [json.loads(x) for x in (last_train.dir / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["tokens"] == 102400 and records[-1]["lr"] == pytest.approx(3.0e-4)  # the floor, at the run's end
+
+    # the last phase exported for Hugging Face: transformers computes the same logits as runlib's model
+    export_and_compare(last_train, workdir / "hf")
 
     again = snakemake(workdir, TINY, "--cores", "2")
     assert again.returncode == 0 and "Nothing to be done" in again.stderr + again.stdout

@@ -37,12 +37,23 @@ def _parallelism(ctx: Context, par: ParallelismSpec, seq_len: int):
     )
 
 
+# the refusals of the last plan audited, shared by the seven RUN checks (computed once, not seven times);
+# holding the plan keeps its id from being reused while it is the key
+_last: list = [None, None]
+
+
+def _phase_refusals(ctx: Context) -> list:
+    if _last[0] is not ctx.plan:
+        _last[:] = [ctx.plan, [_parallelism(ctx, p.settings.parallelism, p.settings.seq_len) for p in ctx.plan.phases]]
+    return _last[1]
+
+
 def refusal_findings(ctx: Context, code: str) -> Iterator[Finding]:
     spec = ctx.spec
     phases = ctx.plan.phases
     global_hits: dict[tuple[str, str, str], list[str]] = {}  # (field, reason, fix) -> phases using the global value
-    for p in phases:
-        for r in _parallelism(ctx, p.settings.parallelism, p.settings.seq_len):
+    for p, refusals in zip(phases, _phase_refusals(ctx), strict=True):
+        for r in refusals:
             if r.code != code:
                 continue
             name = r.field.split(".", 1)[1]

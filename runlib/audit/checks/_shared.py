@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runlib.audit.registry import Context
+from runlib.audit.registry import Context, summarize
 from runlib.plan import PhasePlan
 from runlib.spec.models import PhaseSpec
 from runlib.spec.units import Duration, format_count
@@ -16,7 +16,7 @@ def who(names: list[str], total: int) -> str:
         return "the global layout (no phase uses it)"
     if total > 1 and len(names) == total:
         return "all phases"
-    return ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
+    return ("phase " if len(names) == 1 else "phases ") + summarize([repr(n) for n in names])
 
 
 def split_by_override(ctx: Context, overrides: Callable[[PhaseSpec], bool]) -> tuple[list[PhasePlan], list[str]]:

@@ -23,7 +23,7 @@ How to fix:
 
 from collections.abc import Iterator
 
-from runlib.audit.registry import Context, Finding, case
+from runlib.audit.registry import Context, Finding, case, summarize
 from runlib.spec.units import format_count
 
 CODE = "BATCH005"
@@ -48,11 +48,13 @@ def check(ctx: Context) -> Iterator[Finding]:
             value = f"{whole / spec.tokens * 100:.12g}%"
         else:
             value = f"{whole} tokens"
-        steps_per = "/".join(format_count(t) for t in sorted({seg.tokens_per_step for seg in span.segments}))
+        # a batch ramp gives a phase many step sizes (BLOOM's: 117): the first few, how many more, the last
+        sizes = [format_count(t) for t in sorted({seg.tokens_per_step for seg in span.segments})]
+        steps_per = f"{sizes[0]}-token steps" if len(sizes) == 1 else f"steps of {summarize(sizes)} tokens"
         stated = f"{nominal:.0f} tokens" if unit == "tokens" else f"{p.settings.phase.tokens} = {nominal:.0f} tokens"
         yield ctx.finding(
             f"phases[{p.settings.index}].tokens",
-            f"phase {p.name!r}: {stated} is not a whole number of {steps_per}-token steps: it runs "
+            f"phase {p.name!r}: {stated} is not a whole number of {steps_per}: it runs "
             f"{span.steps} steps = {whole} tokens, a drift of {drift:+,.0f} tokens ({fraction * 100:.2g}% of the phase)",
             f"set tokens: {value} ({span.steps} whole steps), or tokens: {span.steps} steps",
             value=value,

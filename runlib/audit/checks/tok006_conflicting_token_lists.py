@@ -21,7 +21,7 @@ How to fix:
 
 from collections.abc import Iterator
 
-from runlib.audit.registry import Context, Finding, case
+from runlib.audit.registry import Context, Finding, case, summarize
 
 CODE = "TOK006"
 NAME = "conflicting-token-lists"
@@ -46,7 +46,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             deduped = list(dict.fromkeys(items))
             yield ctx.finding(
                 f"tokenizer.{key}",
-                f"tokenizer.{key} lists {', '.join(repr(d) for d in dups)} more than once "
+                f"tokenizer.{key} lists {summarize([repr(d) for d in dups])} more than once "
                 f"({len(items)} entries, {len(deduped)} distinct)",
                 f"list each token once: {deduped}",
                 value=deduped,

@@ -10,8 +10,10 @@ from typing import Any
 
 from runlib import __version__
 from runlib.audit import AuditResult
+from runlib.errors import Diagnostic
 from runlib.plan import Plan
 from runlib.plan.flops import CONVENTION
+from runlib.plan.hardware import CATALOG
 
 SCHEMA_VERSION = 1
 
@@ -21,6 +23,14 @@ def _num(x: float | None) -> float | int | None:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return None
     return x
+
+
+def device_hours_unit(accelerator: str) -> str:
+    """The unit of `gpu_hours` in words: 'core-hours' on a CPU (the catalog's cpu device is one core),
+    'GPU-hours' on a catalogued GPU, 'device-hours' on an accelerator given by its numbers."""
+    if accelerator == "cpu":
+        return "core-hours"
+    return "GPU-hours" if accelerator in CATALOG else "device-hours"
 
 
 def derived(plan: Plan) -> dict[str, Any]:
@@ -88,6 +98,7 @@ def derived(plan: Plan) -> dict[str, Any]:
             "megatron_causal": _num(plan.flops_causal),
         },
         "gpu_hours": _num(plan.gpu_hours),
+        "device_hours_unit": device_hours_unit(spec.hardware.accelerator),  # gpu_hours' unit in words
         "wall_days": _num(plan.wall_days),
         "devices": plan.devices,
         "data_parallel": plan.data_parallel,
@@ -133,6 +144,7 @@ def derived(plan: Plan) -> dict[str, Any]:
             "optimal_batch_tokens": _num(refs.optimal_batch_tokens),
             "optimal_lr": _num(refs.optimal_lr),
             "predicted_loss": _num(refs.predicted_loss),
+            "predicted_loss_note": refs.predicted_loss_note,  # None above: why (outside the fitted range)
         },
     }
 
@@ -155,3 +167,25 @@ def render(result: AuditResult) -> str:
     import json
 
     return json.dumps(to_dict(result), indent=2, sort_keys=False, allow_nan=False)
+
+
+def load_failure_dict(file: str, diagnostics: list[Diagnostic]) -> dict[str, Any]:
+    """The contract for a spec that does not load: the same keys, `derived` null, `exit_code` 2, and
+    each SPEC diagnostic as an error finding (code, path, line, col, message, fix)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "runlib_version": __version__,
+        "file": file,
+        "name": None,
+        "exit_code": 2,
+        "summary": {"error": len(diagnostics), "warning": 0, "info": 0},
+        "derived": None,
+        "findings": [d.as_finding() for d in diagnostics],
+        "ignored": [],
+    }
+
+
+def render_load_failure(file: str, diagnostics: list[Diagnostic]) -> str:
+    import json
+
+    return json.dumps(load_failure_dict(file, diagnostics), indent=2, allow_nan=False)

@@ -63,7 +63,9 @@ PLOTS = (
     (
         "memory.png",
         "Memory per device",
-        "Estimated peak memory per device in each phase, by component; solid line: device memory, dashed: 90% of it.",
+        "Estimated peak memory per device in each phase, by component; solid line: device memory, dashed: 90% of it. "
+        "The table under the bars gives every component's size, so parts too small to see at the device's "
+        "scale are still read.",
     ),
     (
         "epochs.png",
@@ -310,9 +312,48 @@ def plot_mixture(plan: Plan, path: Path) -> Path:
     return Path(path)
 
 
+def format_bytes(n: float | None) -> str:
+    """A size in binary units, 3 significant digits: '12.3 GiB', '45.0 MiB', '512 B'; '–' for none."""
+    if n is None or not math.isfinite(n) or n <= 0:
+        return "–"
+    for unit, size in (("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            value = n / size
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+def memory_table(plan: Plan) -> tuple[list[str], list[list[str]]]:
+    """(column headers, rows) of the memory plot's table: one row per component that is not zero in
+    every phase, then the total and its share of the device; one column per phase."""
+    headers = ["component", *(p.name for p in plan.phases)]
+    parts = [p.memory.as_dict() for p in plan.phases]
+    rows = []
+    for key, label in MEMORY_PARTS:
+        sizes = [_finite(d.get(key)) for d in parts]
+        if any(sizes):
+            rows.append([label, *(format_bytes(x) for x in sizes)])
+    totals = [sum(_finite(d.get(key)) for key, _ in MEMORY_PARTS) for d in parts]
+    rows.append(["total", *(format_bytes(t) for t in totals)])
+    device = float(plan.accelerator.memory_gib or 0.0) * GIB
+    if device > 0:
+        rows.append([f"of {plan.accelerator.memory_gib:g} GiB", *(f"{t / device:.1%}" for t in totals)])
+    return headers, rows
+
+
 def plot_memory(plan: Plan, path: Path) -> Path:
-    """Stacked memory components per phase against the device's memory and a 90% line."""
-    fig, (ax,) = _figure()
+    """Stacked memory components per phase against the device's memory and a 90% line, with a table
+    of every component's size beneath (the bars show the proportions; the table, the small parts)."""
+    headers, table_rows = memory_table(plan) if plan.phases else ([], [])
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    table_inches = 0.22 * (len(table_rows) + 1) + 0.15 if table_rows else 0.1
+    fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] + table_inches), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(2, 1, height_ratios=[FIGSIZE[1], table_inches])
+    ax, ax_table = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
+    ax_table.axis("off")
     device_gib = float(plan.accelerator.memory_gib or 0.0)
     if not plan.phases:
         _empty(ax, "no phases")
@@ -329,7 +370,7 @@ def plot_memory(plan: Plan, path: Path) -> Path:
             ax.bar(xs, heights, bottom=bottoms, color=cmap(i), label=label, width=0.6, edgecolor="white", lw=0.5)
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
         for x, total in zip(xs, bottoms, strict=True):
-            ax.text(x, total, f"{total:.1f}", ha="center", va="bottom", fontsize=8)
+            ax.text(x, total, f"{total:.3g}", ha="center", va="bottom", fontsize=8)
         if device_gib > 0:
             ax.axhline(device_gib, color="black", lw=1.2, label=f"device {device_gib:g} GiB")
             ax.axhline(0.9 * device_gib, color="black", lw=1.0, ls="--", label="90% of device")
@@ -339,8 +380,22 @@ def plot_memory(plan: Plan, path: Path) -> Path:
         ax.set_ylabel("GiB per device")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        table = ax_table.table(cellText=table_rows, colLabels=headers, bbox=(0.0, 0.0, 1.0, 1.0), cellLoc="right")
+        table.auto_set_font_size(False)
+        table.set_fontsize(8)
+        colour = {label: cmap(i) for i, (_, label) in enumerate(MEMORY_PARTS)}
+        for (row, col), cell in table.get_celld().items():
+            cell.set_linewidth(0.4)
+            cell.set_edgecolor("0.75")
+            if row == 0:
+                cell.set_facecolor("0.93")
+            if col == 0:
+                cell.get_text().set_horizontalalignment("left")
+                label = table_rows[row - 1][0] if row > 0 else ""
+                if label in colour:  # the component's colour as in the bars
+                    cell.get_text().set_color(colour[label])
     ax.set_title(f"Peak memory per device ({plan.accelerator.key})", fontsize=11)
-    _save(fig, path)
+    fig.savefig(Path(path), format="png", dpi=DPI, metadata={"Software": None})
     return Path(path)
 
 

@@ -1,4 +1,4 @@
-"""The audit report: a directory with audit.md or audit.html and the plots, written atomically.
+"""The audit report: a directory with audit.md and/or audit.html and the plots, written atomically.
 
 The numbers come from the JSON view (`json_view.to_dict`), so the report never disagrees with the
 contract other tools read; the plots come from the Plan. The content is built once as a list of
@@ -11,9 +11,11 @@ when complete: a crash or a failing plot leaves the previous report (or nothing)
 
 from __future__ import annotations
 
+import hashlib
 import html
 import math
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -30,27 +32,60 @@ FILE_NAMES: dict[str, str] = {"markdown": "audit.md", "html": "audit.html"}
 GIB = 2**30
 
 
-def default_report_dir(result: AuditResult) -> Path:
-    """reports/<run>/audit: beside the run report (reports/<run>/run), never over it."""
-    return Path("reports") / result.spec.name / "audit"
+SPEC_PATH_FILE = "spec-path.txt"
+"""In each report directory: the absolute path of the spec file it was written from (one line)."""
+
+
+def default_report_dir(result: AuditResult, root: Path = Path("reports")) -> Path:
+    """Where `runlib audit SPEC --format html|markdown` writes, beside the run report (reports/<run>/run):
+
+    - reports/<run>/audit for the run's own spec file (the file named after the run: demo.yaml for
+      `name: demo`; the README and the Snakefile name reports/demo/audit/audit.html);
+    - reports/<run>/audit-<file stem> for another file with the same run name (a copy being edited);
+    - either name + "-<8 hex digits of the file's absolute path>" when that directory holds the report of
+      another file of the same name (reports/<run>/audit/spec-path.txt says whose), so no audit ever
+      overwrites the report of a different spec file.
+    """
+    stem = Path(result.file).stem if result.file != "<spec>" else result.spec.name
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "spec"
+    out = root / result.spec.name / ("audit" if safe == result.spec.name else f"audit-{safe}")
+    mine = _spec_path(result)
+    try:
+        owner = (out / SPEC_PATH_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        owner = None
+    if owner and mine and owner != mine:
+        out = out.with_name(f"{out.name}-{hashlib.sha256(mine.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}")
+    return out
+
+
+def _spec_path(result: AuditResult) -> str | None:
+    return str(Path(result.file).resolve()) if result.file != "<spec>" else None
 
 
 def write_report(result: AuditResult, out_dir: Path, fmt: Format = "markdown") -> Path:
     """Write the report directory `out_dir` (plots + audit.md or audit.html); returns out_dir.
 
-    An existing out_dir is replaced only once the new report is complete.
+    An existing out_dir is replaced only once the new report is complete. The formats coexist: when
+    out_dir holds the other format's document, it is written again from this audit too (both then
+    agree with the new plots), never dropped.
     """
     if fmt not in FILE_NAMES:
         raise ValueError(f"unknown report format {fmt!r}: expected one of {', '.join(FILE_NAMES)}")
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    formats = [f for f in FILE_NAMES if f == fmt or (out_dir / FILE_NAMES[f]).is_file()]
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private (0700); a report is meant to be shared
         plots.write_plots(result.plan, tmp)
         blocks = build_blocks(result)
-        text = render_markdown(blocks) if fmt == "markdown" else render_html(blocks, f"Audit: {result.spec.name}")
-        (tmp / FILE_NAMES[fmt]).write_text(text, encoding="utf-8")
+        for f in formats:
+            text = render_markdown(blocks) if f == "markdown" else render_html(blocks, f"Audit: {result.spec.name}")
+            (tmp / FILE_NAMES[f]).write_text(text, encoding="utf-8")
+        spec_path = _spec_path(result)
+        if spec_path:
+            (tmp / SPEC_PATH_FILE).write_text(spec_path + "\n", encoding="utf-8")
         _swap_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -140,6 +175,11 @@ def _epochs(e: float | None, available: Any) -> str:
     return f"{e:.2f}"
 
 
+def _sentence(text: str) -> str:
+    """First letter upper case, the rest as written ('core-hours' -> 'Core-hours', 'GPU-hours' stays)."""
+    return text[:1].upper() + text[1:]
+
+
 def _location(f: dict[str, Any]) -> Code:
     return Code(f"{f['path']}:{f['line']}" if f.get("line") else f["path"] or "(spec)")
 
@@ -190,7 +230,7 @@ def _derived(result: AuditResult, dv: dict[str, Any]) -> list[Block]:
             f"{_float(fl['total'])} ({fl['convention']}); 6ND {_float(fl['kaplan_6nd'])}, causal {_float(fl['megatron_causal'])}",
         ),
         (
-            "GPU-hours",
+            _sentence(dv["device_hours_unit"]),  # "Core-hours" on a CPU
             _float(dv["gpu_hours"], ",.1f")
             + (f" (budget {budget.gpu_hours:,})" if budget.gpu_hours is not None else ""),
         ),
@@ -210,7 +250,7 @@ def _derived(result: AuditResult, dv: dict[str, Any]) -> list[Block]:
             f"{_count(refs['optimal_batch_tokens'])} tokens; this run {_count(batch)}",
         ),
         ("Compute-optimal peak LR (DeepSeek)", f"{_float(refs['optimal_lr'])}; this run {_float(sched['peak_lr'])}"),
-        ("Predicted loss (refit)", _float(refs["predicted_loss"], ".3f")),
+        ("Predicted loss (refit)", _float(refs["predicted_loss"], ".3f") + f" ({refs['predicted_loss_note']})"),
         (
             "LR schedule",
             f"{sched['kind']}, peak {_float(sched['peak_lr'])}, floor {_float(sched['floor_lr'])}, warmup {_count(sched['warmup_tokens'])} tokens",

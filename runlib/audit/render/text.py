@@ -6,6 +6,7 @@ import textwrap
 
 from runlib.audit import AuditResult
 from runlib.audit.registry import SEVERITIES
+from runlib.audit.render.json_view import device_hours_unit
 from runlib.plan.memory import GIB
 from runlib.spec.units import format_count
 
@@ -31,7 +32,8 @@ def derived_lines(result: AuditResult) -> list[str]:
         f"({plan.references.tokens_per_param:.1f} per param; Chinchilla ~20)",
         f"  compute     {plan.flops_total:.3g} FLOPs (PaLM convention), {plan.flops_per_token:.3g} per token",
         f"  hardware    {plan.devices} x {plan.accelerator.key}, dp {plan.data_parallel}, MFU {spec.hardware.mfu:g}",
-        f"  time        {_hours(plan.gpu_hours)} GPU-hours, {plan.wall_days:.3g} days",
+        f"  time        {_hours(plan.gpu_hours)} {device_hours_unit(spec.hardware.accelerator)}, "
+        f"{plan.wall_days:.3g} days",
         f"  references  batch {format_count(plan.references.optimal_batch_tokens)} tokens, "
         f"lr {plan.references.optimal_lr:.2g} (DeepSeek fit)",
         "",

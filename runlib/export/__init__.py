@@ -1,0 +1,1 @@
+"""Exports of built artifacts to other ecosystems (runlib.export.hf: a Hugging Face checkpoint)."""

@@ -1,0 +1,260 @@
+"""A phase's model as a Hugging Face checkpoint: `runlib export SPEC --phase NAME --out DIR`.
+
+    hf_architecture(model) -> "LlamaForCausalLM" | "GPT2LMHeadModel"   (UserError: what has no equivalent)
+    hf_config(shape) -> config.json as a dict
+    hf_state_dict(state, shape) -> {HF parameter name: tensor}
+    write_export(state, shape, tokenizer_dir, out_dir, provenance)   (atomic: a temporary folder, then rename)
+
+Which architecture. runlib's block is pre-norm (x + attn(norm(x)), x + mlp(norm(x))) with no parallel
+residual, so two transformers architectures compute exactly the same function:
+  * LlamaForCausalLM (transformers src/transformers/models/llama/modeling_llama.py): RMSNorm, RoPE in the
+    rotate-half form (the same as ours, so q/k weights need no permutation), SwiGLU as
+    down(silu(gate(x)) * up(x)), grouped-query attention, an explicit head_dim, attention_bias and
+    mlp_bias for model.bias, tie_word_embeddings;
+  * GPT2LMHeadModel (models/gpt2/modeling_gpt2.py): LayerNorm, learned absolute positions, a GELU MLP,
+    multi-head attention; its Conv1D layers store weights as [in, out] (transposed) and q, k, v fused in
+    c_attn. GPT-2 always has biases: a spec without them exports zero biases (the same function).
+Refused, with the reason: QK-norm (OLMo 2 normalises q and k over the whole projection but its blocks are
+post-norm, x + norm(attn(x)) (Groeneveld et al. 2025, arXiv 2501.00656, section 3.2); Qwen3 normalises per
+head: neither is our block), and the mixed shapes (RoPE with LayerNorm or GELU, learned positions with
+RMSNorm or SwiGLU, grouped-query attention with learned positions) that no architecture has.
+
+The export holds the phase's weights in their stored dtype (float32 master weights), the RoPE base and
+context of that phase (a long-context phase exports its own theta), and the tokenizer with the spec's
+special tokens (id 0 the end of document, runlib.tokenizer.special). A user loads it with
+`AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runlib.errors import UserError
+from runlib.plan.params import head_dim as spec_head_dim
+from runlib.plan.params import kv_heads as spec_kv_heads
+from runlib.spec.models import ModelSpec
+
+NORM_EPS = 1e-5  # runlib.model.transformer.NORM_EPS (not imported: this module must not import torch)
+MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class ExportShape:
+    """What the exported model is: the spec's model section and the phase's sizes."""
+
+    model: ModelSpec
+    vocab_rows: int  # embedding rows (the tokenizer's ids padded)
+    position_rows: int  # rows of the learned position table (learned positions only)
+    seq_len: int  # the phase's context length
+    rope_theta: float  # the phase's RoPE base
+    eos_id: int
+    pad_id: int | None
+
+
+def hf_architecture(model: ModelSpec) -> str:
+    """The transformers class that computes exactly runlib's block for this shape; UserError otherwise."""
+    problems = []
+    if model.qk_norm:
+        problems.append(
+            "model.qk_norm: true (no transformers architecture has a pre-norm block with QK-norm over the whole "
+            "q and k projections: OLMo 2's blocks are post-norm, Qwen3 normalises per head)"
+        )
+    llama_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "swiglu"
+    gpt2_like = model.position == "learned" and model.norm == "layernorm" and model.activation == "gelu"
+    if not (llama_like or gpt2_like):
+        problems.append(
+            f"position: {model.position}, norm: {model.norm}, activation: {model.activation} (LlamaForCausalLM needs "
+            "rope + rmsnorm + swiglu; GPT2LMHeadModel needs learned + layernorm + gelu)"
+        )
+    if gpt2_like and spec_kv_heads(model) != model.heads:
+        problems.append(
+            f"model.kv_heads: {model.kv_heads} with learned positions (GPT-2 has no grouped-query attention)"
+        )
+    if gpt2_like and spec_head_dim(model) * model.heads != model.d_model:
+        problems.append("model.head_dim: GPT-2's heads split d_model evenly (head_dim = d_model / heads)")
+    if problems:
+        raise UserError(
+            "runlib export: the model has no Hugging Face equivalent: "
+            + "; ".join(problems)
+            + ". Fix: export a model with the Llama shape (rope, rmsnorm, swiglu, qk_norm: false) or the GPT-2 "
+            "shape (learned, layernorm, gelu)"
+        )
+    return "LlamaForCausalLM" if llama_like else "GPT2LMHeadModel"
+
+
+def hf_config(shape: ExportShape) -> dict[str, Any]:
+    """config.json for the architecture of hf_architecture(shape.model)."""
+    m = shape.model
+    common = {"vocab_size": shape.vocab_rows, "tie_word_embeddings": m.tie_embeddings, "torch_dtype": "float32"}
+    common |= {"eos_token_id": shape.eos_id, "bos_token_id": None, "pad_token_id": shape.pad_id}
+    if hf_architecture(m) == "LlamaForCausalLM":
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": m.d_model,
+            "intermediate_size": m.d_ff,
+            "num_hidden_layers": m.layers,
+            "num_attention_heads": m.heads,
+            "num_key_value_heads": spec_kv_heads(m),
+            "head_dim": spec_head_dim(m),
+            "hidden_act": "silu",
+            "rms_norm_eps": NORM_EPS,
+            "max_position_embeddings": shape.seq_len,
+            "rope_parameters": {"rope_type": "default", "rope_theta": shape.rope_theta},
+            "attention_bias": m.bias,
+            "mlp_bias": m.bias,
+            "attention_dropout": 0.0,
+            **common,
+        }
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "n_embd": m.d_model,
+        "n_inner": m.d_ff,
+        "n_layer": m.layers,
+        "n_head": m.heads,
+        "n_positions": shape.position_rows,
+        "activation_function": "gelu",  # exact erf GELU, as torch.nn.functional.gelu in runlib's MLP
+        "layer_norm_epsilon": NORM_EPS,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        **common,
+    }
+
+
+def hf_state_dict(state: dict[str, Any], shape: ExportShape) -> dict[str, Any]:
+    """runlib's parameter names (runlib.model.transformer) -> the architecture's, as contiguous tensors.
+    A tied head is stored once (as the input embedding), as transformers saves tied weights."""
+    import torch
+
+    m = shape.model
+    out: dict[str, Any] = {}
+
+    def put(name: str, tensor) -> None:
+        out[name] = tensor.detach().contiguous()
+
+    if hf_architecture(m) == "LlamaForCausalLM":
+        put("model.embed_tokens.weight", state["tok_embeddings.weight"])
+        names = {
+            "attention_norm": "input_layernorm",
+            "mlp_norm": "post_attention_layernorm",
+            "attention.wq": "self_attn.q_proj",
+            "attention.wk": "self_attn.k_proj",
+            "attention.wv": "self_attn.v_proj",
+            "attention.wo": "self_attn.o_proj",
+            "mlp.w1": "mlp.gate_proj",
+            "mlp.w3": "mlp.up_proj",
+            "mlp.w2": "mlp.down_proj",
+        }
+        for i in range(m.layers):
+            for ours, theirs in names.items():
+                for kind in ("weight", "bias"):
+                    if f"layers.{i}.{ours}.{kind}" in state:
+                        put(f"model.layers.{i}.{theirs}.{kind}", state[f"layers.{i}.{ours}.{kind}"])
+        put("model.norm.weight", state["norm.weight"])
+        if not m.tie_embeddings:
+            put("lm_head.weight", state["lm_head.weight"])
+        return out
+
+    d = m.d_model
+
+    def bias(name: str, size: int):
+        return state.get(name, torch.zeros(size, dtype=state["tok_embeddings.weight"].dtype))
+
+    put("transformer.wte.weight", state["tok_embeddings.weight"])
+    put("transformer.wpe.weight", state["pos_embeddings.weight"])
+    for i in range(m.layers):
+        p, h = f"layers.{i}.", f"transformer.h.{i}."
+        put(h + "ln_1.weight", state[p + "attention_norm.weight"])
+        put(h + "ln_1.bias", bias(p + "attention_norm.bias", d))
+        qkv = [state[p + f"attention.{w}.weight"] for w in ("wq", "wk", "wv")]
+        put(h + "attn.c_attn.weight", torch.cat(qkv, dim=0).t())  # Conv1D: [in, out]
+        put(h + "attn.c_attn.bias", torch.cat([bias(p + f"attention.{w}.bias", d) for w in ("wq", "wk", "wv")]))
+        put(h + "attn.c_proj.weight", state[p + "attention.wo.weight"].t())
+        put(h + "attn.c_proj.bias", bias(p + "attention.wo.bias", d))
+        put(h + "ln_2.weight", state[p + "mlp_norm.weight"])
+        put(h + "ln_2.bias", bias(p + "mlp_norm.bias", d))
+        put(h + "mlp.c_fc.weight", state[p + "mlp.w1.weight"].t())
+        put(h + "mlp.c_fc.bias", bias(p + "mlp.w1.bias", m.d_ff))
+        put(h + "mlp.c_proj.weight", state[p + "mlp.w2.weight"].t())
+        put(h + "mlp.c_proj.bias", bias(p + "mlp.w2.bias", d))
+    put("transformer.ln_f.weight", state["norm.weight"])
+    put("transformer.ln_f.bias", bias("norm.bias", d))
+    if not m.tie_embeddings:
+        put("lm_head.weight", state["lm_head.weight"])
+    return out
+
+
+def tokenizer_files(tokenizer_json: str, shape: ExportShape, special_ids: dict[str, int]) -> dict[str, str]:
+    """tokenizer.json as trained, and the transformers files that name its special tokens."""
+    by_id = {i: name for name, i in special_ids.items()}
+    eos = by_id.get(shape.eos_id)
+    pad = by_id.get(shape.pad_id) if shape.pad_id is not None else None
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": shape.seq_len,
+        "eos_token": eos,
+        "pad_token": pad,
+        "bos_token": None,
+        "unk_token": None,
+        "clean_up_tokenization_spaces": False,
+        "additional_special_tokens": [
+            n for n, _ in sorted(special_ids.items(), key=lambda kv: kv[1]) if n not in (eos, pad)
+        ],
+    }
+    special_map = {k: v for k, v in (("eos_token", eos), ("pad_token", pad)) if v is not None}
+    return {
+        TOKENIZER_FILE: tokenizer_json,
+        "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+        "special_tokens_map.json": json.dumps(special_map, indent=2) + "\n",
+    }
+
+
+def write_export(
+    state: dict[str, Any],
+    shape: ExportShape,
+    tokenizer_json: str,
+    special_ids: dict[str, int],
+    out_dir: Path,
+    provenance: dict[str, Any],
+) -> Path:
+    """Write the export into out_dir whole or not at all (a temporary sibling folder, then a rename).
+    An existing out_dir is replaced only when it is an earlier export (it holds runlib_export.json)."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / MARKER).exists())):
+        raise UserError(
+            f"runlib export: --out {out_dir} exists and is not an earlier export (no {MARKER}); "
+            "fix: name a new or empty folder"
+        )
+    architecture = hf_architecture(shape.model)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        save_file(hf_state_dict(state, shape), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config(shape), indent=2, sort_keys=True) + "\n")
+        generation = {"eos_token_id": shape.eos_id, "pad_token_id": shape.pad_id, "do_sample": False}
+        (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+        for name, text in tokenizer_files(tokenizer_json, shape, special_ids).items():
+            (tmp / name).write_text(text)
+        (tmp / MARKER).write_text(json.dumps({"architecture": architecture, **provenance}, indent=2) + "\n")
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir

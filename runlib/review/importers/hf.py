@@ -1,0 +1,283 @@
+"""Hugging Face `config.json` (transformers), optionally with a TrainingArguments JSON.
+
+Families, by `model_type` (field names as transformers' configuration_<family>.py defines them):
+  llama, mistral, qwen2, olmo2   RMSNorm, SwiGLU (intermediate_size), RoPE (rope_theta), GQA
+                                 (num_key_value_heads); olmo2 adds QK-norm over the full q and k widths
+  gpt2                           n_layer/n_embd/n_head/n_positions, n_inner (None: 4*n_embd), LayerNorm
+                                 and biases, learned positions, tied head (tie_word_embeddings default True)
+  gpt_neox                       LayerNorm and biases, GELU MLP, rotary on rotary_pct of each head
+What a run spec cannot express is stated in the header (Mistral's sliding window, Qwen2's q/k/v-only
+biases, NeoX's parallel residual and partial rotary, rope_scaling), with its effect on the parameter
+count. The config says nothing about training: without --training-args the batch and LR come from the
+DeepSeek LLM fit (arXiv 2401.02954, eq. 1) and the tokens from ~20 per parameter (Chinchilla,
+arXiv 2203.15556), all marked `assumed:`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from runlib.review.importers.common import fill_defaults, spec_name
+from runlib.review.importers.draft import Draft, UnmappableConfig
+
+FAMILIES = ("llama", "mistral", "qwen2", "olmo2", "gpt2", "gpt_neox")
+MAX_PRETRAIN_SEQ = 8192  # a max_position_embeddings above this is taken as a context extension, not pretraining
+CHINCHILLA_TOKENS_PER_PARAM = 20
+
+
+def _need(config: dict[str, Any], key: str, file: str, family: str) -> Any:
+    if key not in config or config[key] is None:
+        raise UnmappableConfig(f"{file}: {family} config without {key!r}; is this the model's config.json?")
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UnmappableConfig(f"{file}: {key} = {value!r} is not a number")
+    return value
+
+
+def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str]:
+    notes: list[str] = []
+    if family == "gpt2":
+        n_embd = int(_need(config, "n_embd", file, family))
+        d.set("model.layers", int(_need(config, "n_layer", file, family)), "n_layer")
+        d.set("model.d_model", n_embd, "n_embd")
+        d.set("model.heads", int(_need(config, "n_head", file, family)), "n_head")
+        d.set("model.d_ff", int(config.get("n_inner") or 4 * n_embd), "n_inner (None: 4 * n_embd)")
+        d.set("model.activation", "gelu", f"activation_function {config.get('activation_function', 'gelu_new')}")
+        d.set("model.norm", "layernorm", "GPT-2 LayerNorm")
+        d.set("model.bias", True, "Conv1D and LayerNorm biases")
+        d.set("model.position", "learned", "wpe")
+        d.set(
+            "model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)"
+        )
+        d.set("model.vocab_size", int(_need(config, "vocab_size", file, family)), "vocab_size")
+        seq = int(_need(config, "n_positions", file, family))
+        d.set("model.seq_len", seq, "n_positions")
+        return notes
+    hidden = int(_need(config, "hidden_size", file, family))
+    heads = int(_need(config, "num_attention_heads", file, family))
+    d.set("model.layers", int(_need(config, "num_hidden_layers", file, family)), "num_hidden_layers")
+    d.set("model.d_model", hidden, "hidden_size")
+    d.set("model.heads", heads, "num_attention_heads")
+    kv = config.get("num_key_value_heads") or heads
+    d.set("model.kv_heads", int(kv), "num_key_value_heads")
+    if config.get("head_dim") and int(config["head_dim"]) != hidden // heads:
+        d.set("model.head_dim", int(config["head_dim"]), "head_dim")
+    d.set("model.d_ff", int(_need(config, "intermediate_size", file, family)), "intermediate_size")
+    d.set("model.vocab_size", int(_need(config, "vocab_size", file, family)), "vocab_size")
+    d.set("model.position", "rope", "rotary embeddings")
+    theta_key = "rotary_emb_base" if family == "gpt_neox" else "rope_theta"
+    d.set("model.rope_theta", float(config.get(theta_key) or 10000.0), theta_key)
+    if family == "gpt_neox":
+        act = str(config.get("hidden_act", "gelu"))
+        if "gelu" not in act:
+            raise UnmappableConfig(f"{file}: hidden_act {act!r}: a GPT-NeoX MLP maps to gelu only")
+        d.set("model.activation", "gelu", f"hidden_act {act}")
+        d.set("model.norm", "layernorm", "LayerNorm with bias")
+        d.set(
+            "model.bias", bool(config.get("attention_bias", True)), "attention_bias (default true); dense layers biased"
+        )
+        d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
+        pct = config.get("rotary_pct", 1.0)
+        notes.append(
+            f"GPT-NeoX specifics the spec cannot express: rotary on {pct:g} of each head (rotary_pct), "
+            f"parallel residual (use_parallel_residual={config.get('use_parallel_residual', True)}); neither changes "
+            "the parameter count."
+        )
+        return notes
+    act = str(config.get("hidden_act", "silu"))
+    if act not in ("silu", "swish"):
+        raise UnmappableConfig(f"{file}: hidden_act {act!r}: a {family} MLP maps to swiglu (silu) only")
+    d.set("model.activation", "swiglu", "SiLU-gated MLP (gate, up, down)")
+    d.set("model.norm", "rmsnorm", "RMSNorm")
+    if family == "qwen2":
+        d.set("model.bias", False, "no o_proj or MLP biases (see the header for q/k/v)")
+        layers, hd = d.get("model.layers"), int(config.get("head_dim") or hidden // heads)
+        extra = layers * (heads * hd + 2 * int(kv) * hd)
+        notes.append(
+            f"Qwen2 has biases on q, k and v only; a spec's `bias` is all or nothing, so they are left out: the "
+            f"checkpoint has {extra:,} parameters more than this spec counts (q/k/v biases of {layers} layers)."
+        )
+    else:
+        bias = bool(config.get("attention_bias", False)) or bool(config.get("mlp_bias", False))
+        if bool(config.get("attention_bias", False)) != bool(config.get("mlp_bias", False)):
+            raise UnmappableConfig(
+                f"{file}: attention_bias={config.get('attention_bias')} with mlp_bias={config.get('mlp_bias')}: a spec's "
+                "`bias` covers both; set them alike"
+            )
+        d.set("model.bias", bias, "attention_bias, mlp_bias")
+    d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
+    if family == "olmo2":
+        d.set("model.qk_norm", True, "OLMo 2: RMSNorm over the full q and k projections")
+    if family == "mistral" and config.get("sliding_window"):
+        notes.append(
+            f"Mistral's sliding-window attention ({config['sliding_window']} tokens) is not expressible: full causal attention here (no parameter change)."
+        )
+    if config.get("rope_scaling"):
+        notes.append(
+            f"rope_scaling {config['rope_scaling']} is a context extension applied after pretraining: not part of this spec."
+        )
+    return notes
+
+
+def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -> Draft:
+    file = str(path)
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise UnmappableConfig(
+            f"{file}: model_type {family!r} is not a family runlib maps ({', '.join(FAMILIES)}); "
+            "a config.json from transformers names it in `model_type`"
+        )
+    from runlib.plan import scaling
+    from runlib.plan.params import count_params
+    from runlib.spec.models import ModelSpec
+
+    d = Draft()
+    notes = _model(d, config, family, file)
+    seq = int(d.get("model.seq_len") or config.get("max_position_embeddings") or 0)
+    if not d.has("model.seq_len"):
+        if seq <= 0:
+            raise UnmappableConfig(f"{file}: no max_position_embeddings; give the training sequence length")
+        if seq > MAX_PRETRAIN_SEQ:
+            d.set(
+                "model.seq_len",
+                MAX_PRETRAIN_SEQ,
+                f"assumed: pretraining context (max_position_embeddings {seq} is the extended one)",
+            )
+        else:
+            d.set("model.seq_len", seq, "max_position_embeddings")
+    seq = int(d.get("model.seq_len"))
+    if args and args.get("block_size") or args and args.get("max_seq_length"):
+        seq = int(args.get("block_size") or args.get("max_seq_length"))
+        d.set("model.seq_len", seq, "block_size / max_seq_length [ARGS]")
+    vocab = int(d.get("model.vocab_size"))
+    d.set(
+        "tokenizer.pretrained",
+        f"tokenizers/{spec_name(str(config.get('_name_or_path') or family))}/tokenizer.json",
+        "assumed: the model's own tokenizer, saved here",
+    )
+    d.set("tokenizer.vocab_size", vocab - 1, "assumed: every embedding row a token id")
+    d.set("tokenizer.reserved_tokens", 1, "assumed: one end-of-document token among them")
+
+    model = ModelSpec.model_validate({k.split(".", 1)[1]: v for k, v in d.values.items() if k.startswith("model.")})
+    params = count_params(model, vocab, seq)
+    name = spec_name(str(config.get("_name_or_path") or path.parent.name or family).split("/")[-1])
+    d.set("name", name)
+    d.set("description", f"Imported from {path.name} ({family}, {params.total / 1e9:.3g}B parameters)")
+    d.header = [
+        f"Imported by `runlib import` from {path.name} (Hugging Face {family} config"
+        + (" and training arguments [ARGS])." if args else ")."),
+        "The config gives the model only: `assumed:` marks everything about training.",
+        f"Parameters: {params.total:,} as this spec counts them.",
+    ] + notes
+
+    devices_total = 8 if params.total < 3e9 else 64 if params.total < 30e9 else 512
+    d.set("hardware.accelerator", "h100-sxm", "assumed: the config names no hardware")
+    d.set("hardware.nodes", devices_total // 8, "assumed: sized to the model (8 GPUs below 3B, 64 below 30B, else 512)")
+    d.set("hardware.devices_per_node", 8, "assumed: 8-GPU nodes")
+    d.set("parallelism.sharding", "fsdp", "assumed: FSDP, no model parallelism")
+    d.set("parallelism.activation_checkpointing", "selective", "assumed")
+    dp = devices_total
+    args = args or {}
+    if args.get("max_steps") and args.get("per_device_train_batch_size"):
+        micro = int(args["per_device_train_batch_size"])
+        accum = int(args.get("gradient_accumulation_steps", 1))
+        steps = int(args["max_steps"])
+        d.set("batch.micro_batch", micro, "per_device_train_batch_size [ARGS]")
+        d.set("batch.grad_accum", accum, "gradient_accumulation_steps [ARGS]")
+        run_tokens = steps * micro * accum * dp * seq
+        d.set("tokens", run_tokens, f"max_steps {steps:,} [ARGS] * {micro * accum * dp * seq:,} tokens per step")
+    else:
+        run_tokens = CHINCHILLA_TOKENS_PER_PARAM * params.total
+        m = (
+            6.0 * params.non_embedding
+            + 6.0 * model.layers * model.heads * (model.head_dim or model.d_model // model.heads) * seq
+        )
+        b_opt = scaling.deepseek_optimal_batch_tokens(m * run_tokens)
+        seqs = max(dp, round(b_opt / seq / dp) * dp)
+        d.set("batch.micro_batch", 1, "assumed")
+        d.set(
+            "batch.grad_accum",
+            seqs // dp,
+            f"assumed: {seqs} sequences per step, DeepSeek LLM's B_opt {b_opt:,.0f} tokens (arXiv 2401.02954, eq. 1)",
+        )
+        steps = max(1, round(run_tokens / (seqs * seq)))
+        run_tokens = steps * seqs * seq
+        d.set(
+            "tokens",
+            run_tokens,
+            f"assumed: ~{CHINCHILLA_TOKENS_PER_PARAM} tokens per parameter (Chinchilla), {steps:,} whole steps",
+        )
+        d.set(
+            "optimizer.lr",
+            float(f"{scaling.deepseek_optimal_lr(m * run_tokens):.3g}"),
+            "assumed: DeepSeek LLM's eta_opt (arXiv 2401.02954, eq. 1)",
+        )
+    d.set("optimizer.kind", "adamw", "transformers' default optimizer (adamw_torch)" if args else "assumed: AdamW")
+    if "learning_rate" in args:
+        d.set("optimizer.lr", float(args["learning_rate"]), "learning_rate [ARGS]")
+    d.assume("optimizer.lr", 5e-5, "TrainingArguments' default learning_rate")
+    d.set(
+        "optimizer.betas",
+        [float(args.get("adam_beta1", 0.9)), float(args.get("adam_beta2", 0.95 if not args else 0.999))],
+        "adam_beta1, adam_beta2" + (" [ARGS]" if args else " (assumed: Llama 2's)"),
+    )
+    d.set("optimizer.eps", float(args.get("adam_epsilon", 1e-8)), "adam_epsilon")
+    d.set(
+        "optimizer.weight_decay",
+        float(args.get("weight_decay", 0.0 if args else 0.1)),
+        "weight_decay" + (" [ARGS]" if args else " (assumed: Llama 2's)"),
+    )
+    d.set("optimizer.grad_clip", float(args.get("max_grad_norm", 1.0)), "max_grad_norm")
+    kind = str(args.get("lr_scheduler_type", "linear" if args else "cosine"))
+    kinds = {
+        "linear": "linear",
+        "cosine": "cosine",
+        "constant": "constant",
+        "constant_with_warmup": "constant",
+        "warmup_stable_decay": "wsd",
+    }
+    if kind not in kinds:
+        raise UnmappableConfig(
+            f"training arguments: lr_scheduler_type {kind!r} has no runlib schedule ({', '.join(kinds)})"
+        )
+    d.set("schedule.kind", kinds[kind], "lr_scheduler_type" + (" [ARGS]" if args else " (assumed: cosine)"))
+    if args.get("warmup_steps"):
+        d.set("schedule.warmup", f"{int(args['warmup_steps'])} steps", "warmup_steps [ARGS]")
+    elif args.get("warmup_ratio"):
+        d.set("schedule.warmup", f"{float(args['warmup_ratio']) * 100:g}%", "warmup_ratio [ARGS]")
+    else:
+        d.set(
+            "schedule.warmup",
+            "1%" if not args else "0 steps",
+            "assumed: 1% of the run" if not args else "no warmup_steps/ratio [ARGS]",
+        )
+    if kinds[kind] == "wsd":
+        d.set("schedule.decay", "10%", "assumed: a 10% cooldown (Hägele et al. 2024, arXiv 2405.18392)")
+    d.set(
+        "schedule.min_lr_ratio",
+        0.0 if args else 0.1,
+        "decays to 0 (transformers' schedules)" if args else "assumed: 10% floor",
+    )
+    if args.get("fp16"):
+        d.set("precision.compute", "fp16", "fp16 [ARGS]")
+        d.set("precision.loss_scaling", "dynamic", "torch.amp GradScaler")
+    elif args and not args.get("bf16"):
+        d.set("precision.compute", "fp32", "neither bf16 nor fp16 [ARGS]")
+    else:
+        d.set("precision.compute", "bf16", "bf16 [ARGS]" if args else "assumed")
+    if "seed" in args:
+        d.set("seed", int(args["seed"]), "seed [ARGS]")
+    if args.get("save_steps"):
+        d.set("checkpoint.every", f"{int(args['save_steps'])} steps", "save_steps [ARGS]")
+    if args.get("eval_steps"):
+        d.set("monitor.eval_every", f"{int(args['eval_steps'])} steps", "eval_steps [ARGS]")
+    else:
+        d.assume("monitor.eval_every", "2%", "held-out loss every 2% of the run")
+    if args.get("logging_steps"):
+        d.set("monitor.log_every", f"{int(args['logging_steps'])} steps", "logging_steps [ARGS]")
+    if not math.isfinite(run_tokens) or run_tokens <= 0:
+        raise UnmappableConfig(f"{file}: no training tokens follow from the arguments")
+    fill_defaults(d, int(run_tokens))
+    return d

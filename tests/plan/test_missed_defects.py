@@ -1,0 +1,116 @@
+"""Issue 12 item 4: defects the auditor used to miss, on the spec's own numbers (pass/fail cases of the
+new and changed checks run in tests/audit/test_check_cases.py; these test the numbers and the text)."""
+
+import math
+
+import pytest
+
+from runlib.audit import audit
+from runlib.audit.cases import apply_patch, case_data
+from runlib.audit.registry import summarize
+from runlib.cli import main
+from runlib.errors import SpecError
+from runlib.plan.derive import DEVICE_MTBF_HOURS
+from runlib.spec import load_spec_text, validate_data
+from runlib.spec.loader import parse_yaml
+from tests.conftest import BASE_SPEC, ROOT
+
+
+def _spec_text(old: str, new: str) -> str:
+    text = BASE_SPEC.read_text()
+    assert text.count(old) == 1
+    return text.replace(old, new)
+
+
+def test_kv_heads_not_dividing_heads_is_a_spec_error_at_its_line(tmp_path, capsys):
+    text = _spec_text("  heads: 12\n  kv_heads: 4\n", "  heads: 16\n  kv_heads: 6\n")
+    with pytest.raises(SpecError) as exc:
+        load_spec_text(text, "gqa.yaml")
+    [d] = exc.value.diagnostics
+    line = text.splitlines().index("  kv_heads: 6") + 1
+    assert (d.code, d.path, d.line) == ("SPEC002", "model.kv_heads", line)
+    assert "does not divide heads: 16" in d.message and "1, 2, 4 or 8" in d.message
+    spec = tmp_path / "gqa.yaml"
+    spec.write_text(text)
+    assert main(["audit", str(spec)]) == 2  # refused at load: no parameter is computed
+    assert f"gqa.yaml:{line}:" in capsys.readouterr().err
+
+
+def test_kv_heads_dividing_heads_loads():
+    assert load_spec_text(_spec_text("  kv_heads: 4\n", "  kv_heads: 12\n"), "mha.yaml").spec.model.kv_heads == 12
+
+
+def _llama3_8b(patch: dict) -> object:
+    data, _ = parse_yaml((ROOT / "specs" / "llama3-8b.yaml").read_text(), "llama3-8b.yaml")
+    return validate_data(apply_patch(data, patch)).spec
+
+
+def test_ckpt002_flags_a_10_hour_interval_on_2048_gpus_with_the_default_failure_rate():
+    # Llama 3 8B on 256 nodes x 8 GPUs, no node_mtbf_hours: 25,500 steps of 8Mi tokens are ~10 h
+    result = audit(_llama3_8b({"hardware.nodes": 256, "checkpoint.every": "25500 steps"}), select={"CKPT002"})
+    ck = result.plan.checkpoint
+    assert 9.5 < ck.interval_hours < 10.5
+    assert math.isclose(DEVICE_MTBF_HOURS, 54 * 24 * 16384 / 419)  # Dubey et al. 2024 section 3.3.4
+    assert math.isclose(ck.job_mtbf_hours, DEVICE_MTBF_HOURS / 2048)  # ~24.7 h
+    assert 60 < ck.write_seconds < 600  # 96 GB at the default 0.5 GB/s: minutes, not 0.19 s
+    assert 1 < ck.young_optimum_hours < 3  # advice in hours, not minutes
+    [f] = result.findings
+    assert "419 unexpected interruptions in 54 days on 16,384 GPUs" in f.message
+    assert "96.36 GB at 0.5 GB/s" in f.message
+    steps = int(f.value.split()[0])
+    assert 3000 < steps < 6000  # ~1.6 h of 8Mi-token steps
+
+
+def test_ckpt002_storage_bandwidth_bounds_the_write():
+    fast = _llama3_8b({"hardware.storage_write_gb_per_s": 2000})  # Llama 3's 2 TB/s fabric
+    slow = _llama3_8b({})
+    fast_ck, slow_ck = audit(fast, select=set()).plan.checkpoint, audit(slow, select=set()).plan.checkpoint
+    assert fast_ck.write_gb_per_s == 128 * 2.0  # then the nodes' own links bound it
+    assert math.isclose(slow_ck.write_seconds, slow_ck.size_bytes / 0.5e9)
+
+
+def test_warmup_past_the_first_phase_into_another_kind_is_flagged():
+    result = audit(
+        validate_data(case_data({"schedule.warmup": "5%", "phases[0].tokens": "3%", "phases[1].tokens": "87%"})).spec,
+        select={"SCHED009"},
+    )
+    [f] = result.findings
+    assert (f.path, f.value) == ("schedule.warmup", "276 steps")
+    assert "'foundation'" in f.message and "'enrich' (enrichment)" in f.message and "60% of the peak LR" in f.message
+
+
+def test_ignore_with_a_path_silences_only_that_path():
+    two = {"data.sources.web.tokens": "200M", "data.sources.code.tokens": "50M"}  # MIX003 on both sources
+    narrow = audit(validate_data(case_data({**two, "audit.ignore": {"MIX003@data.sources.web": "small"}})).spec)
+    assert [(i.finding.path, i.entry) for i in narrow.ignored] == [
+        ("data.sources.web.tokens", "MIX003@data.sources.web")
+    ]
+    assert [f.path for f in narrow.findings if f.code == "MIX003"] == ["data.sources.code.tokens"]
+    assert not [f for f in narrow.findings if f.code == "AUDIT001"]
+    bare = audit(validate_data(case_data({**two, "audit.ignore": {"MIX003": "small"}})).spec)
+    assert {i.finding.path for i in bare.ignored} == {"data.sources.web.tokens", "data.sources.code.tokens"}
+    [info] = [f for f in bare.findings if f.code == "AUDIT001"]
+    assert info.severity == "info" and "data.sources.code.tokens, data.sources.web.tokens" in info.message
+
+
+def test_pack002_quotes_the_weight_error_on_the_spec_numbers():
+    patch = {"data.loss_normalization": "micro_batch_mean", "data.packing": "none", "data.mean_doc_tokens": 700}
+    [f] = audit(validate_data(case_data(patch)).spec, select={"PACK002"}).findings
+    assert "16 micro-batches of 8 x 2048 tokens" in f.message and "documents of 700 tokens" in f.message
+    assert "2,026 to 8,573 targets" in f.message and "4.23 times as much as" in f.message
+
+
+def test_long_lists_are_summarised():
+    assert summarize([str(i) for i in range(117)]) == "0, 1, 2, ... 113 more, 116"
+    assert summarize(["a", "b", "c", "d", "e"]) == "a, b, c, d, e"
+    ramp = [{"after": f"{i * 10}M tokens", "global_batch": f"{i + 2} sequences"} for i in range(1, 118)]
+    result = audit(validate_data(case_data({"batch.ramp": ramp, "batch.global_batch": "__delete__"})).spec)
+    [f] = [f for f in result.findings if f.code == "BATCH005" and f.path == "phases[0].tokens"]
+    assert "more," in f.message and len(f.message) < 400
+
+
+def test_docs_of_changed_checks(capsys):
+    for code in ("CKPT002", "SCHED009", "AUDIT001", "PACK002"):
+        assert main(["explain", code]) == 0
+    out = capsys.readouterr().out
+    assert "Dubey et al. 2024" in out and "CODE@PATH" in out and "Liu et al." in out and "mean_doc_tokens" in out

@@ -1,0 +1,146 @@
+"""`runlib import`: specs from nanoGPT, Hugging Face, torchtitan and Megatron-LM configs.
+
+The fixtures under tests/fixtures/imports/ are written in each tool's documented format. Parameter
+counts must equal the published ones; what the source does not say is marked `# assumed:`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runlib.cli import main
+from runlib.plan import derive
+from runlib.review.importers import import_file
+
+ROOT = Path(__file__).parent.parent.parent
+FIX = ROOT / "tests" / "fixtures" / "imports"
+
+# fixture -> (published total parameters, where published)
+PUBLISHED = {
+    # nanoGPT logs 123.59M without the 786,432 wpe weights (bias=False, vocab 50304): 123,587,328 + 786,432
+    "train_gpt2.py": (124_373_760, "karpathy/nanoGPT train.py + config/train_gpt2.py"),
+    "llama3_8b.toml": (8_030_261_248, "meta-llama/Meta-Llama-3-8B checkpoint"),
+    "hf/llama3-8b.config.json": (8_030_261_248, "meta-llama/Meta-Llama-3-8B checkpoint"),
+    "hf/mistral-7b.config.json": (7_241_732_096, "mistralai/Mistral-7B-v0.1 checkpoint"),
+    "hf/gpt2.config.json": (124_439_808, "openai-community/gpt2 checkpoint"),
+    "hf/pythia-160m.config.json": (162_322_944, "EleutherAI/pythia-160m model card, exact count"),
+    "hf/olmo2-7b.config.json": (7_298_617_344, "allenai/OLMo-2-1124-7B checkpoint"),
+}
+QWEN2_05B = 494_032_768  # Qwen/Qwen2-0.5B checkpoint, with the q/k/v biases a spec cannot express
+QWEN2_QKV_BIASES = 24 * (14 * 64 + 2 * 2 * 64)
+
+
+@pytest.mark.parametrize("fixture", sorted(PUBLISHED))
+def test_parameters_equal_published_counts(fixture):
+    imported = import_file(FIX / fixture)
+    published, where = PUBLISHED[fixture]
+    total = derive(imported.loaded.spec).params.total
+    assert total == published, f"{fixture}: {total:,} parameters, published {published:,} ({where})"
+    assert "# assumed:" in imported.text  # what the source does not say is marked
+
+
+def test_megatron_gpt3_175b_is_the_published_174_6b():
+    imported = import_file(FIX / "gpt3_175b_megatron.sh")
+    assert imported.format == "megatron"
+    plan = derive(imported.loaded.spec)
+    # Narayanan et al. 2021 (arXiv 2104.04473), Table 1: 174.6B for the 96-layer, 12288-wide GPT-3
+    assert round(plan.params.total / 1e8) == 1746
+    assert plan.params.total == 174_615_846_912  # vocab 50257 padded to 51200 (128 x tensor 8)
+    assert plan.tokens_total == pytest.approx(300e9, rel=1e-4)  # 146,484,375 samples x 2048
+    ramp = imported.loaded.spec.batch.ramp
+    assert len(ramp) == 96 and ramp[0].global_batch.amount == 16 and ramp[-1].global_batch.amount == 1536
+
+
+def test_qwen2_states_the_biases_it_cannot_express():
+    imported = import_file(FIX / "hf" / "qwen2-0.5b.config.json")
+    total = derive(imported.loaded.spec).params.total
+    assert total + QWEN2_QKV_BIASES == QWEN2_05B
+    assert f"{QWEN2_QKV_BIASES:,} parameters more" in imported.text
+
+
+def test_nanogpt_openwebtext_run_is_flagged_for_repeating_its_data():
+    from runlib.audit import audit_loaded
+
+    imported = import_file(FIX / "train_gpt2.py")
+    spec = imported.loaded.spec
+    assert (spec.batch.micro_batch, spec.batch.grad_accum, spec.hardware.devices_per_node) == (12, 5, 8)
+    assert spec.tokens == 600_000 * 491_520
+    findings = {f.code: f for f in audit_loaded(imported.loaded).findings}
+    assert "MIX003" in findings and "32.6 epochs" in findings["MIX003"].message
+    assert findings["MIX003"].severity == "error"  # over 16 epochs (Muennighoff et al. 2023)
+
+
+def test_hf_training_arguments_are_read():
+    imported = import_file(FIX / "hf" / "qwen2-0.5b.config.json", training_args=FIX / "qwen2-training_args.json")
+    spec = imported.loaded.spec
+    assert (spec.batch.micro_batch, spec.batch.grad_accum, spec.seed) == (4, 8, 42)
+    assert spec.optimizer.lr == 3e-4 and spec.schedule.kind == "cosine"
+    assert spec.schedule.warmup.amount == 500 and spec.schedule.warmup.unit == "steps"
+    assert spec.tokens == 20_000 * 4 * 8 * 8 * spec.model.seq_len  # 8 assumed devices
+    assert "[ARGS]" in imported.text
+
+
+def test_nanogpt_config_is_never_executed(tmp_path):
+    marker = tmp_path / "ran"
+    config = tmp_path / "evil.py"
+    config.write_text(
+        f"open({str(marker)!r}, 'w').write('x')\nn_layer = __import__('os').getpid()\nn_embd = 64 * 4\nn_head = 4\n"
+    )
+    imported = import_file(config)
+    assert not marker.exists()
+    assert imported.loaded.spec.model.d_model == 256 and imported.loaded.spec.model.layers == 12  # default kept
+    assert "Skipped: n_layer" in imported.text
+
+
+def test_cli_writes_the_spec_and_audits_it(tmp_path, capsys):
+    out = tmp_path / "gpt2.yaml"
+    code = main(["import", str(FIX / "train_gpt2.py"), "-o", str(out)])
+    stdout = capsys.readouterr().out
+    assert code == 1  # the audit finds errors (MIX003); the spec is written all the same
+    assert "MIX003" in stdout and f"imported (nanogpt): {out}" in stdout
+    from runlib.spec import load_spec
+
+    assert load_spec(out).spec.name == "gpt2-124m"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["no/such/config.json"], "file not found"),
+        (["{fix}/finetune_shakespeare.py"], "init_from = 'gpt2-xl'"),
+        (["{tmp}/bert.json"], "model_type 'bert'"),
+        (["{tmp}/notes.cfg"], "give --format"),
+        (["{tmp}/moe.sh", "--format", "megatron"], "--num-experts"),
+        (["{tmp}/tt.toml"], "flavor = '3B'"),
+        (["{fix}/train_gpt2.py", "--training-args", "{fix}/qwen2-training_args.json"], "--format hf"),
+        (["{tmp}/broken.json"], "not valid JSON"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(tmp_path, capsys, args, needle):
+    (tmp_path / "bert.json").write_text('{"model_type": "bert", "hidden_size": 768}')
+    (tmp_path / "notes.cfg").write_text("some notes\n")
+    (tmp_path / "moe.sh").write_text("--num-layers 4 --hidden-size 256 --num-experts 8\n")
+    (tmp_path / "tt.toml").write_text('[model]\nname = "llama3"\nflavor = "3B"\n')
+    (tmp_path / "broken.json").write_text('{"model_type": "llama",')
+    argv = ["import"] + [a.format(fix=FIX, tmp=tmp_path) for a in args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_import_and_propose_import_no_heavy_modules(tmp_path):
+    code = (
+        "import sys; from runlib.cli import main;"
+        f"main(['import', {str(FIX / 'llama3_8b.toml')!r}, '-o', {str(tmp_path / 'a.yaml')!r}]);"
+        f"main(['propose', '--accelerator', 'a100-80gb', '--devices', '8', '--days', '2', '-o', {str(tmp_path / 'b.yaml')!r}]);"
+        "bad = [m for m in ('torch', 'accelerate', 'mlflow', 'matplotlib', 'snakemake') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "a.yaml").exists() and (tmp_path / "b.yaml").exists()

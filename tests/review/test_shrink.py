@@ -1,0 +1,139 @@
+"""`runlib shrink`: every committed published spec shrinks to a spec that audits with no error and keeps
+the run's structure; one shrunk published spec (OLMo 2 7B, two stages) runs end to end through Snakemake,
+and `runlib diff` against an edit of it lists exactly the jobs `snakemake -n` reruns."""
+
+import math
+import re
+import time
+
+import pytest
+import yaml
+
+from runlib.audit import audit
+from runlib.cli import main
+from runlib.review.diff import diff_files
+from runlib.review.shrink import MIN_PHASE_STEPS, shrink, shrink_file
+from runlib.spec import load_spec, load_spec_text
+from tests.conftest import ROOT
+
+PUBLISHED = sorted((ROOT / "specs").glob("*.yaml")) + sorted((ROOT / "specs" / "variants").glob("*.yaml"))
+OLMO2 = ROOT / "specs" / "olmo2-7b.yaml"
+
+
+@pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.stem)
+def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path):
+    original = load_spec(path).spec
+    text, _ = shrink_file(path, minutes=3)
+    shrunk = load_spec_text(text, f"{path.stem}-shrunk.yaml").spec  # the YAML as written, comments and all
+    result = audit(shrunk)
+    assert result.count("error") == 0, [(f.code, f.path, f.message) for f in result.findings if f.severity == "error"]
+    # the structure is kept
+    assert {n: s.domain for n, s in shrunk.data.sources.items()} == {
+        n: s.domain for n, s in original.data.sources.items()
+    }
+    assert [(p.name, p.kind, dict(p.mixture)) for p in shrunk.phases] == [
+        (p.name, p.kind, dict(p.mixture)) for p in original.phases
+    ]
+    for key in ("packing", "boundary_targets", "loss_normalization"):
+        assert getattr(shrunk.data, key) == getattr(original.data, key)
+    assert {n: s.fim for n, s in shrunk.data.sources.items()} == {n: s.fim for n, s in original.data.sources.items()}
+    assert shrunk.schedule.kind == original.schedule.kind and shrunk.tokenizer.digits == original.tokenizer.digits
+    assert shrunk.hardware.accelerator == "cpu" and shrunk.precision.compute == "fp32"
+    gqa = (original.model.kv_heads or original.model.heads) < original.model.heads
+    assert ((shrunk.model.kv_heads or shrunk.model.heads) < shrunk.model.heads) == gqa
+    # the phases keep their published shares of the run, but for phases raised to the minimum of steps
+    plan_original, plan_shrunk = audit(original).plan, result.plan
+    kept = [i for i, p in enumerate(plan_shrunk.phases) if p.steps > MIN_PHASE_STEPS]
+
+    def shares(plan) -> list[float]:
+        total = sum(plan.phases[i].tokens for i in kept)
+        return [plan.phases[i].tokens / total for i in kept]
+
+    assert shares(plan_shrunk) == pytest.approx(shares(plan_original), abs=0.02)
+
+
+def test_stand_ins_are_said_in_comments_and_ignores_stay_needed():
+    text, summary = shrink_file(OLMO2, minutes=3)
+    assert text.count("# stand-in:") == 9 and "web text -> builtin python_docs" in text
+    assert "code text -> builtin python_code" in text and "math text -> builtin arithmetic" in text
+    assert "pretrained tokenizers/allenai_dolma2.json" in text and "0 error(s)" in summary
+    data = yaml.safe_load(text)
+    assert data["data"]["sources"]["starcoder"]["input"]["name"] == "python_code"
+    # OLMo 2 silences SCHED006 (cosine + a linear anneal): the shrunk run has the same shape, the reason stays
+    assert list(data.get("audit", {}).get("ignore", {})) == ["SCHED006"]
+
+
+def test_schedule_and_ramp_shape_in_percent():
+    demo = shrink(load_spec(ROOT / "specs" / "demo.yaml"), minutes=3)
+    spec = load_spec_text(yaml.safe_dump(demo.data)).spec
+    result = audit(spec)
+    assert "SCHED006" not in {f.code for f in result.findings}  # the WSD decay still covers the anneal phase
+    anneal = result.plan.phases[-1]
+    assert result.plan.schedule.decay_start_tokens == pytest.approx(anneal.span.start_tokens, rel=1e-6)
+    assert spec.schedule.warmup.unit == "percent" and spec.schedule.warmup.amount == pytest.approx(2.0)
+
+    ramp = shrink(load_spec(ROOT / "specs" / "variants" / "llama2-7b-ramp.yaml"), minutes=3).data["batch"]["ramp"]
+    sizes = [int(re.match(r"(\d+) sequences", r["global_batch"]).group(1)) for r in ramp]
+    assert sizes[1] == 2 * sizes[0]  # 4Mi -> 8Mi tokens
+    assert float(ramp[1]["after"].rstrip("%")) == pytest.approx(
+        100 * 252e6 / load_spec(ROOT / "specs" / "llama2-7b.yaml").spec.tokens, rel=1e-3
+    )
+
+
+def test_minutes_scale_the_tokens():
+    loaded = load_spec(OLMO2)
+    small, large = shrink(loaded, minutes=2).data["tokens"], shrink(loaded, minutes=8).data["tokens"]
+    assert 3.5 < large / small < 4.5
+
+
+def test_bad_input_exits_2(tmp_path, capsys):
+    assert main(["shrink", str(OLMO2), "--minutes", "0"]) == 2
+    assert "--minutes" in capsys.readouterr().err
+    assert main(["shrink", str(tmp_path / "none.yaml")]) == 2
+    assert "file not found" in capsys.readouterr().err
+
+
+def dry_run_jobs(proc) -> list[tuple[str, str | None]]:
+    """(rule, key wildcard) of every job a Snakemake dry run lists."""
+    jobs: list[tuple[str, str | None]] = []
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if m := re.match(r"(?:local)?rule (\w+):", line):
+            jobs.append((m.group(1), None))
+        elif (m := re.match(r"\s+wildcards: key=([0-9a-f]{16})", line)) and jobs:
+            jobs[-1] = (jobs[-1][0], m.group(1))
+    return jobs
+
+
+@pytest.mark.slow
+def test_shrunk_olmo2_runs_end_to_end_and_diff_matches_the_dry_run(tmp_path, monkeypatch):
+    from tests.workflow.conftest import snakemake
+
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+    spec = tmp_path / "olmo2-shrunk.yaml"
+    assert main(["shrink", str(OLMO2), "--minutes", "0.5", "-o", str(spec)]) == 0
+    started = time.monotonic()
+    run = snakemake(tmp_path, spec, "--cores", "2", timeout=600)
+    seconds = time.monotonic() - started
+    assert run.returncode == 0, run.stderr[-3000:]
+    name = load_spec(spec).spec.name
+    assert (tmp_path / "reports" / name / "run" / "report.html").exists()
+    print(f"shrunk OLMo 2 7B end to end: {seconds:.0f} s")
+
+    text = spec.read_text()
+    edits = {  # the anneal's mixture only; then one source's curation (data stages and all after them)
+        "anneal": ("mixture: {dclm_hq: 0.5, flan: 0.17,", "mixture: {dclm_hq: 0.4, flan: 0.27,"),
+        "curation": ("name: python_docs, max_docs: 154,", "name: python_docs, max_docs: 140,"),
+    }
+    for label, (old, new) in edits.items():
+        assert old in text, label
+        b = tmp_path / f"{label}.yaml"
+        b.write_text(text.replace(old, new, 1))
+        d = diff_files(spec, b)
+        dry = snakemake(tmp_path, b, "-n")
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        jobs = dry_run_jobs(dry)
+        stage_jobs = sorted((rule, key) for rule, key in jobs if rule not in ("track", "report", "all"))
+        assert stage_jobs == sorted((r.stage, r.key) for r in d.reruns), label
+        assert stage_jobs, label
+    assert {r.stage for r in d.reruns} >= {"curate_shard", "curate_source", "tokenize", "train_tokenizer"}
+    assert math.isfinite(d.rerun_device_hours)
