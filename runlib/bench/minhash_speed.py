@@ -268,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--runlib-module", default="runlib.curate.minhash", help="module with signatures(texts, ngram, num_perm)"
     )
+    parser.add_argument(
+        "--before-module",
+        default=None,
+        help=f"module timed and used for the {BEFORE_BANDS}x{BEFORE_ROWS} 'before' rows (default: --runlib-module), "
+        "e.g. a copy of runlib/curate/minhash.py from an older commit on PYTHONPATH",
+    )
     args = parser.parse_args(argv)
 
     texts = make_corpus(args.docs, args.words)
@@ -282,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         impls["rensa"] = rensa_signatures(perms)
     if "datasketch" in peers:
         impls["datasketch"] = datasketch_signatures(perms)
-    impls[f"runlib@{before_perms}"] = runlib_signatures(module, before_perms)
+    before_module = importlib.import_module(args.before_module) if args.before_module else module
+    impls[f"runlib@{before_perms}"] = runlib_signatures(before_module, before_perms)
     if "rensa" in peers:
         impls[f"rensa@{before_perms}"] = rensa_signatures(before_perms)
     words = sum(len(minhash.simplified_words(t)) for t in texts)
@@ -308,11 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         dedup_seconds["now"].append(time.perf_counter() - started)
         started = time.perf_counter()
-        minhash.duplicates(sigs[f"runlib@{before_perms}"], BEFORE_BANDS, BEFORE_ROWS)
+        before_module.duplicates(sigs[f"runlib@{before_perms}"], BEFORE_BANDS, BEFORE_ROWS)
         dedup_seconds["before"].append(time.perf_counter() - started)
     rate = {name: len(texts) / statistics.median(s) for name, s in seconds.items()}
 
-    print(f"\nspeed, median of {args.repeats} interleaved rounds (text -> signature matrix):")
+    print(
+        f"\nspeed, median of {args.repeats} interleaved rounds (text -> signature matrix; "
+        f"runlib@{before_perms}: {before_module.__name__}):"
+    )
     for name in impls:
         at = name.partition("@")[2]
         ref = f"runlib@{at}" if at else "runlib"

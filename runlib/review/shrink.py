@@ -38,7 +38,9 @@ from runlib.spec.units import Duration
 DEVICES = 2  # one training process per core of a 2-core machine
 MICRO_BATCH = 4
 MIN_PHASE_STEPS = 4
-STAND_IN_DOCS = 150  # documents per stand-in source (measured: python_docs ~245K tokens, python_code ~880K, arithmetic ~46K)
+STAND_IN_DOCS = (
+    150  # documents per stand-in source (measured: python_docs ~245K tokens, python_code ~880K, arithmetic ~46K)
+)
 HELDOUT_DOCS = 20
 VOCAB_IDS = 1024
 TRAIN_BYTES = 400_000

@@ -250,8 +250,8 @@ class MinhashSpec(SpecModel):
     at least this (0: every LSH candidate, as datatrove, which verifies none). 0.72 is (1/14)^(1/8), the
     threshold of FineWeb's 14-band x 8-row banding (Penedo et al. 2024, section 3.4 and appendix E.1:
     "targeting documents that are at least 75% similar", removed with probability 56% at 0.70 and 77% at
-    0.75): the same pairs, as a sharp cut. Lee et al. 2022 (section 4.2) likewise check each LSH
-    candidate pair before calling it a duplicate."""
+    0.75): the centre of its soft cut, made sharp. Lee et al. 2022 (section 4.2, NearDup) likewise confirm
+    each LSH candidate pair by a second, exact similarity (edit similarity) before calling it a duplicate."""
 
 
 class DedupSpec(SpecModel):

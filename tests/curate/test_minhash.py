@@ -35,6 +35,21 @@ def test_byte_level_words_are_the_reference_words():
     assert simplify_text(TRICKY[0]).split()[:4] == ["unicode", "naive", "cafe", "s"]
 
 
+def test_numbers_collapse_as_the_reference_regex():
+    """The byte-level number rule (runlib.curate.minhash._collapse_numbers, vectorised over a batch) gives
+    the words of simplify_text's regex on strings dense in digits, "." and ",", Unicode digits and marks."""
+    rng = random.Random(0)
+    alphabet = "0123456789..,,ab x\u0663\u0664\u0301\u00a0_"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 16))) for _ in range(3000)]
+    texts += ["1.2.3.4,5", "v1.2.3", "3,\u0665 and 1\u03012", "12.", ".5", "1..2", "1.,2", "9" * 30]
+    doc, hashes = minhash._batch_shingles([minhash._prepared(t) for t in texts], 1)  # one batch: fast
+    reference_doc, reference = minhash._batch_shingles([simplify_text(t).encode() for t in texts], 1)
+    words = [max(1, len(simplified_words(t))) for t in texts]
+    assert np.bincount(doc).tolist() == words
+    assert np.array_equal(doc, reference_doc) and np.array_equal(hashes, reference)
+    assert simplified_words("1.2.3.4,5 v1.2.3") == ["0", "0", "0", "v0", "0"]
+
+
 def test_signatures_do_not_depend_on_batches_or_blocks(monkeypatch):
     rng = random.Random(3)
     texts = make_corpus(40, 60, seed=5) + TRICKY + [" ".join(str(rng.random()) for _ in range(5))]
