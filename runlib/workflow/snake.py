@@ -83,6 +83,11 @@ class Workflow:
         try:
             self.graph: StageGraph = build_graph(self.spec)
         except UserError as exc:
+            # a source's files are missing (the audit warns: SRC001): show those findings at their lines too
+            for f in result.findings + [i.finding for i in result.ignored]:
+                if f.code == "SRC001":
+                    where = f"{result.file}:{f.line}: " if f.line else f"{result.file}: "
+                    print(f"{where}{f.code} {f.path}: {f.message}\n    fix: {f.fix}", file=sys.stderr)
             raise GateRefused(str(exc)) from None
         self.work = work_dir()
         os.environ["RUNLIB_PYTHON"] = sys.executable
