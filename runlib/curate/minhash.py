@@ -5,8 +5,9 @@ vectorised over batches of documents (no Python loop per word or per shingle):
   * text simplified before shingling (datatrove src/datatrove/utils/text.py simplify_text): NFD with
     combining marks dropped, lowercase, digit runs (with an optional decimal part) -> "0", punctuation ->
     space, whitespace collapsed; words are whitespace tokens (deviation: datatrove tokenizes with
-    NLTK/spaCy). simplify_text is the reference; signatures get the same words from _prepared (marks and
-    non-ASCII separators handled per maximal non-ASCII run, cached) and a byte table over the UTF-8 (ASCII
+    NLTK/spaCy). simplify_text is the reference; signatures get the same words from _prepared (marks,
+    non-ASCII separators and non-ASCII digits handled per maximal non-ASCII run, cached), _collapse_numbers
+    (the number rule on the bytes of a whole batch, as re scans) and a byte table over the UTF-8 (ASCII
     letters and digits, and every non-ASCII byte, are word bytes). Per run is exact: canonical decomposition
     is per character and canonical reordering only moves marks of non-zero combining class, all dropped
     (The Unicode Standard, section 3.11);

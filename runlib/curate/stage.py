@@ -583,6 +583,8 @@ def _texts_at(shard_dirs: list[Path], lines: np.ndarray) -> list[str]:
                     if len(texts) == len(wanted):
                         break
                 index += 1
+    if len(texts) != len(wanted):  # the first pass counted more lines: a shard changed under us
+        raise ValueError(f"curate_source: {', '.join(map(str, shard_dirs))} changed while read; rebuild the shards")
     return texts
 
 

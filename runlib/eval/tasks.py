@@ -11,11 +11,13 @@ the index of the correct choice, an integer; answer (answer_loglik): a non-empty
 the context (a leading space, usually): it is scored as the continuation of context exactly as written.
 A line that is not such an object is a UserError naming file:line and the field.
 
-Scoring (the lm-eval-harness definitions):
+Scoring (the lm-eval-harness definitions, v0.4.13; tests/eval/test_lm_eval.py checks that lm-eval scores
+the same items the same):
   * an option's log-likelihood is the sum of log p(token | everything before) over the option's
-    tokens, where the option's tokens are those of tokenize(context + option) after the longest
-    common prefix with tokenize(context) (a BPE merge across the boundary makes the merged token part
-    of the option);
+    tokens, where the option's tokens are those of tokenize(context + option) after the first
+    len(tokenize(context)), whitespace ending the context moved to the option first (lm-eval's
+    TemplateLM._encode_pair: where a BPE merge crosses the boundary, fewer tokens than the option's
+    are scored, so write options that open with a space and contexts that do not end in one);
   * acc: the choice of largest log-likelihood is the answer; acc_norm: the choice of largest
     log-likelihood / len(choice in characters) is;
   * answer_loglik: loglik_mean is the mean over examples of the answer's log-likelihood (nats),
@@ -28,8 +30,8 @@ fits). A context that tokenizes to nothing is preceded by the EOS token so the f
 something to be predicted from.
 
 `build_heldout_tasks` makes a small multiple-choice task out of a source's own held-out documents
-(context: the first half of a document, up to 200 characters; choices: its next 100 characters and
-the same span of 3 other held-out documents), so every source gets a downstream-style number without
+(context: the first half of a document, up to 200 characters, cut at a word boundary; choices: its
+next 100 characters and the same span of 3 other held-out documents), so every source gets a downstream-style number without
 any external data. It has at most one example per usable held-out document: asking for more
 examples than that gets fewer, and `heldout_tasks` says how many were asked for, how many were
 made and why (`HeldoutTasks.cap_note`), for eval.json and the run report.
@@ -44,14 +46,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from runlib.data.shards import TokenShard
 from runlib.errors import UserError
-from runlib.eval.heldout import _device
 from runlib.tokenizer.train import decode, eos_id
+
+if TYPE_CHECKING:  # torch is imported where a model is scored: the items and task files do without it
+    import torch
 
 TaskKind = Literal["multiple_choice", "answer_loglik"]
 KINDS: tuple[str, ...] = ("multiple_choice", "answer_loglik")
@@ -157,28 +161,41 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 
 def continuation_tokens(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
-    """(ids of context + continuation, index of the continuation's first token in them)."""
+    """(ids of context + continuation, index of the continuation's first token in them), split as
+    lm-eval splits them (lm_eval/api/model.py, TemplateLM._encode_pair, v0.4.13): whitespace that ends
+    the context moves to the continuation, both are tokenized together, and the continuation's tokens
+    are those after the first len(tokenize(context)). Where a BPE merge crosses the boundary this can
+    score fewer tokens than the option has (none, at worst: a log-likelihood of 0): the harness's
+    definition, kept so runlib's scores equal lm-eval's on the same items."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
     ctx = _encode(tokenizer, context)
     full = _encode(tokenizer, context + continuation)
-    common = 0
-    for a, b in zip(ctx, full, strict=False):
-        if a != b:
-            break
-        common += 1
-    return full, min(common, len(full) - 1) if full else 0
+    return full, min(len(ctx), len(full))
 
 
 def _request(tokenizer, eos: int, context: str, continuation: str, max_len: int) -> tuple[list[int], int]:
-    """(ids to feed, index of the first scored target): at most max_len + 1 ids, cut from the left."""
-    ids, start = continuation_tokens(tokenizer, context, continuation)
+    """(ids to feed, index of the first scored target): at most max_len + 1 ids, cut from the left.
+    An empty context is the end-of-document token (lm-eval's prefix token when the tokenizer has no
+    BOS; TemplateLM.loglikelihood), unless the continuation itself starts with it."""
+    if context.strip():
+        ids, start = continuation_tokens(tokenizer, context, continuation)
+    else:
+        ids, start = _encode(tokenizer, context + continuation), 0
     if start == 0:  # nothing to predict the first token from: open with the document separator
-        ids, start = [eos, *ids], 1
+        ids, start = (ids, 1) if ids and ids[0] == eos else ([eos, *ids], 1)
     cut = max(0, len(ids) - (max_len + 1))
     return ids[cut:], max(1, start - cut)
 
 
 def loglikelihoods(model: torch.nn.Module, requests: Sequence[tuple[list[int], int]], batch_size: int = BATCH):
     """(sum of log p, token count) of ids[start:] given ids[:start], for each (ids, start); under no_grad."""
+    import torch
+    import torch.nn.functional as F
+
+    from runlib.eval.heldout import _device
+
     device = _device(model)
     out: list[tuple[float, int]] = [(0.0, 0)] * len(requests)
     order = sorted(range(len(requests)), key=lambda i: -len(requests[i][0]))  # similar lengths together
@@ -188,7 +205,7 @@ def loglikelihoods(model: torch.nn.Module, requests: Sequence[tuple[list[int], i
         with torch.no_grad():
             for b in range(0, len(order), batch_size):
                 chunk = order[b : b + batch_size]
-                width = max(len(requests[i][0]) for i in chunk) - 1
+                width = max(max(len(requests[i][0]) for i in chunk) - 1, 1)
                 inputs = torch.zeros(len(chunk), width, dtype=torch.long)
                 targets = torch.zeros(len(chunk), width, dtype=torch.long)
                 scored = torch.zeros(len(chunk), width, dtype=torch.bool)
@@ -198,6 +215,7 @@ def loglikelihoods(model: torch.nn.Module, requests: Sequence[tuple[list[int], i
                     inputs[row, : len(ids) - 1] = t[:-1]
                     targets[row, : len(ids) - 1] = t[1:]
                     scored[row, start - 1 : len(ids) - 1] = True  # right padding: causal rows ignore it
+                    # (an option with no tokens of its own, start == len(ids), scores nothing: 0.0)
                 logits = model(inputs.to(device))
                 logp = -F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), reduction="none")
                 logp = (logp.view(len(chunk), width).double().cpu() * scored).sum(1)
@@ -274,8 +292,14 @@ def score_answer_loglik(
 
 
 def _split(text: str) -> tuple[str, str] | None:
-    """(context, continuation) of a document: its first half up to CONTEXT_CHARS, then CONTINUATION_CHARS."""
+    """(context, continuation) of a document: its first half up to CONTEXT_CHARS, then CONTINUATION_CHARS.
+    The cut moves back to the last whitespace before it, so the continuation opens with a word and its
+    leading space (as lm-eval's tasks write their options): no BPE merge crosses the boundary and the
+    option is scored whole (continuation_tokens)."""
     cut = min(CONTEXT_CHARS, len(text) // 2)
+    space = max(text.rfind(c, 0, cut + 1) for c in " \n\t")
+    if space >= MIN_PART_CHARS:
+        cut = space
     context, continuation = text[:cut], text[cut : cut + CONTINUATION_CHARS]
     if len(context.strip()) < MIN_PART_CHARS or len(continuation.strip()) < MIN_PART_CHARS:
         return None

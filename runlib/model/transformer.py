@@ -5,15 +5,27 @@
 
 The parts, by the papers that introduced them:
   * pre-norm blocks (x + attn(norm(x)), then x + mlp(norm(x))) and a final norm, with RMSNorm
-    (Zhang & Sennrich 2019, arXiv 1910.07467) or LayerNorm (Ba et al. 2016; with a bias only when
-    model.bias);
+    (Zhang & Sennrich 2019, arXiv 1910.07467) or LayerNorm (Ba et al. 2016; with a bias when
+    model.norm_bias, default model.bias); or parallel blocks, x + attn(norm(x)) + mlp(norm(x)) with one
+    norm (model.parallel_block: GPT-J, PaLM section 2, Falcon); an optional norm after the input
+    embedding (model.embedding_norm: BLOOM);
   * rotary position embedding, RoPE (Su et al. 2021, arXiv 2104.09864), in the rotate-half form of
     GPT-NeoX and Llama; `set_rope(theta, max_seq_len)` recomputes its cos/sin tables (a long-context
-    phase changes both); or learned absolute positions (GPT-2) of max_seq_len rows;
+    phase changes both); or learned absolute positions (GPT-2) of max_seq_len rows; or ALiBi (Press et
+    al. 2022, arXiv 2108.12409): no position parameters, each head's score minus slope_h x (i - j), with
+    the paper's geometric slopes (a power of two of heads: 2^(-8h/heads); otherwise those of the nearest
+    lower power of two, then every other one of the next: ofirpress/attention_with_linear_biases,
+    fairseq/models/transformer.py, get_slopes). In a packed row, i - j is the distance within the
+    document (keys of other documents are masked), so the bias needs no position_ids. Transformer-XL
+    relative positions (model.position: relative) are not built (the audit refuses them, RUN008);
   * grouped-query attention (Ainslie et al. 2023, arXiv 2305.13245): kv_heads key/value heads shared
     by groups of query heads; optional QK-norm (OLMo 2, arXiv 2501.00656): an RMSNorm over the whole q
     and the whole k projection, before they are split into heads;
-  * SwiGLU MLP (Shazeer 2020, arXiv 2002.05202): w2(silu(w1 x) * w3 x), or a GELU MLP w2(gelu(w1 x));
+  * SwiGLU MLP (Shazeer 2020, arXiv 2002.05202): w2(silu(w1 x) * w3 x), or w2(act(w1 x)) with GELU,
+    ReLU (OPT) or squared ReLU (Primer, So et al. 2021, arXiv 2109.08668);
+  * dropout (model.dropout, GPT-2/Megatron style) on the embedding output, the attention
+    probabilities and each block's attention and MLP outputs, in training mode only; with dropout the
+    sdpa backend is used in training (flex_attention has no dropout);
   * an LM head tied to the token embedding or its own matrix.
 The parameter count equals runlib.plan.params.count_params exactly (tested for every spec in specs/).
 
@@ -53,6 +65,7 @@ from torch import nn
 
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
+from runlib.plan.params import norm_has_bias
 from runlib.spec.models import ModelSpec
 
 AttentionBackend = Literal["auto", "sdpa", "flex"]
@@ -77,7 +90,34 @@ class RMSNorm(nn.Module):
 def make_norm(model: ModelSpec, dim: int) -> nn.Module:
     if model.norm == "rmsnorm":
         return RMSNorm(dim)
-    return nn.LayerNorm(dim, eps=NORM_EPS, bias=model.bias)
+    return nn.LayerNorm(dim, eps=NORM_EPS, bias=norm_has_bias(model))
+
+
+# ----------------------------------------------------------------------------------------- ALiBi
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """The per-head ALiBi slopes [heads], float32, as the paper's reference get_slopes (Press et al. 2022)."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(heads).is_integer():
+        slopes = power_of_two(heads)
+    else:
+        lower = 2 ** math.floor(math.log2(heads))
+        slopes = power_of_two(lower) + power_of_two(2 * lower)[0::2][: heads - lower]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(slopes: torch.Tensor, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive SDPA mask [n, heads, L, L]: -slope_h * (i - j) where `allowed` [n, 1, L, L], -inf elsewhere."""
+    length = allowed.shape[-1]
+    positions = torch.arange(length, device=allowed.device, dtype=torch.float32)
+    distance = positions[None, :] - positions[:, None]  # j - i: <= 0 on and below the diagonal
+    bias = slopes.to(allowed.device)[:, None, None] * distance  # [heads, L, L]
+    return bias[None].masked_fill(~allowed, float("-inf")).to(dtype)
 
 
 # ----------------------------------------------------------------------------------------- RoPE
@@ -183,6 +223,7 @@ class Attention(nn.Module):
         self.wo.residual_projection = True
         self.q_norm = RMSNorm(self.heads * hd) if model.qk_norm else None
         self.k_norm = RMSNorm(self.kv_heads * hd) if model.qk_norm else None
+        self.dropout = model.dropout
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         n, length, _ = x.shape
@@ -206,21 +247,25 @@ class Attention(nn.Module):
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> torch.Tensor:
         """softmax(q k^T / sqrt(hd) + mask) v over [n, heads, L, hd], grouped-query when k/v have fewer heads."""
         gqa = k.shape[1] != q.shape[1]
+        p = self.dropout if self.training else 0.0
         if isinstance(mask, AttentionMask) and mask.block_mask is not None:
             # contiguous copies: inductor's CPU flex template misreads rotate-half q/k views (feasibility.md 7)
             q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-            return flex_attention_fn(q.device)(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
+            return flex_attention_fn(q.device)(
+                q, k, v, score_mod=mask.score_mod, block_mask=mask.block_mask, enable_gqa=gqa
+            )
         if isinstance(mask, AttentionMask) and mask.bool_mask is not None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool_mask, enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool_mask, dropout_p=p, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=gqa)
 
 
 class MLP(nn.Module):
-    """SwiGLU: w2(silu(w1 x) * w3 x) (Shazeer 2020); GELU: w2(gelu(w1 x))."""
+    """SwiGLU: w2(silu(w1 x) * w3 x) (Shazeer 2020); GELU, ReLU, squared ReLU: w2(act(w1 x))."""
 
     def __init__(self, model: ModelSpec):
         super().__init__()
         d, f = model.d_model, model.d_ff
+        self.activation = model.activation
         self.swiglu = model.activation == "swiglu"
         self.w1 = nn.Linear(d, f, bias=model.bias)
         self.w3 = nn.Linear(d, f, bias=model.bias) if self.swiglu else None
@@ -230,20 +275,28 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
-        return self.w2(F.gelu(self.w1(x)))
+        h = self.w1(x)
+        if self.activation == "relu":
+            return self.w2(F.relu(h))
+        if self.activation == "relu2":  # squared ReLU (So et al. 2021, section 4)
+            return self.w2(F.relu(h).square())
+        return self.w2(F.gelu(h))
 
 
 class Block(nn.Module):
-    """Pre-norm block: x + attention(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm block: x + attention(norm(x)), then x + mlp(norm(x)); parallel: x + attention(h) + mlp(h),
+    h = norm(x), one norm. Dropout (model.dropout) on each branch's output in training."""
 
     recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
 
     def __init__(self, model: ModelSpec):
         super().__init__()
+        self.parallel = model.parallel_block
         self.attention_norm = make_norm(model, model.d_model)
         self.attention = Attention(model)
-        self.mlp_norm = make_norm(model, model.d_model)
+        self.mlp_norm = None if self.parallel else make_norm(model, model.d_model)
         self.mlp = MLP(model)
+        self.dropout = nn.Dropout(model.dropout) if model.dropout > 0 else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         if self.recompute and torch.is_grad_enabled():
@@ -252,15 +305,20 @@ class Block(nn.Module):
         return self.body(x, rope, mask)
 
     def body(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), rope, mask)
-        return x + self.mlp(self.mlp_norm(x))
+        drop = self.dropout if self.dropout is not None else (lambda y: y)
+        if self.parallel:
+            h = self.attention_norm(x)
+            return x + drop(self.attention(h, rope, mask)) + drop(self.mlp(h))
+        x = x + drop(self.attention(self.attention_norm(x), rope, mask))
+        return x + drop(self.mlp(self.mlp_norm(x)))
 
 
 class AttentionMask:
-    """What one forward's attention layers share: a boolean SDPA mask, a flex BlockMask, or neither (causal)."""
+    """What one forward's attention layers share: an SDPA mask (boolean, or additive float with ALiBi), a
+    flex BlockMask (with ALiBi's score_mod), or neither (causal)."""
 
-    def __init__(self, bool_mask: torch.Tensor | None = None, block_mask: Any = None):
-        self.bool_mask, self.block_mask = bool_mask, block_mask
+    def __init__(self, bool_mask: torch.Tensor | None = None, block_mask: Any = None, score_mod: Any = None):
+        self.bool_mask, self.block_mask, self.score_mod = bool_mask, block_mask, score_mod
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -277,8 +335,18 @@ class Transformer(nn.Module):
         self.head_dim = spec_head_dim(model)
         if model.position == "rope" and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
+        if model.position == "relative":
+            raise ValueError(
+                "model.position relative (Transformer-XL) is not enacted by runlib's model (RUN008 refuses it): "
+                "use alibi, rope or learned"
+            )
         self.tok_embeddings = nn.Embedding(vocab_rows, model.d_model)
         self.pos_embeddings = nn.Embedding(max_seq_len, model.d_model) if model.position == "learned" else None
+        self.embedding_norm = make_norm(model, model.d_model) if model.embedding_norm else None
+        self.embedding_dropout = nn.Dropout(model.dropout) if model.dropout > 0 else None
+        self.register_buffer(
+            "alibi", alibi_slopes(model.heads) if model.position == "alibi" else torch.empty(0), persistent=False
+        )
         self.layers = nn.ModuleList(Block(model) for _ in range(model.layers))
         self.norm = make_norm(model, model.d_model)
         self.lm_head = nn.Linear(model.d_model, vocab_rows, bias=False)
@@ -325,9 +393,25 @@ class Transformer(nn.Module):
     def attention_mask(self, doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device) -> AttentionMask:
         """The mask every layer of this forward uses (built once)."""
         backend = self.attention_backend
+        if self.training and self.spec.dropout > 0 and torch.is_grad_enabled():
+            backend = "sdpa"  # flex_attention has no dropout on the attention probabilities
+        alibi = self.spec.position == "alibi"
         if backend == "flex" or (backend == "auto" and device.type == "cuda"):
             # no host sync to look for documents: a BlockMask skips the masked blocks either way
-            return AttentionMask(block_mask=flex_block_mask(doc_ids, n, length, device))
+            score_mod = None
+            if alibi:
+                slopes = self.alibi
+
+                def score_mod(score, b, h, q_idx, kv_idx):
+                    return score + slopes[h] * (kv_idx - q_idx)
+
+            return AttentionMask(block_mask=flex_block_mask(doc_ids, n, length, device), score_mod=score_mod)
+        if alibi:
+            if has_documents(doc_ids):
+                allowed = document_causal_mask(doc_ids)
+            else:
+                allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+            return AttentionMask(bool_mask=alibi_bias(self.alibi, allowed, self.tok_embeddings.weight.dtype))
         if has_documents(doc_ids):
             return AttentionMask(bool_mask=document_causal_mask(doc_ids))
         return AttentionMask()
@@ -345,6 +429,8 @@ class Transformer(nn.Module):
         rope = None
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(position_ids)
+        elif self.spec.position == "alibi":
+            pass  # positions enter as the attention bias (attention_mask)
         else:
             if input_ids.device.type != "cuda" and int(position_ids.max()) >= self.rope_cos.shape[0]:
                 raise ValueError(
@@ -353,6 +439,10 @@ class Transformer(nn.Module):
                 )
             cos, sin = self.rope_cos[position_ids], self.rope_sin[position_ids]  # [n, L, hd]
             rope = (cos[:, None], sin[:, None])
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
+        if self.embedding_dropout is not None:
+            x = self.embedding_dropout(x)
         mask = self.attention_mask(doc_ids, n, length, input_ids.device)
         for layer in self.layers:
             x = layer(x, rope, mask)

@@ -164,30 +164,33 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
         # a WSD decay runs over the run's last N steps: count them back from the end
         end_step = spans[-1].end_step if spans else 0
         decay = run_tokens - tokens_at_step(spans, max(0.0, end_step - spec.schedule.decay.amount))
+    lr_steps = [(to_tokens(x.after) or 0.0, x.lr_ratio) for x in spec.schedule.lr_steps or []]
     schedule = build_schedule(
-        spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens
+        spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens, lr_steps
     )
 
     peak = (accelerator.peak_tflops.get(spec.precision.compute) or accelerator.peak_tflops.get("fp32") or 0.0) * 1e12
     throughput = peak * spec.hardware.mfu * devices(spec)  # model FLOP/s of the whole job
     attn_width = spec.model.heads * head_dim(spec.model)
+    relative = spec.model.position == "relative"  # one more score matmul per layer (flops.py)
     phases: list[PhasePlan] = []
     used: dict[str, float] = {name: 0.0 for name in spec.data.sources}
     for s, span in zip(settings, spans, strict=False):
-        per_token = F.flops_per_token(params.matmul, spec.model.layers, attn_width, s.seq_len)
+        per_token = F.flops_per_token(params.matmul, spec.model.layers, attn_width, s.seq_len, relative)
         weights_total = sum(s.phase.mixture.values()) or 1.0
         source_tokens = {k: span.tokens * w / weights_total for k, w in s.phase.mixture.items()}
         for k, v in source_tokens.items():
             used[k] = used.get(k, 0.0) + v
         phase_flops = per_token * span.tokens
+        lr_scale = (s.phase.optimizer.lr_scale if s.phase.optimizer else None) or 1.0  # a mid-run LR change
         phases.append(
             PhasePlan(
                 name=s.phase.name,
                 kind=s.phase.kind,
                 settings=s,
                 span=span,
-                lr_start=schedule.lr_at(span.start_tokens),
-                lr_end=schedule.lr_at(span.end_tokens),
+                lr_start=schedule.lr_at(span.start_tokens) * lr_scale,
+                lr_end=schedule.lr_at(span.end_tokens) * lr_scale,
                 source_tokens=source_tokens,
                 flops_per_token=per_token,
                 flops=phase_flops,
@@ -220,7 +223,8 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     flops_total = sum(p.flops for p in phases)
     first_seq = settings[0].seq_len if settings else spec.model.seq_len
     flops_causal = sum(
-        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len) * p.tokens
+        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len, relative)
+        * p.tokens
         for p in phases
     )
     gpu_hours = flops_total / (peak * spec.hardware.mfu) / 3600 if peak > 0 else math.inf

@@ -72,6 +72,21 @@ CPU_RUNTIME_BYTES = 340 * MIB
 HELDOUT_BATCH = 8  # windows per held-out forward (runlib.eval.heldout.heldout_metrics' batch_size)
 
 
+# The allocator's share on top of what the step allocates while it changes shape (activations, logits,
+# gathered buffers): PyTorch's caching allocator rounds blocks up and keeps freed blocks of other sizes,
+# so the memory it reserves exceeds the peak of live tensors. Stated, not derived: 10% of the transient
+# parts brings torchtitan's published Llama 3.1 8B and 70B rows (docs/performance.md, peak reserved
+# memory) within their tolerances (tests/plan/test_memory_published.py); model states are allocated once
+# in large blocks and are not counted.
+FRAGMENTATION = 0.10
+# bytes per logit at the step's peak, the loss computed in fp32 (runlib/train/accumulate.py token_losses,
+# torchtitan, Megatron's vocab-parallel cross entropy): the fp32 logits and their gradient. The 16-bit
+# lm_head output before the cast is transient on GPU frameworks that free it (torchtitan `del pred`;
+# Megatron casts inside the loss); Megatron's fused loss holds less (the softmax written over the fp32
+# logits: ~6 bytes), so published Megatron runs with large vocabularies come out high here.
+LOGIT_BYTES = 8.0
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
     weights: float
@@ -82,6 +97,9 @@ class MemoryBreakdown:
     logits: float
     buffers: float
     runtime_overhead: float
+    fragmentation: float = 0.0
+    # the model's assumptions for this figure, shown in the plan's JSON: name -> value (hashable pairs)
+    assumptions: tuple[tuple[str, object], ...] = ()
 
     @property
     def total(self) -> float:
@@ -94,7 +112,12 @@ class MemoryBreakdown:
             + self.logits
             + self.buffers
             + self.runtime_overhead
+            + self.fragmentation
         )
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.master_weights + self.gradients + self.optimizer_states
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -106,7 +129,11 @@ class MemoryBreakdown:
             "logits": self.logits,
             "buffers": self.buffers,
             "runtime_overhead": self.runtime_overhead,
+            "fragmentation": self.fragmentation,
         }
+
+    def assumptions_dict(self) -> dict[str, object]:
+        return dict(self.assumptions)
 
 
 def state_bytes_per_param(precision: PrecisionSpec) -> tuple[int, int, int, int]:
@@ -120,24 +147,32 @@ def state_bytes_per_param(precision: PrecisionSpec) -> tuple[int, int, int, int]
 
 
 def activation_bytes_per_layer(
-    model: ModelSpec, seq_len: int, micro_batch: int, tensor: int, context: int, act_bytes: int
+    model: ModelSpec,
+    seq_len: int,
+    micro_batch: int,
+    tensor: int,
+    context: int,
+    act_bytes: int,
+    *,
+    attention_kernel: str = "fused",
+    sequence_parallel: bool = True,
+    selective: bool = False,
+    dropout: bool = False,
 ) -> float:
+    """Bytes one layer keeps for its backward (module docstring: Activations). `dropout` adds
+    Korthikanti's dropout masks and outputs (no spec field: runlib trains without dropout); it is
+    there to reproduce the paper's Table 2."""
     s, b, h, f = seq_len / context, micro_batch, model.d_model, model.d_ff
-    hd = head_dim(model)
-    values = (
-        s
-        * b
-        * (
-            2 * h  # two norm inputs
-            + h  # attention input (norm output)
-            + model.heads * hd
-            + 2 * kv_heads(model) * hd  # q, k, v
-            + h  # attention output (o-proj input)
-            + h  # MLP input
-            + (3 * f if model.activation == "swiglu" else 2 * f)  # MLP hidden
-        )
-    )
-    return values * act_bytes / tensor
+    a, kv, hd = model.heads, kv_heads(model), head_dim(model)
+    # norm inputs (2h), attention input (h), MLP input (h): replicated on the tensor ranks without SP
+    outside = s * b * (4 * h * act_bytes + (2 * h if dropout else 0))
+    mlp_hidden = 4 * f if model.activation == "swiglu" else 2 * f  # SwiGLU: gate, up, silu(gate), product
+    inside = s * b * act_bytes * (a * hd + 2 * kv * hd + a * hd + mlp_hidden)  # q, k, v, attention out, MLP
+    if attention_kernel == "eager" and not selective:
+        # the softmax output (a x s x s_keys per sequence), with dropout its mask (1 byte) and output
+        inside += a * s * seq_len * b * (act_bytes + (1 + act_bytes if dropout else 0))
+    split = sequence_parallel and tensor > 1
+    return inside / tensor + (outside / tensor if split else outside)
 
 
 def cpu_activation_bytes_per_layer(
@@ -173,6 +208,24 @@ def shard_degree(sharding: str, data_parallel: int, nodes: int) -> int:
     return max(1, data_parallel // nodes) if sharding == "hsdp" else data_parallel
 
 
+def pipeline_stage_layers(layers: int, pipeline: int, first: int | None = None, last: int | None = None) -> list[int] | None:
+    """Transformer layers per pipeline stage, first to last, as Megatron-LM splits them
+    (--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the stated first and
+    last stages, the rest evenly over the middle ones); None when they do not split: a remainder, a
+    stage left empty, or first/last adding up to more than the layers."""
+    if pipeline <= 1:
+        return [layers] if first is None and last is None or pipeline == 1 else None
+    head = [first] if first is not None else []
+    tail = [last] if last is not None else []
+    rest = layers - sum(head) - sum(tail)
+    middle = pipeline - len(head) - len(tail)
+    if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest % middle or rest // middle < 1)):
+        return None
+    if any(n < 1 for n in head + tail):
+        return None
+    return head + [rest // middle] * middle + tail if middle else head + tail
+
+
 def phase_memory(
     model: ModelSpec,
     precision: PrecisionSpec,
@@ -183,36 +236,122 @@ def phase_memory(
     nodes: int = 1,
     accelerator: str | None = None,
 ) -> MemoryBreakdown:
-    """The breakdown per device; accelerator "cpu" (hardware.accelerator) uses the CPU model below."""
+    """The breakdown of the device that needs most; accelerator "cpu" (hardware.accelerator) uses the CPU model."""
     if accelerator == "cpu":
         return cpu_phase_memory(model, precision, params, vocab_rows, settings, nodes)
     par = settings.parallelism
-    d = shard_degree(par.sharding, settings.data_parallel, nodes)
-    n_local = params.total / (par.tensor * par.pipeline)
+    t, p, c = par.tensor, par.pipeline, par.context
+    stages = pipeline_stage_layers(
+        model.layers, p, par.pipeline_first_stage_layers, par.pipeline_last_stage_layers
+    ) or _ceil_stages(model.layers, p)
+    m = settings.grad_accum
+    # (stage index, layers, params on the stage): the first holds the embedding and the most micro-batches
+    # in flight, the last the output head (or, tied, a copy of the embedding: Megatron's) and the logits
+    token_table = params.embedding - _head_params(model, vocab_rows)  # token (and position) tables
+    head = vocab_rows * model.d_model
+    candidates = []
+    for i in sorted({0, len(stages) - 1}):
+        stage_params = stages[i] * params.per_layer
+        if i == 0:
+            stage_params += token_table
+        if i == len(stages) - 1:
+            stage_params += head if (p > 1 or not model.tie_embeddings) else 0
+            stage_params += params.non_embedding - model.layers * params.per_layer  # final norm
+        in_flight = min(p - i, m) if p > 1 else 1  # 1F1B: stage i holds p - i micro-batches
+        candidates.append(
+            _device_memory(model, precision, params, vocab_rows, settings, nodes, runtime_overhead_gib,
+                           stage=i, stage_layers=stages[i], stage_params=stage_params, in_flight=in_flight,
+                           logits=i == len(stages) - 1)
+        )
+    return max(candidates, key=lambda mb: mb.total)
+
+
+def _ceil_stages(layers: int, pipeline: int) -> list[int]:
+    """An uneven split without stated first/last stages (PAR003 reports it): the larger share first."""
+    base, extra = divmod(layers, pipeline)
+    return [base + (1 if i < extra else 0) for i in range(pipeline)]
+
+
+def _head_params(model: ModelSpec, vocab_rows: int) -> int:
+    return 0 if model.tie_embeddings else vocab_rows * model.d_model
+
+
+def _device_memory(
+    model: ModelSpec,
+    precision: PrecisionSpec,
+    params: ParamCounts,
+    vocab_rows: int,
+    settings: PhaseSettings,
+    nodes: int,
+    runtime_overhead_gib: float,
+    *,
+    stage: int,
+    stage_layers: int,
+    stage_params: float,
+    in_flight: int,
+    logits: bool,
+) -> MemoryBreakdown:
+    par = settings.parallelism
+    t, c = par.tensor, par.context
+    # FSDP and ZeRO shard over every data-parallel rank of the context-parallel group as well
+    # (torchtitan's dp_shard_cp mesh, Megatron's data-parallel group with context parallelism)
+    ranks = shard_degree(par.sharding, settings.data_parallel * c, nodes)
+    n_local = stage_params / t
     weights_b, master_b, grads_b, optim_b = state_bytes_per_param(precision)
     shard_optim = par.sharding in ("zero1", "zero2", "fsdp", "hsdp")
-    master = n_local * master_b / (d if shard_optim else 1)
-    optimizer = n_local * optim_b / (d if shard_optim else 1)
+    master = n_local * master_b / (ranks if shard_optim else 1)
+    optimizer = n_local * optim_b / (ranks if shard_optim else 1)
     if par.offload:
         master = optimizer = 0.0
-    gradients = n_local * grads_b / (d if par.sharding in ("zero2", "fsdp", "hsdp") else 1)
-    weights = n_local * weights_b / (d if par.sharding in ("fsdp", "hsdp") else 1)
-    layer_weight_bytes = params.per_layer * weights_b / par.tensor
-    buffers = 2 * layer_weight_bytes if par.sharding in ("fsdp", "hsdp") else 0.0
+    gradients = n_local * grads_b / (ranks if par.sharding in ("zero2", "fsdp", "hsdp") else 1)
+    weights = n_local * weights_b / (ranks if par.sharding in ("fsdp", "hsdp") else 1)
+    buffers = 0.0
+    if par.sharding in ("fsdp", "hsdp") and par.pipeline > 1:
+        # under a pipeline FSDP keeps the stage's weights gathered and its gradients unsharded across the
+        # micro-batches of a step (torchtitan parallelize: reshard_after_forward off with pp, gradient
+        # sync on the last micro-batch only)
+        buffers = stage_params * (weights_b + grads_b) / t
+    elif par.sharding in ("fsdp", "hsdp"):
+        # gathered 16-bit copies: the layer computed and the one prefetched, the unsharded gradient of
+        # the layer before its reduce-scatter, and the root group (embedding, head) for the whole pass
+        root = stage_params - stage_layers * params.per_layer
+        buffers = (params.per_layer * (2 * weights_b + grads_b) + root * weights_b) / t
 
     act_bytes = 4 if precision.compute == "fp32" else 2
+    s, b = settings.seq_len / c, settings.micro_batch
+    sp = par.sequence_parallel and t > 1
     per_layer = activation_bytes_per_layer(
-        model, settings.seq_len, settings.micro_batch, par.tensor, par.context, act_bytes
+        model, settings.seq_len, b, t, c, act_bytes,
+        attention_kernel=par.attention_kernel, sequence_parallel=par.sequence_parallel,
+        selective=par.activation_checkpointing == "selective",
     )
-    in_flight = min(1.0, settings.grad_accum / par.pipeline) if par.pipeline > 1 else 1.0
+    # the backward of the last layer holds, beside what is saved, gradients of the same tensors: one
+    # layer's activations more (under full recompute: the layer recomputed, and its gradients)
     if par.activation_checkpointing == "full":
-        layer_input = settings.seq_len / par.context * settings.micro_batch * model.d_model * act_bytes / par.tensor
-        activations = model.layers * layer_input * in_flight + per_layer
+        layer_input = s * b * model.d_model * act_bytes / (t if sp else 1)
+        activations = stage_layers * in_flight * layer_input + 2 * per_layer
     else:
-        activations = model.layers * per_layer * in_flight
-    logits = 4.0 * settings.seq_len / par.context * settings.micro_batch * vocab_rows / par.tensor
+        activations = stage_layers * in_flight * per_layer + per_layer
+    logit_bytes = LOGIT_BYTES
+    logit_mem = logit_bytes * s * b * vocab_rows / t if logits else 0.0
+    fragmentation = FRAGMENTATION * (activations + logit_mem + buffers)
+    assumptions = (
+        ("stage", stage),
+        ("stage_layers", stage_layers),
+        ("stage_params", int(stage_params)),
+        ("in_flight_micro_batches", in_flight),
+        ("pipeline_schedule", "1f1b" if par.pipeline > 1 else "none"),
+        ("state_shard_ranks", ranks if shard_optim else 1),
+        ("attention_kernel", par.attention_kernel),
+        ("sequence_parallel", sp),
+        ("recompute", par.activation_checkpointing),
+        ("activation_bytes_per_layer", per_layer),
+        ("logit_bytes_per_value", logit_bytes),
+        ("fragmentation_factor", FRAGMENTATION),
+    )
     return MemoryBreakdown(
-        weights, master, gradients, optimizer, activations, logits, buffers, runtime_overhead_gib * GIB
+        weights, master, gradients, optimizer, activations, logit_mem, buffers,
+        runtime_overhead_gib * GIB, fragmentation, assumptions,
     )
 
 
@@ -228,7 +367,8 @@ def cpu_phase_memory(
     gradient buckets, the CPU path's activations, the step's and the evaluation's logits, CPU_RUNTIME_BYTES."""
     par = settings.parallelism
     states = phase_memory(model, precision, params, vocab_rows, settings, 0.0, nodes)
-    buffers = states.buffers
+    # FSDP gathers one layer ahead: 2 unsharded layers (runlib's CPU path: no root group held, measured)
+    buffers = 2 * params.per_layer * state_bytes_per_param(precision)[0] / par.tensor if par.sharding in ("fsdp", "hsdp") else 0.0
     if par.sharding == "none" and settings.data_parallel > 1:
         buffers += params.total / (par.tensor * par.pipeline) * state_bytes_per_param(precision)[2]
     act_bytes = 4 if precision.compute == "fp32" else 2

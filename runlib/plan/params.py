@@ -1,13 +1,19 @@
-"""Parameter counts of a decoder-only transformer, exact for Llama-, GPT-2-, Pythia- and OLMo-style blocks.
+"""Parameter counts of a decoder-only transformer, exact for Llama-, GPT-2-, Pythia-, OLMo-, BLOOM-, OPT-,
+Falcon-, MPT-, DeepSeek- and Gopher-style blocks.
 
 Per layer (auditor.md 2.1; Kaplan et al. 2020, arXiv 2001.08361, Table 1 for the split):
   attention  d*(a*hd) [q] + 2*d*(kv*hd) [k, v] + (a*hd)*d [o]   (+ a*hd + 2*kv*hd + d biases)
-  mlp        3*d*f (SwiGLU, Shazeer 2020) or 2*d*f (GELU)        (+ f + d biases; SwiGLU: 2f + d)
-  norms      2 per layer: d each (RMSNorm) or 2d (LayerNorm with bias)
+  mlp        3*d*f (SwiGLU, Shazeer 2020) or 2*d*f (GELU, ReLU, squared ReLU)  (+ f + d biases; SwiGLU: 2f + d)
+  norms      2 per layer, 1 with parallel blocks (GPT-J, PaLM, Falcon): d each (RMSNorm, or LayerNorm
+             without bias) or 2d (LayerNorm with bias: model.norm_bias, default model.bias)
   qk-norm    a*hd + kv*hd (OLMo 2, arXiv 2501.00656: RMSNorm over the full q and k projections)
-plus a final norm, the token embedding V*d, an output head V*d unless tied, and s_max*d learned positions.
+  relative   d*(a*hd) + 2*a*hd (Transformer-XL, Dai et al. 2019, arXiv 1901.02860, section 3.3: the
+             projection W_{k,R} of the sinusoidal relative encodings and the biases u, v per layer;
+             Gopher's 280B counts them, Rae et al. 2021 Table 1: 80 x 16384^2 = 21.5B of it)
+plus a final norm, an embedding norm (BLOOM), the token embedding V*d, an output head V*d unless tied,
+and s_max*d learned positions (ALiBi: none; Press et al. 2022).
 "Embedding" parameters are the token and position tables and an untied output head; the rest is
-"non-embedding" (Kaplan's N).
+"non-embedding" (Kaplan's N), the embedding norm included.
 """
 
 from __future__ import annotations
@@ -34,6 +40,13 @@ def kv_heads(model: ModelSpec) -> int:
     return model.kv_heads or model.heads
 
 
+def norm_has_bias(model: ModelSpec) -> bool:
+    """A LayerNorm's bias: model.norm_bias when given, else model.bias; RMSNorm has none."""
+    if model.norm != "layernorm":
+        return False
+    return model.bias if model.norm_bias is None else model.norm_bias
+
+
 def count_params(model: ModelSpec, vocab_rows: int, max_seq_len: int) -> ParamCounts:
     d, f, hd = model.d_model, model.d_ff, head_dim(model)
     q_width, kv_width = model.heads * hd, kv_heads(model) * hd
@@ -42,15 +55,17 @@ def count_params(model: ModelSpec, vocab_rows: int, max_seq_len: int) -> ParamCo
     if model.bias:
         attention += q_width + 2 * kv_width + d
         mlp += (2 * f if model.activation == "swiglu" else f) + d
-    norm = d * (2 if model.norm == "layernorm" and model.bias else 1)
+    norm = d * (2 if norm_has_bias(model) else 1)
     qk_norm = q_width + kv_width if model.qk_norm else 0
-    per_layer = attention + mlp + 2 * norm + qk_norm
+    relative = d * q_width + 2 * q_width if model.position == "relative" else 0
+    norms_per_layer = 1 if model.parallel_block else 2
+    per_layer = attention + mlp + norms_per_layer * norm + qk_norm + relative
 
     token_embedding = vocab_rows * d
     output_head = 0 if model.tie_embeddings else vocab_rows * d
     positions = max_seq_len * d if model.position == "learned" else 0
     embedding = token_embedding + output_head + positions
-    non_embedding = model.layers * per_layer + norm
+    non_embedding = model.layers * per_layer + norm + (norm if model.embedding_norm else 0)
     total = non_embedding + embedding
     matmul = non_embedding + vocab_rows * d  # the LM head is a matmul whether tied or not
     return ParamCounts(total, embedding, non_embedding, per_layer, matmul)

@@ -6,7 +6,10 @@ with another batch does not move it. Warmup is linear from 0; then
   cosine    half-cosine from the peak to the floor over `decay` (default: until the run's end)
   linear    linear from the peak to the floor over `decay` (default: until the run's end)
   constant  the peak until the end
-and the floor (min_lr_ratio * peak) after the decay ends.
+  multistep the peak, then a level (lr_ratio * peak) from each of `lr_steps` on: DeepSeek LLM (arXiv
+            2401.02954, section 2.3: 31.6% of the peak after 80% of the tokens, 10% after 90%), which
+            keeps the peak for most of the run so that a continued run can reuse it
+and the floor (min_lr_ratio * peak; multistep: the last level) after the decay ends.
 """
 
 from __future__ import annotations
@@ -24,10 +27,17 @@ class Schedule:
     decay_start_tokens: float  # where the LR starts to fall below the peak
     decay_end_tokens: float  # where it reaches the floor (may lie beyond the run's end)
     run_tokens: float
+    levels: tuple[tuple[float, float], ...] = ()  # multistep: (tokens from which, LR), ascending
 
     def lr_at(self, tokens: float) -> float:
         if self.warmup_tokens > 0 and tokens < self.warmup_tokens:
             return self.peak_lr * max(tokens, 0.0) / self.warmup_tokens
+        if self.kind == "multistep":
+            lr = self.peak_lr
+            for start, level in self.levels:
+                if tokens >= start:
+                    lr = level
+            return lr
         if self.kind == "constant" or tokens <= self.decay_start_tokens:
             return self.peak_lr
         if tokens >= self.decay_end_tokens:
@@ -48,9 +58,22 @@ class Schedule:
 
 
 def build_schedule(
-    kind: str, peak_lr: float, min_lr_ratio: float, warmup_tokens: float, decay_tokens: float | None, run_tokens: float
+    kind: str,
+    peak_lr: float,
+    min_lr_ratio: float,
+    warmup_tokens: float,
+    decay_tokens: float | None,
+    run_tokens: float,
+    steps: list[tuple[float, float]] | None = None,
 ) -> Schedule:
-    """decay_tokens: wsd: the final decay's length; cosine/linear: length after warmup (None: to the end)."""
+    """decay_tokens: wsd: the final decay's length; cosine/linear: length after warmup (None: to the end);
+    steps: multistep: (tokens from which, lr_ratio) in any order."""
+    if kind == "multistep":
+        levels = tuple((t, peak_lr * r) for t, r in sorted(steps or []))
+        if not levels:
+            return Schedule("constant", peak_lr, peak_lr, warmup_tokens, math.inf, math.inf, run_tokens)
+        first, last = levels[0][0], levels[-1][0]
+        return Schedule(kind, peak_lr, levels[-1][1], warmup_tokens, first, max(last, first + 1e-9), run_tokens, levels)
     if kind == "wsd":
         decay = decay_tokens or 0.0
         # warmup + decay longer than the run (SCHED001): the decay starts when warmup ends

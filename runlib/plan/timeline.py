@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from runlib.plan.effective import PhaseSettings
 from runlib.spec.models import RunSpec
-from runlib.spec.units import Duration
+from runlib.spec.units import BatchSize, Duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +67,41 @@ class PhaseSpan:
         return self.tokens - self.nominal_tokens
 
 
+def linear_ramp_points(spec: RunSpec) -> list[tuple[float, BatchSize]]:
+    """batch.linear_ramp as ramp points, as Megatron's RampupBatchsizeNumMicroBatchesCalculator
+    (megatron/core/num_microbatches_calculator.py): (steady - start) / increment increments, each after an
+    equal share of the ramp's length; the batch at c tokens is start + floor(c / share) * increment, and
+    the steady global batch (micro_batch x grad_accum x data parallel, the run's own layout) from the
+    ramp's end. A ramp whose start is not below the steady batch has no point (BATCH003 does not see it)."""
+    ramp = spec.batch.linear_ramp
+    if ramp is None:
+        return []
+    seq_len = spec.model.seq_len
+    par = spec.parallelism
+    devices = spec.hardware.nodes * spec.hardware.devices_per_node
+    dp = max(1, devices // (par.tensor * par.pipeline * par.context))
+    steady = spec.batch.micro_batch * spec.batch.grad_accum * dp * seq_len
+    unit = "sequences" if ramp.start.unit == ramp.increment.unit == "sequences" else "tokens"
+    per = seq_len if unit == "sequences" else 1  # tokens per unit
+    start, increment = ramp.start.tokens(seq_len) // per, max(1, ramp.increment.tokens(seq_len) // per)
+    steady //= per
+    over = ramp.over.amount / 100.0 * spec.tokens if ramp.over.unit == "percent" else ramp.over.amount
+    increments = max(0, (steady - start) // increment)
+    if increments == 0:
+        return []
+    # a bounded number of points (each is a timeline segment): a finer ramp is coarsened to 1024 levels
+    stride = -(-increments // 1024)
+    points: list[tuple[float, BatchSize]] = [(0.0, BatchSize(start, unit))]
+    for k in range(stride, increments, stride):
+        points.append((over * k / increments, BatchSize(start + k * increment, unit)))
+    points.append((over, BatchSize(steady, unit)))
+    return points
+
+
 def ramp_points(spec: RunSpec) -> list[tuple[float, object]]:
     """(threshold tokens, BatchSize) in spec order; percent thresholds are of the run's tokens."""
+    if spec.batch.linear_ramp is not None:
+        return list(linear_ramp_points(spec))
     if not spec.batch.ramp:
         return []
     points = []

@@ -270,6 +270,8 @@ def shrink(loaded: LoadedSpec, minutes: float = 10.0) -> Shrunk:
             entry["seq_len"] = min(MAX_SEQ_LEN, max(16, round(seq0 * phase.seq_len / base_seq)))
         if phase.rope_theta is not None:
             entry["rope_theta"] = phase.rope_theta
+        if getattr(phase, "optimizer", None) is not None:  # a phase's optimizer changes (LR, clip) are structure
+            entry["optimizer"] = phase.optimizer.model_dump(mode="json", exclude_none=True)
         if phase.parallelism is not None:
             override = _parallelism(phase.parallelism, override=True)
             if override:

@@ -14,9 +14,17 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from runlib.spec.units import BatchSizeField, Count, Duration, DurationField
 
@@ -80,6 +88,24 @@ class SpecModel(BaseModel):
         return super().model_json_schema(*args, **kwargs)
 
 
+class KeyedWhenSet(SpecModel):
+    """A section with fields added after stage keys existed: each field named in KEYED_WHEN_SET is left
+    out of the section's serialized form (model_dump, and so every stage config and key that holds the
+    section) while it has its default, so adding the field changed no existing key; a value other than
+    the default is serialized, and so reruns what reads it."""
+
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_new_fields_at_default(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.KEYED_WHEN_SET:
+                if name in data and getattr(self, name) == type(self).model_fields[name].default:
+                    del data[name]
+        return data
+
+
 class HardwareSpec(SpecModel):
     accelerator: str
     """Catalog key (cpu, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, mi300x); `runlib explain hardware` lists them."""
@@ -120,7 +146,9 @@ class BudgetSpec(SpecModel):
     """Training FLOPs available (planning only: read by the audit, not by any stage)."""
 
 
-class ModelSpec(SpecModel):
+class ModelSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"norm_bias", "parallel_block", "embedding_norm", "dropout"})
+
     layers: int = Field(ge=1, le=100_000)
     """Number of transformer blocks."""
 
@@ -154,17 +182,39 @@ class ModelSpec(SpecModel):
     d_ff: int = Field(ge=1, le=2**24)
     """Hidden size of the MLP."""
 
-    activation: Literal["swiglu", "gelu"] = "swiglu"
-    """swiglu: gated MLP with three matrices; gelu: two matrices."""
+    activation: Literal["swiglu", "gelu", "relu", "relu2"] = "swiglu"
+    """swiglu: gated MLP with three matrices, w2(silu(w1 x) * w3 x) (Shazeer 2020); gelu, relu (OPT, Zhang et al. 2022) and relu2, squared ReLU (Primer, So et al. 2021, arXiv 2109.08668, section 4): two matrices, w2(act(w1 x))."""
 
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    """Normalization; layernorm carries a bias when `bias` is true."""
+    """Normalization; layernorm carries a bias when `norm_bias` (default: `bias`) is true."""
 
     bias: bool = False
-    """Biases in linear layers (and layernorm)."""
+    """Biases in linear layers (and, unless `norm_bias` says otherwise, in layernorm)."""
 
-    position: Literal["rope", "learned"] = "rope"
-    """Rotary position embedding, or a learned absolute position table of max(seq_len) rows."""
+    norm_bias: bool | None = None
+    """LayerNorm bias, separately from the linear layers' (Falcon: biased LayerNorm, bias-free linear layers; MPT: neither); omitted: as `bias`. RMSNorm has none: true with rmsnorm is an error."""
+
+    @field_validator("norm_bias")
+    @classmethod
+    def _norm_bias_needs_layernorm(cls, norm_bias: bool | None, info: ValidationInfo) -> bool | None:
+        if norm_bias and info.data.get("norm") == "rmsnorm":
+            raise ValueError(
+                "norm_bias: true with norm: rmsnorm: RMSNorm has a scale and no bias; use norm: layernorm, "
+                "or omit norm_bias"
+            )
+        return norm_bias
+
+    position: Literal["rope", "learned", "alibi", "relative"] = "rope"
+    """rope: rotary embedding (Su et al. 2021); learned: an absolute position table of max(seq_len) rows (GPT-2); alibi: no position parameters, each head's attention score minus slope_h x distance (Press et al. 2022, arXiv 2108.12409; BLOOM, MPT); relative: Transformer-XL relative encodings (Dai et al. 2019, arXiv 1901.02860, section 3.3; Gopher), one d_model x (heads x head_dim) projection of the sinusoidal encodings and two bias vectors of heads x head_dim per layer, and one more score matmul per layer in the FLOPs (planning only: the trainer refuses it, RUN008)."""
+
+    parallel_block: bool = False
+    """Attention and MLP read the same normed input and both add to the residual, x + attn(norm(x)) + mlp(norm(x)), with one norm per layer (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022 section 2; Falcon)."""
+
+    embedding_norm: bool = False
+    """A norm (model.norm) right after the input embedding (BLOOM, Le Scao et al. 2022 section 3.2.1: "embedding LayerNorm")."""
+
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout probability on the embedding output, the attention probabilities and each block's attention and MLP outputs (GPT-2/Megatron hidden and attention dropout; OPT: 0.1); 0: none, as most runs since."""
 
     rope_theta: float = Field(10000.0, gt=0, le=MAX_ROPE_THETA)
     """RoPE base of the first phase; a phase may change it."""
@@ -324,17 +374,25 @@ Recompute = Literal["none", "selective", "full"]
 
 class ParallelismSpec(SpecModel):
     tensor: int = Field(1, ge=1, le=MAX_PARALLEL)
-    """Tensor-parallel degree (sequence parallelism assumed when > 1)."""
+    """Tensor-parallel degree (with sequence parallelism unless sequence_parallel is false)."""
     pipeline: int = Field(1, ge=1, le=MAX_PARALLEL)
     """Pipeline-parallel degree."""
     context: int = Field(1, ge=1, le=MAX_PARALLEL)
     """Context-parallel degree (the sequence split across devices)."""
     sharding: Sharding = "none"
-    """Sharding of model states over the data-parallel degree: none | zero1 | zero2 | fsdp (= zero3) | hsdp (fsdp within each node, replicated across nodes)."""
+    """Sharding of model states over the data-parallel ranks (times the context-parallel degree, as torchtitan and Megatron-LM shard): none | zero1 | zero2 | fsdp (= zero3) | hsdp (fsdp within each node, replicated across nodes)."""
     activation_checkpointing: Recompute = "none"
-    """Activation recomputation."""
+    """Activation recomputation: none; selective (the attention core, Korthikanti et al. 2022 section 4.1: saves the s^2 scores of an eager kernel); full (each layer keeps only its input)."""
     offload: bool = False
     """Optimizer states and master weights kept in host memory."""
+    sequence_parallel: bool = Field(True, json_schema_extra=PLANNING_ONLY)
+    """With tensor > 1: norms and residuals split along the sequence over the tensor ranks (Korthikanti et al. 2022 section 4.2.2; runlib's trainer always does); false: replicated, as Megatron-LM without --sequence-parallel (BLOOM), for the memory model (planning only: read by the audit, not by any stage)."""
+    attention_kernel: Literal["fused", "eager"] = Field("fused", json_schema_extra=PLANNING_ONLY)
+    """fused: a Flash-style kernel that stores no s x s scores (runlib's trainer: scaled_dot_product_attention); eager: softmax scores kept for the backward, 2 bytes x heads x s^2 per sequence and layer (Megatron's fused softmax, as BLOOM trained), for the memory model (planning only: read by the audit, not by any stage)."""
+    pipeline_first_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
+    """Transformer layers on the first pipeline stage when the split is uneven (Megatron-LM --decoder-first-pipeline-num-layers; e.g. Llama 3.1 405B: 126 layers over 16 stages, 7 on the first and last); the other stages share the rest evenly (planning only: read by the audit, not by any stage)."""
+    pipeline_last_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
+    """Transformer layers on the last pipeline stage when the split is uneven (Megatron-LM --decoder-last-pipeline-num-layers) (planning only: read by the audit, not by any stage)."""
 
 
 class ParallelismOverride(SpecModel):
@@ -350,6 +408,14 @@ class ParallelismOverride(SpecModel):
     """Activation recomputation in this phase."""
     offload: bool | None = None
     """Offload in this phase."""
+    sequence_parallel: bool | None = Field(None, json_schema_extra=PLANNING_ONLY)
+    """Sequence parallelism in this phase (planning only: read by the audit, not by any stage)."""
+    attention_kernel: Literal["fused", "eager"] | None = Field(None, json_schema_extra=PLANNING_ONLY)
+    """Attention kernel in this phase (planning only: read by the audit, not by any stage)."""
+    pipeline_first_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
+    """Layers on the first pipeline stage in this phase (planning only: read by the audit, not by any stage)."""
+    pipeline_last_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
+    """Layers on the last pipeline stage in this phase (planning only: read by the audit, not by any stage)."""
 
 
 class RampStage(SpecModel):
@@ -359,7 +425,33 @@ class RampStage(SpecModel):
     """Global batch from then on."""
 
 
-class BatchSpec(SpecModel):
+class LinearRamp(SpecModel):
+    """Megatron's --rampup-batch-size <start> <increment> <samples> (NVIDIA/Megatron-LM,
+    megatron/core/num_microbatches_calculator.py, RampupBatchsizeNumMicroBatchesCalculator): the global
+    batch starts at `start` and grows by `increment` in equal stretches of `over`, reaching the steady
+    global batch (micro_batch x grad_accum x data parallel) at the end of `over`."""
+
+    start: BatchSizeField
+    """Global batch at the start of the run."""
+    increment: BatchSizeField
+    """Growth of the global batch at each step of the ramp."""
+    over: DurationField
+    """Tokens (or % of the run) over which the batch reaches the steady global batch."""
+
+    @field_validator("over")
+    @classmethod
+    def _over_in_tokens(cls, over: Duration) -> Duration:
+        if over.unit == "steps":
+            raise ValueError(
+                f"linear_ramp.over: {over} counts steps, whose size the ramp changes; give tokens "
+                "(BLOOM's 9,765,625 samples x 2048: '20B tokens') or a % of the run"
+            )
+        return over
+
+
+class BatchSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"linear_ramp"})
+
     micro_batch: int = Field(ge=1, le=MAX_MICRO)
     """Sequences per data-parallel rank per micro-step."""
     grad_accum: int = Field(1, ge=1, le=MAX_MICRO)
@@ -368,6 +460,15 @@ class BatchSpec(SpecModel):
     """Optional declaration, checked against micro_batch * grad_accum * dp, times seq_len for a count in tokens (planning only: read by the audit, not by any stage)."""
     ramp: list[RampStage] | None = Field(None, max_length=256)
     """The global batch by tokens seen; grad_accum follows and must stay whole."""
+    linear_ramp: LinearRamp | None = None
+    """A ramp in equal increments without one `ramp` entry per step (BLOOM: 192 to 2048 sequences by 16 over 20B tokens); the plan expands it into the same timeline segments as `ramp`; not with `ramp`."""
+
+    @field_validator("linear_ramp")
+    @classmethod
+    def _one_ramp(cls, linear_ramp: LinearRamp | None, info: ValidationInfo) -> LinearRamp | None:
+        if linear_ramp is not None and info.data.get("ramp"):
+            raise ValueError("batch.ramp and batch.linear_ramp both given: keep one (linear_ramp for equal increments)")
+        return linear_ramp
 
 
 class BatchOverride(SpecModel):
@@ -396,15 +497,37 @@ class OptimizerSpec(SpecModel):
     """Coefficient of the z-loss (log Z squared) on the output logits."""
 
 
-class ScheduleSpec(SpecModel):
-    kind: Literal["wsd", "cosine", "linear", "constant"] = "cosine"
-    """LR shape after warmup: warmup-stable-decay, cosine, linear, or constant."""
+class LRStep(SpecModel):
+    after: DurationField
+    """Tokens seen (or % of the run, or steps) from which this LR applies."""
+    lr_ratio: float = Field(ge=0, le=1e3)
+    """The LR from then on, as a fraction of the peak."""
+
+
+class ScheduleSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"lr_steps"})
+
+    kind: Literal["wsd", "cosine", "linear", "constant", "multistep"] = "cosine"
+    """LR shape after warmup: warmup-stable-decay, cosine, linear, constant, or multistep (the peak, then the `lr_steps` levels: DeepSeek LLM, arXiv 2401.02954 section 2.3)."""
     warmup: DurationField
     """Linear warmup from 0 to the peak LR."""
     decay: DurationField | None = None
     """wsd: length of the final decay; cosine/linear: length of the decay after warmup (omitted: until the run's end)."""
     min_lr_ratio: float = Field(0.0, ge=0, le=1e3)
-    """Floor as a fraction of the peak."""
+    """Floor as a fraction of the peak (multistep: the last of `lr_steps` is the floor)."""
+    lr_steps: list[LRStep] | None = Field(None, max_length=64)
+    """multistep only: the LR levels after the peak, in order (DeepSeek LLM: after 80% of the tokens 0.316, after 90% 0.1)."""
+
+    @model_validator(mode="after")
+    def _steps_with_multistep(self) -> ScheduleSpec:
+        if self.kind == "multistep" and not self.lr_steps:
+            raise ValueError(
+                "schedule.kind multistep needs schedule.lr_steps, e.g. [{after: 80%, lr_ratio: 0.316}, "
+                "{after: 90%, lr_ratio: 0.1}]"
+            )
+        if self.kind != "multistep" and self.lr_steps:
+            raise ValueError(f"schedule.lr_steps is read with kind: multistep only (kind is {self.kind})")
+        return self
 
 
 class PrecisionSpec(SpecModel):
@@ -412,8 +535,8 @@ class PrecisionSpec(SpecModel):
     """Matmul/activation dtype."""
     master_weights: Literal["fp32", "none"] = "fp32"
     """fp32: an fp32 copy of the weights takes the updates; none: parameters stay in the compute dtype."""
-    grads: Literal["fp32", "bf16"] = "fp32"
-    """Gradient reduction/accumulation dtype."""
+    grads: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Gradient reduction/accumulation dtype (fp16: Megatron's fp16 runs without --accumulate-allreduce-grads-in-fp32, e.g. BLOOM's precursors; the trainer refuses it, RUN009)."""
     optimizer_states: Literal["fp32", "bf16"] = "fp32"
     """Adam moment dtype."""
     loss_scaling: Literal["none", "static", "dynamic"] = "none"
@@ -422,7 +545,19 @@ class PrecisionSpec(SpecModel):
     """Initial (dynamic) or fixed (static) loss scale."""
 
 
-class PhaseSpec(SpecModel):
+class PhaseOptimizer(SpecModel):
+    """What a phase changes in the optimizer mid-run (OPT-175B's restarts lowered the LR and the clip:
+    Zhang et al. 2022, arXiv 2205.01068, section 2.5, and its logbook)."""
+
+    lr_scale: float | None = Field(None, gt=0, le=1e3)
+    """The schedule's LR times this within the phase (OPT: the LR lowered after divergences)."""
+    grad_clip: float | None = Field(None, ge=0, le=1e6)
+    """Gradient-norm clip within the phase (OPT: 1.0 lowered to 0.3); 0: no clipping."""
+
+
+class PhaseSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer"})
+
     name: str = Field(pattern=NAME_PATTERN)
     """Phase name; names its training stage and checkpoints."""
     kind: Literal["foundation", "enrichment", "long_context", "anneal"] = Field(json_schema_extra=PLANNING_ONLY)
@@ -439,6 +574,8 @@ class PhaseSpec(SpecModel):
     """Parallelism overrides for this phase only."""
     batch: BatchOverride | None = None
     """Batch overrides for this phase (the batch ramp does not apply to a phase with a batch override)."""
+    optimizer: PhaseOptimizer | None = None
+    """Optimizer changes for this phase only (a mid-run LR or clip change)."""
 
 
 class CheckpointSpec(SpecModel):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 from runlib.data.loader_config import LoaderConfig, build_loader_config
 from runlib.plan.schedule import Schedule
@@ -66,7 +66,7 @@ class ScheduleConfig(_Part):
     timeline); a part that cannot apply inside the phase is None, so editing a later phase leaves an
     earlier phase's key alone."""
 
-    kind: Literal["wsd", "cosine", "linear", "constant"]
+    kind: Literal["wsd", "cosine", "linear", "constant", "multistep"]
     """schedule.kind."""
     peak_lr: float
     """optimizer.lr."""
@@ -78,6 +78,16 @@ class ScheduleConfig(_Part):
     """Where the LR starts to fall below the peak."""
     decay_end_tokens: float | None
     """Where it reaches the floor."""
+    levels: list[tuple[float, float]] | None = None
+    """multistep: (tokens from which, LR) of the levels that start before the phase ends (None otherwise:
+    left out of the config, and so of the key)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_levels(self, handler):
+        data = handler(self)
+        if self.levels is None:
+            data.pop("levels", None)
+        return data
 
     def lr_at(self, tokens: float) -> float:
         decay = self.decay_start_tokens is not None and self.kind != "constant"
@@ -89,6 +99,7 @@ class ScheduleConfig(_Part):
             self.decay_start_tokens if decay else float("inf"),
             self.decay_end_tokens if decay else float("inf"),
             0.0,
+            tuple(tuple(level) for level in self.levels or ()),
         ).lr_at(tokens)
 
 
@@ -200,17 +211,21 @@ class TrainPhaseConfig(StageConfig):
     """Plan figures to compare with measurements."""
 
 
-def schedule_within(plan: Any, start_tokens: float, end_tokens: float) -> ScheduleConfig:
+def schedule_within(plan: Any, start_tokens: float, end_tokens: float, lr_scale: float | None = None) -> ScheduleConfig:
+    """lr_scale: a phase's optimizer.lr_scale, multiplying every LR of the schedule within the phase."""
     s = plan.schedule
+    scale = 1.0 if lr_scale is None else lr_scale
     warmup = s.warmup_tokens if start_tokens < s.warmup_tokens else None
     decays = s.kind != "constant" and end_tokens > s.decay_start_tokens
+    levels = [(t, lr * scale) for t, lr in s.levels if t < end_tokens] if s.kind == "multistep" else None
     return ScheduleConfig(
         kind=s.kind,
-        peak_lr=s.peak_lr,
+        peak_lr=s.peak_lr * scale,
         warmup_tokens=warmup,
-        floor_lr=s.floor_lr if decays else None,
+        floor_lr=s.floor_lr * scale if decays else None,
         decay_start_tokens=s.decay_start_tokens if decays else None,
         decay_end_tokens=s.decay_end_tokens if decays else None,
+        levels=levels if decays else None,
     )
 
 
@@ -269,6 +284,13 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
     configs = []
     for i, phase in enumerate(plan.phases):
         s = phase.settings
+        # a phase's optimizer override (a mid-run LR or clip change): the clip replaces the run's, the
+        # LR scale multiplies the schedule within the phase
+        override = spec.phases[i].optimizer
+        lr_scale = override.lr_scale if override is not None else None
+        optimizer = spec.optimizer
+        if override is not None and override.grad_clip is not None:
+            optimizer = optimizer.model_copy(update={"grad_clip": override.grad_clip})
         monitor = MonitorConfig(
             log_every_tokens=log_every_tokens(plan, spec.monitor.log_every),
             eval_every_steps=_steps(plan, spec.monitor.eval_every),
@@ -304,8 +326,8 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
                     start_tokens=phase.span.start_tokens,
                     end_tokens=phase.span.end_tokens,
                 ),
-                schedule=schedule_within(plan, phase.span.start_tokens, phase.span.end_tokens),
-                optimizer=spec.optimizer,
+                schedule=schedule_within(plan, phase.span.start_tokens, phase.span.end_tokens, lr_scale),
+                optimizer=optimizer,
                 precision=spec.precision,
                 parallel=parallel_config(spec, s),
                 checkpoint=checkpoint,

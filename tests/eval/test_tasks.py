@@ -25,6 +25,10 @@ from runlib.eval.tasks import (
 )
 from runlib.tokenizer.train import decode
 
+def tokenize(tok, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False).ids
+
+
 SENTENCE = "The quick brown fox jumps over the lazy dog. "
 
 
@@ -109,9 +113,14 @@ def test_continuation_span(source) -> None:
     ids, start = continuation_tokens(tok, "The river city", " was quick")
     assert decode(tok, ids[:start]) == "The river city"
     assert decode(tok, ids[start:]) == " was quick"
-    ids, start = continuation_tokens(tok, "The riv", "er")  # merged across the boundary: the merge is the option's
-    assert decode(tok, ids) == "The river" and 0 < start < len(ids)
-    assert decode(tok, ids[start:]).endswith("er")
+    # lm-eval's split (TemplateLM._encode_pair): the option's tokens are those after len(tokenize(context)),
+    # so a merge across the boundary ("The riv" + "er" -> "The", " river") leaves the option no token
+    ids, start = continuation_tokens(tok, "The riv", "er")
+    assert decode(tok, ids) == "The river" and start == len(tokenize(tok, "The riv")) >= len(ids)
+    # whitespace ending the context moves to the option: " was" is scored as one word
+    assert continuation_tokens(tok, "The river city ", "was quick") == continuation_tokens(
+        tok, "The river city", " was quick"
+    )
 
 
 class Uniform(torch.nn.Module):

@@ -53,6 +53,14 @@ VARIANTS = {
     "qk_norm": dict(qk_norm=True, head_dim=12),
     "swiglu-bias": dict(bias=True),
     "mha": dict(kv_heads=None),
+    # issue 12's architectures: BLOOM, Falcon, MPT, OPT, squared ReLU
+    "bloom": dict(
+        position="alibi", norm="layernorm", bias=True, activation="gelu", embedding_norm=True, tie_embeddings=True
+    ),
+    "falcon": dict(parallel_block=True, norm="layernorm", norm_bias=True, kv_heads=1, activation="gelu"),
+    "mpt": dict(position="alibi", norm="layernorm", bias=False, activation="gelu", kv_heads=None),
+    "opt": dict(position="learned", norm="layernorm", bias=True, activation="relu", dropout=0.1, kv_heads=None),
+    "relu2": dict(activation="relu2", norm="layernorm", bias=True, norm_bias=False),
 }
 
 
@@ -115,7 +123,7 @@ def test_initialisation_is_deterministic_and_gpt2_scaled() -> None:
 # ----------------------------------------------------------------------------------------- causality, documents
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm", "bloom", "falcon", "opt", "relu2"])
 def test_changing_a_future_token_never_changes_earlier_logits(name: str) -> None:
     model = tiny(**VARIANTS[name])
     x = torch.randint(0, VOCAB, (2, 20))
@@ -127,7 +135,7 @@ def test_changing_a_future_token_never_changes_earlier_logits(name: str) -> None
     assert not torch.allclose(lx[:, 12:], ly[:, 12:])
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bloom", "falcon"])
 def test_document_a_never_changes_document_b(name: str) -> None:
     model = tiny(**VARIANTS[name])
     doc, pos = packed([7, 9, 4])
@@ -320,3 +328,116 @@ def test_param_groups_put_norms_and_biases_and_nothing_else_in_no_decay(name: st
     listed = [id(p) for g in (decay, no_decay) for p in g["params"]]
     assert len(listed) == len(set(listed)) and set(listed) == everything  # the tied weight once
     torch.optim.AdamW([decay, no_decay], lr=1e-3)  # accepted as given
+
+
+# ----------------------------------------------------------------------------------------- issue 12's fields
+
+
+def test_alibi_slopes_are_the_papers() -> None:
+    from runlib.model.transformer import alibi_slopes
+
+    # Press et al. 2022, section 3: 8 heads -> 1/2, 1/4, ..., 1/256
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
+    # a non-power of two (BLOOM's 112 heads; here 12): the 8 slopes of 8 heads, then every other of 16's
+    want = [2.0**-i for i in range(1, 9)] + [2.0 ** -(i - 0.5) for i in (1, 2, 3, 4)]
+    assert alibi_slopes(12).tolist() == pytest.approx(want, rel=1e-6)
+
+
+def test_alibi_attention_equals_scores_minus_slope_times_distance() -> None:
+    model = tiny(**VARIANTS["mpt"])
+    attn = model.layers[0].attention
+    x = torch.randn(1, 12, TINY["d_model"])
+    n, length = 1, 12
+    with torch.no_grad():
+        got = attn(x, None, model.attention_mask(None, 1, length, x.device))
+        q = attn.wq(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
+        k = attn.wk(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
+        v = attn.wv(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
+        i = torch.arange(length)
+        distance = (i[:, None] - i[None, :]).float()
+        scores = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim) - model.alibi[:, None, None] * distance
+        scores = scores.masked_fill(~torch.ones(length, length, dtype=torch.bool).tril(), float("-inf"))
+        want = attn.wo((scores.softmax(-1) @ v).transpose(1, 2).reshape(n, length, -1))
+        plain = attn(x, None, AttentionMaskForTest())
+    assert torch.allclose(got, want, atol=1e-6)
+    assert not torch.allclose(got, plain, atol=1e-3)  # the bias is there
+    assert sum(p.numel() for p in model.parameters()) == count_params(model.spec, VOCAB, 32).total
+
+
+def AttentionMaskForTest():
+    from runlib.model.transformer import AttentionMask
+
+    return AttentionMask()
+
+
+def test_alibi_flex_equals_sdpa_on_cpu() -> None:
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    model = tiny(**VARIANTS["bloom"])
+    doc, pos = packed([10, 22])
+    x = torch.randint(0, VOCAB, (1, 32))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.attention_backend = "sdpa"
+        want = model(x, pos, doc)
+        model.attention_backend = "flex"
+        got = model(x, pos, doc)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_parallel_block_is_one_norm_and_two_branches() -> None:
+    model = tiny(**VARIANTS["falcon"])
+    block = model.layers[0]
+    assert block.mlp_norm is None
+    x = torch.randn(2, 8, TINY["d_model"])
+    mask = model.attention_mask(None, 2, 8, x.device)
+    rope = (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None])
+    with torch.no_grad():
+        h = block.attention_norm(x)
+        want = x + block.attention(h, rope, mask) + block.mlp(h)
+        assert torch.allclose(block(x, rope, mask), want, atol=1e-6)
+    assert block.attention_norm.bias is not None and block.attention.wq.bias is None  # norm_bias apart from bias
+
+
+def test_embedding_norm_normalises_the_embedding() -> None:
+    model = tiny(**VARIANTS["bloom"])
+    assert isinstance(model.embedding_norm, torch.nn.LayerNorm)
+    with torch.no_grad():
+        model.embedding_norm.weight.fill_(2.0)
+        changed = model(torch.randint(0, VOCAB, (1, 8)))
+        model.embedding_norm.weight.fill_(1.0)
+        assert not torch.allclose(changed, model(torch.randint(0, VOCAB, (1, 8))))
+    assert tiny().embedding_norm is None
+
+
+@pytest.mark.parametrize(("activation", "fn"), [("relu", F.relu), ("relu2", lambda h: F.relu(h).square())])
+def test_relu_activations(activation: str, fn) -> None:
+    model = tiny(activation=activation)
+    mlp = model.layers[0].mlp
+    x = torch.randn(3, TINY["d_model"])
+    with torch.no_grad():
+        assert torch.allclose(mlp(x), mlp.w2(fn(mlp.w1(x))))
+    assert mlp.w3 is None
+
+
+def test_dropout_in_training_only_and_reproducible_from_the_seed() -> None:
+    model = tiny(**VARIANTS["opt"])
+    x = torch.randint(0, VOCAB, (2, 16))
+    with torch.no_grad():
+        a, b = model(x), model(x)  # eval: no dropout
+        model.train()
+        torch.manual_seed(1)
+        c = model(x)
+        torch.manual_seed(1)
+        d = model(x)
+        e = model(x)
+    assert torch.equal(a, b) and torch.equal(c, d)
+    assert not torch.allclose(a, c) and not torch.allclose(c, e)
+    nodrop = tiny(**(VARIANTS["opt"] | {"dropout": 0.0}))
+    nodrop.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.allclose(nodrop(x), a, atol=1e-6)
+
+
+def test_relative_positions_are_refused_by_the_model() -> None:
+    with pytest.raises(ValueError, match="RUN008"):
+        tiny(position="relative")

@@ -96,9 +96,18 @@ def check(ctx: Context) -> Iterator[Finding]:
         for (step, micro, dp), names in groups.items():
             s = next(p.settings for p in phases if p.name == names[0])
             who = ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
-            stage = spec.batch.ramp[i]
             product = f"micro_batch {micro} x dp {dp}" + (f" x seq_len {s.seq_len}" if batch.unit == "tokens" else "")
             nearest, value = _nearest(batch.amount, step, batch.unit)
+            if spec.batch.linear_ramp is not None:  # one finding for the whole ramp: its start or increment
+                yield ctx.finding(
+                    "batch.linear_ramp",
+                    f"the linear batch ramp reaches {_size(batch.amount, batch.unit)} at {format_count(start)} tokens, "
+                    f"which needs grad_accum {batch.amount / step:.4g} in {who}: not a multiple of {product} = "
+                    f"{_size(step, batch.unit)}",
+                    f"use a start and an increment that are multiples of {_size(step, batch.unit)}",
+                )
+                return
+            stage = spec.batch.ramp[i]
             yield ctx.finding(
                 f"batch.ramp[{i}].global_batch",
                 f"ramp stage {i} (from {stage.after}) needs grad_accum {batch.amount / step:.4g} in {who}: "
@@ -114,6 +123,7 @@ PASS = [
     {"batch.ramp": _RAMP_OK},
     {"batch.ramp": [{"after": "0 tokens", "global_batch": 64}, {"after": "10%", "global_batch": 128}]},
     {"phases[2].batch": {"global_batch": "512Ki tokens"}},
+    {"batch.linear_ramp": {"start": "64 sequences", "increment": "64 sequences", "over": "10%"}},
 ]
 FAIL = [
     case(
@@ -129,4 +139,6 @@ FAIL = [
     # the ramp applies to the long phase too once it has no batch override: 256Ki tokens at 6144 per sequence
     case({"batch.ramp": _RAMP_OK, "phases[2].batch": "__delete__", "phases[2].seq_len": 6144}, "error"),
     case({"phases[2].batch": {"global_batch": "300K tokens"}}, "error"),
+    # a linear ramp (batch.linear_ramp) from 32 sequences: half of micro_batch 8 x dp 8
+    case({"batch.linear_ramp": {"start": "32 sequences", "increment": "32 sequences", "over": "10%"}}, "error"),
 ]

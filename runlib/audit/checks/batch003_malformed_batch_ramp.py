@@ -50,6 +50,16 @@ def check(ctx: Context) -> Iterator[Finding]:
     if not points:
         return
     run_end = ctx.plan.tokens_total if ctx.plan.phases else spec.tokens
+    if spec.batch.linear_ramp is not None:  # its points start at 0 and increase by construction
+        over = points[-1][0]
+        if run_end > 0 and over >= run_end:
+            yield ctx.finding(
+                "batch.linear_ramp.over",
+                f"the linear batch ramp runs over {spec.batch.linear_ramp.over} ({_tokens(over)}), to or past the "
+                f"run's end ({_tokens(run_end)}): the steady batch is never reached",
+                "shorten linear_ramp.over to a part of the run (BLOOM: 20B of 366B tokens)",
+            )
+        return
     stages = spec.batch.ramp or []
     first = points[0][0]
     if first != 0:
@@ -95,4 +105,5 @@ FAIL = [
     case({"batch.ramp": _ramp("0 tokens", "20%", "10%")}, "error"),
     case({"batch.ramp": _ramp("0 tokens", "10%", "10%")}, "error"),
     case({"batch.ramp": _ramp("0 tokens", "150%")}, "error"),
+    case({"batch.linear_ramp": {"start": "32Ki tokens", "increment": "32Ki tokens", "over": "100%"}}, "error"),
 ]

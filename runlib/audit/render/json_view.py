@@ -75,6 +75,9 @@ def derived(plan: Plan) -> dict[str, Any]:
                 "hours": _num(p.hours),
                 "memory_bytes_per_device": _num(p.memory.total),
                 "memory_breakdown_bytes": {k: _num(v) for k, v in p.memory.as_dict().items()},
+                "memory_assumptions": {
+                    k: _num(v) if isinstance(v, float) else v for k, v in p.memory.assumptions_dict().items()
+                },
             }
         )
     ck = plan.checkpoint

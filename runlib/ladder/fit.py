@@ -1,0 +1,243 @@
+"""The scaling-law fit of a ladder: L(N, D) = E + A / N^alpha + B / D^beta (Hoffmann et al. 2022).
+
+Hoffmann et al. 2022 (arXiv 2203.15556), Approach 3 (section 3.3 and appendix D.2): minimise over
+(a, b, e, alpha, beta), with A = exp(a), B = exp(b), E = exp(e),
+
+    sum_i Huber_delta( LSE(a - alpha log N_i, b - beta log D_i, e) - log L_i ),   delta = 1e-3,
+
+with L-BFGS from a grid of initialisations (alpha, beta in {0, 0.5, ..., 2}, e in {-1, -0.5, ..., 1},
+a, b in {0, 5, ..., 25}) and keep the best. Here the whole grid (5 x 5 x 5 x 6 x 6 = 4,500 points) is
+evaluated at once and L-BFGS-B (scipy, analytic gradient) starts from its best `starts` points:
+minimising from every grid point finds the same optimum on ladders of a few rungs, a hundred times
+slower. Besiroglu et al. 2024 (arXiv 2404.10102, section 2) found that Hoffmann et al.'s optimiser
+stopped early; the tolerances here are tight (ftol, gtol 1e-15) so it runs to convergence.
+
+The prediction interval is a percentile bootstrap over rungs (Efron & Tibshirani 1993, ch. 13): the
+rungs are resampled with replacement, each resample is refitted (from the full fit's best starting
+points) and predicts; the interval is the 2.5th and 97.5th percentiles of those predictions. With a
+handful of rungs it is wide, and it says nothing of the error of extrapolating the law itself: the
+ladder's held-out rungs measure that.
+
+Pure numpy/scipy: no torch, no I/O; deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+HUBER_DELTA = 1e-3  # Hoffmann et al. 2022, appendix D.2
+GRID_ALPHA = (0.0, 0.5, 1.0, 1.5, 2.0)
+GRID_BETA = GRID_ALPHA
+GRID_E = (-1.0, -0.5, 0.0, 0.5, 1.0)
+GRID_A = (0.0, 5.0, 10.0, 15.0, 20.0, 25.0)
+GRID_B = GRID_A
+EXPONENT_BOUNDS = (0.0, 4.0)  # alpha, beta: a loss falling with size and data, not faster than 1/N^4
+DEFAULT_STARTS = 16
+DEFAULT_BOOTSTRAP = 200
+INTERVAL = (2.5, 97.5)  # percentiles of the bootstrap predictions: a 95% interval
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """L(N, D) = E + A / N^alpha + B / D^beta, fitted to `points` (N, D, loss)."""
+
+    E: float
+    A: float
+    B: float
+    alpha: float
+    beta: float
+    objective: float  # the summed Huber loss at the optimum
+    points: int
+
+    def loss(self, params: float, tokens: float) -> float:
+        return self.E + self.A / params**self.alpha + self.B / tokens**self.beta
+
+    def optimum(self, compute_flops: float) -> tuple[float, float]:
+        """(N_opt, D_opt) under C = 6 N D (Hoffmann et al. 2022, appendix D.2, eq. 4)."""
+        alpha, beta = max(self.alpha, 1e-9), max(self.beta, 1e-9)
+        g = (alpha * self.A / (beta * self.B)) ** (1.0 / (alpha + beta))
+        return g * (compute_flops / 6.0) ** (beta / (alpha + beta)), (compute_flops / 6.0) ** (alpha / (alpha + beta)) / g
+
+    def frontier(self, compute_flops: float) -> float:
+        """The lowest loss at compute C = 6 N D: L(N_opt(C), D_opt(C))."""
+        n, d = self.optimum(compute_flops)
+        return self.loss(n, d)
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def _as_theta(fit: LawFit) -> np.ndarray:
+    return np.array([math.log(fit.A), math.log(fit.B), math.log(fit.E), fit.alpha, fit.beta])
+
+
+def _objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> tuple[float, np.ndarray]:
+    """Summed Huber loss of the log-loss residuals and its gradient in (a, b, e, alpha, beta)."""
+    a, b, e, alpha, beta = theta
+    u = np.stack([a - alpha * log_n, b - beta * log_d, np.full_like(log_n, e)])
+    top = u.max(axis=0)
+    w = np.exp(u - top)
+    total = w.sum(axis=0)
+    lse = top + np.log(total)
+    w /= total
+    r = lse - log_l
+    small = np.abs(r) <= HUBER_DELTA
+    value = np.where(small, 0.5 * r * r, HUBER_DELTA * (np.abs(r) - 0.5 * HUBER_DELTA)).sum()
+    h = np.clip(r, -HUBER_DELTA, HUBER_DELTA)  # dHuber/dr
+    grad = np.array(
+        [
+            (h * w[0]).sum(),
+            (h * w[1]).sum(),
+            (h * w[2]).sum(),
+            -(h * w[0] * log_n).sum(),
+            -(h * w[1] * log_d).sum(),
+        ]
+    )
+    return float(value), grad
+
+
+def _grid() -> np.ndarray:
+    """Hoffmann et al.'s initialisation grid as rows of (a, b, e, alpha, beta)."""
+    rows = itertools.product(GRID_A, GRID_B, GRID_E, GRID_ALPHA, GRID_BETA)
+    return np.array(list(rows), dtype=float)
+
+
+def _grid_objectives(grid: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> np.ndarray:
+    """The Huber objective at every grid row at once (rows x points)."""
+    a, b, e, alpha, beta = (grid[:, i : i + 1] for i in range(5))
+    u1 = a - alpha * log_n[None, :]
+    u2 = b - beta * log_d[None, :]
+    u3 = np.broadcast_to(e, u1.shape)
+    lse = np.logaddexp(np.logaddexp(u1, u2), u3)
+    r = np.abs(lse - log_l[None, :])
+    return np.where(r <= HUBER_DELTA, 0.5 * r * r, HUBER_DELTA * (r - 0.5 * HUBER_DELTA)).sum(axis=1)
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """L-BFGS-B's Fortran core calls BLAS on 5-vectors: with a BLAS thread pool on a busy machine each
+    call waits for its threads (measured: 5x slower on 2 shared cores), so the fit runs on one."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # not installed: the fit is only slower
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def _minimise(starts: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> list[tuple[float, np.ndarray]]:
+    """L-BFGS-B from each start; (objective, theta) of each, best first."""
+    from scipy.optimize import minimize
+
+    bounds = [(None, None), (None, None), (None, None), EXPONENT_BOUNDS, EXPONENT_BOUNDS]
+    out = []
+    for start in starts:  # the caller holds _one_blas_thread
+        start = start.copy()
+        start[3:] = np.clip(start[3:], *EXPONENT_BOUNDS)
+        res = minimize(
+            _objective,
+            start,
+            args=(log_n, log_d, log_l),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"ftol": 1e-15, "gtol": 1e-15, "maxiter": 2000},
+        )
+        if np.all(np.isfinite(res.x)):
+            out.append((float(res.fun), res.x))
+    out.sort(key=lambda item: item[0])
+    return out
+
+
+def _law(theta: np.ndarray, objective: float, points: int) -> LawFit:
+    a, b, e, alpha, beta = (float(x) for x in theta)
+    return LawFit(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=alpha, beta=beta, objective=objective, points=points)
+
+
+def _logs(params: Sequence[float], tokens: Sequence[float], losses: Sequence[float]) -> tuple[np.ndarray, ...]:
+    n = np.asarray(params, dtype=float)
+    d = np.asarray(tokens, dtype=float)
+    loss = np.asarray(losses, dtype=float)
+    if not (len(n) == len(d) == len(loss)) or len(n) == 0:
+        raise ValueError("fit_law: params, tokens and losses must be non-empty and of the same length")
+    if np.any(n <= 0) or np.any(d <= 0) or np.any(~np.isfinite(loss)) or np.any(loss <= 0):
+        raise ValueError("fit_law: every parameter count, token count and loss must be positive and finite")
+    return np.log(n), np.log(d), np.log(loss)
+
+
+def fit_law(
+    params: Sequence[float],
+    tokens: Sequence[float],
+    losses: Sequence[float],
+    starts: int = DEFAULT_STARTS,
+    initial: Sequence[LawFit] = (),
+) -> tuple[LawFit, list[LawFit]]:
+    """The best fit and the next best local optima (distinct starting points for refits).
+
+    `initial`: fits to start from instead of the grid (the bootstrap refits start from the full fit's)."""
+    log_n, log_d, log_l = _logs(params, tokens, losses)
+    if initial:
+        chosen = np.array([_as_theta(f) for f in initial])
+    else:
+        grid = _grid()
+        values = _grid_objectives(grid, log_n, log_d, log_l)
+        chosen = grid[np.argsort(values, kind="stable")[:starts]]
+    with _one_blas_thread():
+        results = _minimise(chosen, log_n, log_d, log_l)
+    if not results:
+        raise ValueError("fit_law: no initialisation converged to finite parameters")
+    fits = [_law(theta, value, len(log_n)) for value, theta in results]
+    return fits[0], fits[1:]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    value: float
+    low: float  # the bootstrap interval (INTERVAL percentiles)
+    high: float
+    resamples: int
+
+
+def bootstrap_predictions(
+    params: Sequence[float],
+    tokens: Sequence[float],
+    losses: Sequence[float],
+    targets: Sequence[tuple[float, float]],
+    best: LawFit,
+    others: Sequence[LawFit] = (),
+    resamples: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+) -> list[Prediction]:
+    """The fit's prediction at each (N, D) of `targets`, with a percentile bootstrap interval over rungs."""
+    n = np.asarray(params, dtype=float)
+    d = np.asarray(tokens, dtype=float)
+    loss = np.asarray(losses, dtype=float)
+    rng = np.random.default_rng(seed)
+    starts = [best, *list(others)[:3]]
+    samples: list[list[float]] = [[] for _ in targets]
+    for _ in range(resamples):
+        pick = rng.integers(0, len(n), size=len(n))
+        try:
+            fit, _ = fit_law(n[pick], d[pick], loss[pick], initial=starts)
+        except ValueError:
+            continue
+        for i, (tn, td) in enumerate(targets):
+            value = fit.loss(tn, td)
+            if math.isfinite(value):
+                samples[i].append(value)
+    out = []
+    for (tn, td), values in zip(targets, samples, strict=True):
+        centre = best.loss(tn, td)
+        if values:
+            low, high = (float(x) for x in np.percentile(values, INTERVAL))
+        else:
+            low = high = math.nan
+        out.append(Prediction(centre, low, high, len(values)))
+    return out
