@@ -7,7 +7,7 @@
     grad_norm = clip_grad_norm_(model, max_norm)      # across DTensors of several meshes
 
 `parallel` is any object with dp_replicate, dp_shard, tp, cp, pp (their product is the world size),
-sharding (none | zero1 | zero2 | fsdp | hsdp), activation_checkpointing (none | selective | full) and
+sharding (none | zero1 | zero2 | fsdp | hsdp), activation_checkpointing (none | selective | selective_op | full) and
 offload; `precision` any object with compute, master_weights, grads (runlib.train.config).
 
 The mesh is torch's init_device_mesh with Accelerate's names and order (ParallelismConfig._get_mesh
@@ -58,7 +58,9 @@ holding heads/tp of them cannot compute locally).
 Activation recomputation (torch.utils.checkpoint inside Block/Attention forward, so parameter names
 do not change): full recomputes each block in the backward pass (Chen et al. 2016, arXiv
 1604.06174), keeping only its input; selective recomputes only the attention core, softmax(qk^T)v
-(Korthikanti et al. 2022, section 4.1), as runlib.plan.memory assumes.
+(Korthikanti et al. 2022, section 4.1), as runlib.plan.memory assumes; selective_op keeps the block's
+input, the attention kernel's output and every other matmul's output and recomputes the rest
+(torchtitan's op-level policy: op_selective_policy).
 
 Precision: with FSDP2, MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=fp32 or the compute
 dtype per precision.grads): the sharded fp32 parameters are the master weights, the all-gathered copies
@@ -229,12 +231,63 @@ def forward_context(model: nn.Module):
     return torch.autocast(device_type=device, dtype=dtype)
 
 
+def _kept_ops() -> frozenset:
+    """The ops whose outputs op-level selective recomputation keeps: the attention kernels and the matmuls."""
+    aten = torch.ops.aten
+    names = (
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    )
+    kernels = {getattr(aten, n).default for n in names if hasattr(aten, n)}
+    if hasattr(torch.ops.higher_order, "flex_attention"):
+        kernels.add(torch.ops.higher_order.flex_attention)
+    return frozenset(kernels | {aten.mm.default, aten.addmm.default})
+
+
+def op_selective_policy():
+    """The policy of op-level selective recomputation, torchtitan's `selective` activation checkpointing in
+    "op" mode (pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py, _get_custom_policy): the
+    outputs of the attention kernel and of every other matmul (the 1st, 3rd, ... of the block: q, v, the
+    MLP's gate, its down projection) are kept; norms, RoPE, activations and the other matmuls are
+    recomputed in the backward pass. Matmuls are counted per block call and per mode (forward,
+    recompute), so the recomputed forward keeps the same ones."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    kept, mm = _kept_ops(), {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, op, *args, **kwargs):
+        if op in mm:
+            mode = "recompute" if ctx.is_recompute else "forward"
+            counts[mode] += 1
+            keep = counts[mode] % 2 == 1
+        else:
+            keep = op in kept
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def op_selective_context():
+    """torch.utils.checkpoint's context_fn for one block call under op_selective_policy."""
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(op_selective_policy())
+
+
+RECOMPUTE_MODES = ("none", "selective", "selective_op", "full")
+
+
 def set_recompute(model: nn.Module, mode: str) -> None:
-    """Activation recomputation per block: none | selective (the attention core) | full (the whole block)."""
-    if mode not in ("none", "selective", "full"):
-        raise ValueError(f"activation_checkpointing {mode!r}: expected none, selective or full")
+    """Activation recomputation per block: none | selective (the attention core) | selective_op (op-level:
+    op_selective_context) | full (the whole block)."""
+    if mode not in RECOMPUTE_MODES:
+        raise ValueError(f"activation_checkpointing {mode!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
     for block in model.layers:
-        block.recompute = mode == "full"
+        block.recompute = mode in ("full", "selective_op")
+        block.recompute_context_fn = op_selective_context if mode == "selective_op" else None
         block.attention.recompute_core = mode == "selective"
 
 

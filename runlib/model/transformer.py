@@ -288,6 +288,7 @@ class Block(nn.Module):
     h = norm(x), one norm. Dropout (model.dropout) on each branch's output in training."""
 
     recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
+    recompute_context_fn = None  # with recompute: a policy of what to keep anyway (op-level selective)
 
     def __init__(self, model: ModelSpec):
         super().__init__()
@@ -300,8 +301,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         if self.recompute and torch.is_grad_enabled():
-            # full recomputation (Chen et al. 2016, arXiv 1604.06174): keep only the block's input
-            return torch.utils.checkpoint.checkpoint(self.body, x, rope, mask, use_reentrant=False)
+            # full recomputation (Chen et al. 2016, arXiv 1604.06174): keep only the block's input (and,
+            # with a context_fn, the op outputs its policy keeps: runlib.model.parallelize.op_selective_policy)
+            extra = {"context_fn": self.recompute_context_fn} if self.recompute_context_fn is not None else {}
+            return torch.utils.checkpoint.checkpoint(self.body, x, rope, mask, use_reentrant=False, **extra)
         return self.body(x, rope, mask)
 
     def body(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:

@@ -1,25 +1,37 @@
-"""Peak memory per device for one phase: model states, activations, logits, buffers.
+"""Peak memory per device for one phase: model states, activations, logits, buffers, fragmentation.
 
-Model states (ZeRO, Rajbhandari et al. 2019, arXiv 1910.02054; Megatron distributed-optimizer
-table): bytes per parameter of weights, fp32 master copy, gradients and Adam moments, each divided
-by the data-parallel degree d (not the world size) when sharded: zero1 shards master + moments,
-zero2 also gradients, fsdp everything; hsdp shards everything within a node and replicates across
-nodes (Zhao et al. 2023, arXiv 2304.11277, section 3.2), so over d / nodes ranks. Parameters on a
-device are N / (tensor * pipeline).
+GPU: a model of named parts, evaluated for the first and the last pipeline stage (the device that needs
+most is reported); the assumptions behind each figure travel with it (MemoryBreakdown.assumptions, in
+the plan's JSON as memory_assumptions). tests/plan/test_memory_published.py holds it against published
+measurements (torchtitan, ZeRO, Korthikanti et al., BigScience).
 
-Activations per layer (Korthikanti et al. 2022, arXiv 2205.05198, Table 2 breakdown, re-derived for
-gated MLPs, grouped-query attention and no dropout), assuming a fused (Flash) attention kernel so
-no s^2 score matrix is stored; so selective recompute (which recomputes only the attention core)
-saves nothing beyond it:
-  2 norm inputs 4sbh, attention input 2sbh, q/k/v 2sb(a*hd + 2*kv*hd), attention output 2sbh,
-  MLP input 2sbh, MLP hidden 6sbf (SwiGLU: gate, up, product) or 4sbf (GELU: pre, post)
-in bytes for 16-bit activations (x2 for fp32). Tensor parallelism with sequence parallelism
-divides all of it by t; context parallelism divides s by c. Full recompute keeps only each layer's
-input (2sbh/t) plus one layer's activations while it is recomputed. A pipeline's first stage holds
-p micro-batches of L/p layers: L layers' worth (Megatron theoretical_memory_usage.py).
-Logits: fp32 logits of the micro-batch, 4*s*b*V/t (Megatron theoretical_memory_usage.py L369-377).
-FSDP (and HSDP) gathers one layer ahead: 2 unsharded 16-bit layers. Plus the runtime overhead of
-the device.
+Model states (ZeRO, Rajbhandari et al. 2019, arXiv 1910.02054, Fig. 1 reproduced exactly): bytes per
+parameter of weights, fp32 master copy, gradients and Adam moments. Sharded ones are divided over the
+data-parallel ranks times the context-parallel degree (torchtitan's dp_shard_cp mesh, Megatron-LM's
+data-parallel group with context parallelism): zero1 shards master + moments, zero2 also gradients,
+fsdp everything; hsdp shards within a node (Zhao et al. 2023, arXiv 2304.11277, section 3.2).
+Parameters on a device are its pipeline stage's (its layers; the first stage also the token table, the
+last the output head, or with tied embeddings Megatron's copy of it) over the tensor degree.
+
+Pipeline: the stages' layers as parallelism.pipeline_first/last_stage_layers state them (else an even
+split, the larger share first); a 1F1B schedule keeps p - i micro-batches in flight on stage i
+(Narayanan et al. 2021, arXiv 2104.04473), at most grad_accum.
+
+Activations per layer (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, re-derived for gated MLPs,
+grouped-query attention and no dropout; with dropout the function reproduces Table 2 exactly), in
+bytes of 16-bit activations (x2 for fp32): norm inputs 4sbh, attention and MLP inputs 4sbh (these
+replicated on the tensor ranks without sequence parallelism), q/k/v 2sb(a*hd + 2*kv*hd), attention
+output 2sb*a*hd, MLP hidden 8sbf (SwiGLU: gate, up, silu(gate), product) or 4sbf (GELU), all over t.
+An eager attention kernel adds the softmax output 2*a*s^2*b (fused kernels store none); selective
+recompute removes it (the attention core is recomputed); selective_op keeps the layer's input, the
+kernel's output and every other matmul's output (op_selective_bytes_per_layer); full recompute keeps each layer's input
+(2sbh, over t with sequence parallelism) and recomputes one layer at a time. The last layer's backward
+holds one layer's activations more (their gradients). Context parallelism divides s by c.
+Logits: LOGIT_BYTES per value of the micro-batch's s x V logits over t, on the last stage.
+Buffers: FSDP's gathered 16-bit layers (two) and one layer's unsharded gradient, plus the root group
+(embedding, head) held through the pass; under a pipeline, the stage's gathered weights and unsharded
+gradients for the whole step. Fragmentation: FRAGMENTATION of the transient parts. Plus the runtime
+overhead of the device (CUDA context, communication buffers).
 
 CPU (hardware.accelerator "cpu": a device is one core running one training process, and what is
 measured is that process's peak RSS; `cpu_phase_memory`). What runlib's CPU path allocates, read from
@@ -175,6 +187,21 @@ def activation_bytes_per_layer(
     return inside / tensor + (outside / tensor if split else outside)
 
 
+def op_selective_bytes_per_layer(
+    model: ModelSpec, seq_len: int, micro_batch: int, tensor: int, context: int, act_bytes: int, sequence_parallel: bool
+) -> float:
+    """Bytes one layer keeps under op-level selective recomputation (parallelism.activation_checkpointing:
+    selective_op; runlib.model.parallelize.op_selective_context, torchtitan's "op" policy): the layer's input,
+    the attention kernel's output and the output of every other matmul in the order the block runs them
+    (q, k, v, o, then the MLP's gate, up, down: the 1st, 3rd, 5th and 7th are kept)."""
+    s, b, h, f = seq_len / context, micro_batch, model.d_model, model.d_ff
+    a, kv, hd = model.heads, kv_heads(model), head_dim(model)
+    matmuls = [a * hd, kv * hd, kv * hd, h, f, *([f] if model.activation == "swiglu" else []), h]
+    kept = a * hd + sum(matmuls[0::2])  # the kernel's output and the odd-numbered matmuls
+    layer_input = h / tensor if sequence_parallel and tensor > 1 else h
+    return s * b * act_bytes * (kept / tensor + layer_input)
+
+
 def cpu_activation_bytes_per_layer(
     model: ModelSpec,
     seq_len: int,
@@ -208,7 +235,9 @@ def shard_degree(sharding: str, data_parallel: int, nodes: int) -> int:
     return max(1, data_parallel // nodes) if sharding == "hsdp" else data_parallel
 
 
-def pipeline_stage_layers(layers: int, pipeline: int, first: int | None = None, last: int | None = None) -> list[int] | None:
+def pipeline_stage_layers(
+    layers: int, pipeline: int, first: int | None = None, last: int | None = None
+) -> list[int] | None:
     """Transformer layers per pipeline stage, first to last, as Megatron-LM splits them
     (--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the stated first and
     last stages, the rest evenly over the middle ones); None when they do not split: a remainder, a
@@ -240,7 +269,7 @@ def phase_memory(
     if accelerator == "cpu":
         return cpu_phase_memory(model, precision, params, vocab_rows, settings, nodes)
     par = settings.parallelism
-    t, p, c = par.tensor, par.pipeline, par.context
+    p = par.pipeline
     stages = pipeline_stage_layers(
         model.layers, p, par.pipeline_first_stage_layers, par.pipeline_last_stage_layers
     ) or _ceil_stages(model.layers, p)
@@ -259,9 +288,20 @@ def phase_memory(
             stage_params += params.non_embedding - model.layers * params.per_layer  # final norm
         in_flight = min(p - i, m) if p > 1 else 1  # 1F1B: stage i holds p - i micro-batches
         candidates.append(
-            _device_memory(model, precision, params, vocab_rows, settings, nodes, runtime_overhead_gib,
-                           stage=i, stage_layers=stages[i], stage_params=stage_params, in_flight=in_flight,
-                           logits=i == len(stages) - 1)
+            _device_memory(
+                model,
+                precision,
+                params,
+                vocab_rows,
+                settings,
+                nodes,
+                runtime_overhead_gib,
+                stage=i,
+                stage_layers=stages[i],
+                stage_params=stage_params,
+                in_flight=in_flight,
+                logits=i == len(stages) - 1,
+            )
         )
     return max(candidates, key=lambda mb: mb.total)
 
@@ -321,8 +361,14 @@ def _device_memory(
     s, b = settings.seq_len / c, settings.micro_batch
     sp = par.sequence_parallel and t > 1
     per_layer = activation_bytes_per_layer(
-        model, settings.seq_len, b, t, c, act_bytes,
-        attention_kernel=par.attention_kernel, sequence_parallel=par.sequence_parallel,
+        model,
+        settings.seq_len,
+        b,
+        t,
+        c,
+        act_bytes,
+        attention_kernel=par.attention_kernel,
+        sequence_parallel=par.sequence_parallel,
         selective=par.activation_checkpointing == "selective",
     )
     # the backward of the last layer holds, beside what is saved, gradients of the same tensors: one
@@ -330,6 +376,9 @@ def _device_memory(
     if par.activation_checkpointing == "full":
         layer_input = s * b * model.d_model * act_bytes / (t if sp else 1)
         activations = stage_layers * in_flight * layer_input + 2 * per_layer
+    elif par.activation_checkpointing == "selective_op":
+        kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, par.sequence_parallel)
+        activations = stage_layers * in_flight * kept + 2 * per_layer
     else:
         activations = stage_layers * in_flight * per_layer + per_layer
     logit_bytes = LOGIT_BYTES
@@ -350,8 +399,16 @@ def _device_memory(
         ("fragmentation_factor", FRAGMENTATION),
     )
     return MemoryBreakdown(
-        weights, master, gradients, optimizer, activations, logit_mem, buffers,
-        runtime_overhead_gib * GIB, fragmentation, assumptions,
+        weights,
+        master,
+        gradients,
+        optimizer,
+        activations,
+        logit_mem,
+        buffers,
+        runtime_overhead_gib * GIB,
+        fragmentation,
+        assumptions,
     )
 
 
@@ -368,7 +425,11 @@ def cpu_phase_memory(
     par = settings.parallelism
     states = phase_memory(model, precision, params, vocab_rows, settings, 0.0, nodes)
     # FSDP gathers one layer ahead: 2 unsharded layers (runlib's CPU path: no root group held, measured)
-    buffers = 2 * params.per_layer * state_bytes_per_param(precision)[0] / par.tensor if par.sharding in ("fsdp", "hsdp") else 0.0
+    buffers = (
+        2 * params.per_layer * state_bytes_per_param(precision)[0] / par.tensor
+        if par.sharding in ("fsdp", "hsdp")
+        else 0.0
+    )
     if par.sharding == "none" and settings.data_parallel > 1:
         buffers += params.total / (par.tensor * par.pipeline) * state_bytes_per_param(precision)[2]
     act_bytes = 4 if precision.compute == "fp32" else 2
@@ -378,6 +439,9 @@ def cpu_phase_memory(
     in_flight = min(1.0, settings.grad_accum / par.pipeline) if par.pipeline > 1 else 1.0
     if par.activation_checkpointing == "full":
         activations = model.layers * s * b * model.d_model * act_bytes / t * in_flight + per_layer
+    elif par.activation_checkpointing == "selective_op":
+        kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, par.context, act_bytes, True)
+        activations = model.layers * kept * in_flight + per_layer
     else:
         activations = model.layers * per_layer * in_flight
     activations += 2 * s * b * model.d_model * act_bytes / t  # the final norm's input and output

@@ -369,7 +369,7 @@ class DataSpec(SpecModel):
 
 
 Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "selective_op", "full"]
 
 
 class ParallelismSpec(SpecModel):
@@ -382,7 +382,7 @@ class ParallelismSpec(SpecModel):
     sharding: Sharding = "none"
     """Sharding of model states over the data-parallel ranks (times the context-parallel degree, as torchtitan and Megatron-LM shard): none | zero1 | zero2 | fsdp (= zero3) | hsdp (fsdp within each node, replicated across nodes)."""
     activation_checkpointing: Recompute = "none"
-    """Activation recomputation: none; selective (the attention core, Korthikanti et al. 2022 section 4.1: saves the s^2 scores of an eager kernel); full (each layer keeps only its input)."""
+    """Activation recomputation: none; selective (the attention core, Korthikanti et al. 2022 section 4.1: saves the s^2 scores of an eager kernel); selective_op (torchtitan's op-level policy: each layer keeps its input, the attention kernel's output and every other matmul's output, and recomputes norms, RoPE, activations and the other matmuls); full (each layer keeps only its input)."""
     offload: bool = False
     """Optimizer states and master weights kept in host memory."""
     sequence_parallel: bool = Field(True, json_schema_extra=PLANNING_ONLY)
@@ -631,17 +631,69 @@ class MonitorSpec(SpecModel):
     """Loss-spike policy."""
 
 
-class EvalTaskSpec(SpecModel):
+class EvalTaskSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"task", "download"})
+
     name: str = Field(pattern=NAME_PATTERN)
     """Task name."""
-    kind: Literal["multiple_choice", "answer_loglik"]
-    """multiple_choice: options scored by log-likelihood (acc, acc_norm); answer_loglik: log-likelihood of the gold answer."""
+    kind: Literal["multiple_choice", "answer_loglik", "lm_eval"]
+    """multiple_choice: options scored by log-likelihood (acc, acc_norm); answer_loglik: log-likelihood of the gold answer; lm_eval: the lm-evaluation-harness task `task`, run by lm-eval on the phase exported as a Hugging Face checkpoint."""
     path: str | None = None
-    """JSONL file of examples (format in the README); or use from_heldout."""
+    """multiple_choice, answer_loglik: a JSONL file of examples (format in the README); or use from_heldout. lm_eval: a task file in lm-eval's YAML format, or a folder of them (lm-eval's --include_path), that defines `task`."""
     from_heldout: str | None = None
-    """Build the task from this source's held-out documents (continuation of a document's first half)."""
+    """Build the task from this source's held-out documents (continuation of a document's first half). lm_eval: with task runlib_heldout_mc or runlib_heldout_loglik, the same items written as an lm-eval task."""
+    task: str | None = Field(None, min_length=1, max_length=200)
+    """lm_eval only: the lm-eval task (or group) name: runlib_arith_mc or runlib_arith_loglik (synthetic two-digit additions shipped with runlib), runlib_heldout_mc or runlib_heldout_loglik (with from_heldout), one defined in `path`, or a standard lm-eval task (hellaswag, arc_easy, ...: with download: true)."""
     examples: int = Field(100, ge=1, le=1_000_000)
-    """Examples built with from_heldout."""
+    """Examples built with from_heldout; for lm_eval, the items scored at most (lm-eval's --limit: the first ones)."""
+    download: bool = False
+    """lm_eval only: the task's data is downloaded from the Hugging Face Hub when the eval stage runs (that machine needs network access); a task that runlib does not ship and no `path` defines is refused without it."""
+
+    RUNLIB_LM_EVAL_TASKS: ClassVar[dict[str, str]] = {
+        "runlib_arith_mc": "arithmetic",
+        "runlib_arith_loglik": "arithmetic",
+        "runlib_heldout_mc": "heldout",
+        "runlib_heldout_loglik": "heldout",
+    }
+    """lm-eval tasks runlib writes itself (runlib.eval.harness.taskfiles) -> where their items come from."""
+
+    @model_validator(mode="after")
+    def _lm_eval_fields(self) -> EvalTaskSpec:
+        if self.kind != "lm_eval":
+            extra = [f for f in ("task", "download") if getattr(self, f) not in (None, False)]
+            if extra:
+                raise ValueError(
+                    f"{' and '.join(extra)} {'belongs' if len(extra) == 1 else 'belong'} to kind: lm_eval tasks (this one is kind: {self.kind}); "
+                    f"fix: remove {' and '.join(extra)}, or set kind: lm_eval"
+                )
+            return self
+        own = self.RUNLIB_LM_EVAL_TASKS.get(self.task or "")
+        if self.task is None:
+            raise ValueError(
+                "a kind: lm_eval task needs `task`, the lm-eval task name; fix: e.g. task: runlib_arith_mc "
+                "(shipped with runlib), or a standard one such as task: hellaswag with download: true"
+            )
+        if own == "heldout":
+            if self.from_heldout is None or self.path is not None:
+                raise ValueError(
+                    f"task {self.task} is built from a source's held-out documents; fix: give from_heldout: "
+                    "<source> (and no path)"
+                )
+        elif self.from_heldout is not None:
+            raise ValueError(
+                f"from_heldout is read by the lm-eval tasks runlib_heldout_mc and runlib_heldout_loglik only "
+                f"(task is {self.task}); fix: task: runlib_heldout_mc, or remove from_heldout"
+            )
+        elif own == "arithmetic" and (self.path is not None or self.download):
+            raise ValueError(f"task {self.task} ships with runlib; fix: remove path and download")
+        elif own is None and self.path is None and not self.download:
+            raise ValueError(
+                f"lm-eval task {self.task!r} is not one runlib ships and no path defines it: lm-eval would "
+                "download its data from the Hugging Face Hub, which an offline machine cannot; fix: give "
+                "path: a local task file in lm-eval's YAML format (or a folder of them) that defines it, or "
+                "set download: true if the machine that runs the eval stage has network access"
+            )
+        return self
 
 
 class EvalSpec(SpecModel):
@@ -661,6 +713,36 @@ class TrackingSpec(SpecModel):
 class AuditSpec(SpecModel):
     ignore: dict[str, str] = Field({}, json_schema_extra=PLANNING_ONLY)
     """CODE: reason. A finding may be silenced only with a written reason (planning only: read by the audit, not by any stage)."""
+
+
+class LadderSpec(SpecModel):
+    """A scaling ladder: smaller runs of this spec whose losses fit L(N, D) = E + A/N^alpha + B/D^beta
+    (Hoffmann et al. 2022, Approach 3) and predict this run's held-out loss (runlib.ladder).
+
+    Each rung is the target with another width: d_model from `widths`, the target's aspect ratio
+    d_model / layers, head_dim, heads / kv_heads and d_ff / d_model kept (Kaplan et al. 2020, section
+    3.1 and figure 5: at a fixed parameter count the loss changes by a few percent over a 40x range of
+    aspect ratios, so keeping the target's shape varies N alone). A rung keeps the target's data,
+    tokenizer, batch, optimizer, mixtures and phase fractions, schedule shape and evaluation of
+    held-out loss: its curation, tokenizer and tokenization stages are the target's (same keys)."""
+
+    widths: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(min_length=2, max_length=16)
+    """d_model of each rung size (multiples of the target's head_dim); layers = round(width / aspect ratio)."""
+    tokens_per_param: list[Annotated[float, Field(gt=0, le=1e6)]] | None = Field(None, min_length=1, max_length=8)
+    """Train each width at each of these tokens per (non-embedding) parameter, like OLMo's ladder at 1, 2,
+    5 and 10 times Chinchilla's 20 (Bhagia et al. 2024, arXiv 2412.04403, section 2). Give this or
+    compute_flops; a fit needs two or more values (at one value N and D are proportional)."""
+    compute_flops: list[Annotated[float, Field(gt=0, le=1e30)]] | None = Field(None, min_length=1, max_length=8)
+    """IsoFLOP budgets: each width trained for C / (FLOPs per token) tokens at each budget C (Hoffmann et
+    al. 2022, Approach 2; Llama 3, Dubey et al. 2024, section 3.2.1). Give this or tokens_per_param."""
+    min_steps: int = Field(20, ge=1, le=1_000_000)
+    """Rungs shorter than this many optimizer steps are left out (their loss measures the warmup, not the law)."""
+    holdout: int = Field(1, ge=0, le=16)
+    """The largest-compute rungs kept out of the fit: their predicted and measured losses test the extrapolation."""
+    bootstrap: int = Field(200, ge=0, le=10_000)
+    """Bootstrap resamples of the rungs for the prediction interval (0: no interval)."""
+    train_target: bool = False
+    """Train and evaluate the target itself as well (its measured loss then sits beside the prediction)."""
 
 
 class RunSpec(SpecModel):
@@ -706,6 +788,8 @@ class RunSpec(SpecModel):
     """MLflow tracking."""
     audit: AuditSpec = AuditSpec()
     """Audit settings."""
+    ladder: LadderSpec | None = None
+    """A scaling ladder of smaller runs that predicts this run's held-out loss (runlib.ladder)."""
 
 
 @cache

@@ -47,7 +47,7 @@ class ParallelConfig(_Part):
     """Pipeline-parallel degree."""
     sharding: Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
     """parallelism.sharding."""
-    activation_checkpointing: Literal["none", "selective", "full"]
+    activation_checkpointing: Literal["none", "selective", "selective_op", "full"]
     """parallelism.activation_checkpointing."""
     offload: bool
     """parallelism.offload."""

@@ -27,7 +27,9 @@ from runlib.spec import validate_data
 from runlib.spec.models import ModelSpec
 
 TORCHTITAN = "pytorch/torchtitan docs/performance.md @ eaea6f6a2fa940f03a10906be1df3489cf30af85"
-BLOOM = "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @ 9e64edec2ad1fb9263bf39ba616a84ff64b4d947"
+BLOOM = (
+    "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @ 9e64edec2ad1fb9263bf39ba616a84ff64b4d947"
+)
 ZERO = "Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054), Fig. 1: 7.5B parameters, 64 GPUs, K=12"
 
 BASE: dict[str, Any] = {
@@ -50,8 +52,17 @@ LLAMA31_70B = {"layers": 80, "d_model": 8192, "heads": 64, "kv_heads": 8, "d_ff"
 LLAMA31_405B = {"layers": 126, "d_model": 16384, "heads": 128, "kv_heads": 8, "d_ff": 53248, "vocab_size": 128256}
 # BLOOM 176B (tr11-176B-ml.slurm: NHIDDEN 14336, NLAYERS 70, NHEADS 112, seq 2048; 250,880 rows, tied)
 BLOOM_176B = {
-    "layers": 70, "d_model": 14336, "heads": 112, "d_ff": 57344, "vocab_size": 250880, "activation": "gelu",
-    "norm": "layernorm", "bias": True, "position": "learned", "tie_embeddings": True, "seq_len": 2048,
+    "layers": 70,
+    "d_model": 14336,
+    "heads": 112,
+    "d_ff": 57344,
+    "vocab_size": 250880,
+    "activation": "gelu",
+    "norm": "layernorm",
+    "bias": True,
+    "position": "learned",
+    "tie_embeddings": True,
+    "seq_len": 2048,
 }
 TITAN_8B_HW = {"accelerator": "h100-sxm", "memory_gib": 95.0}  # Grand Teton H100: 96 GB HBM2e
 
@@ -75,50 +86,88 @@ ROWS = [
     Row(
         "torchtitan 8B FSDP8 b2 selective",
         TORCHTITAN + " Table 1 (FSDP row)",
-        {**_model(LLAMA31_8B, 8192), "hardware.memory_gib": 95.0, "parallelism.sharding": "fsdp",
-         "parallelism.activation_checkpointing": "selective", "batch.micro_batch": 2},
-        82.4, "reserved", 0.70,
-        "torchtitan's selective AC ('op' mode, torchtitan/models/llama3/infra/parallelize.py) saves only every "
-        "other matmul output and the attention output and recomputes the rest, about 40% of the per-layer "
-        "activations; runlib's `selective` recomputes only the attention core (Korthikanti et al. 2022 section "
-        "4.1: with a fused kernel it saves nearly nothing), so the model counts ~82 GiB of activations where "
-        "torchtitan keeps ~31; the spec has no value for op-level selective recomputation yet",
+        {
+            **_model(LLAMA31_8B, 8192),
+            "hardware.memory_gib": 95.0,
+            "parallelism.sharding": "fsdp",
+            "parallelism.activation_checkpointing": "selective_op",
+            "batch.micro_batch": 2,
+        },
+        82.4,
+        "reserved",
+        0.15,
+        "torchtitan's selective AC in 'op' mode (torchtitan/distributed/activation_checkpoint.py) is runlib's "
+        "selective_op",
     ),
     Row(
         "torchtitan 8B FSDP128 b2 selective",
         TORCHTITAN + " Table 3 (FSDP row)",
-        {**_model(LLAMA31_8B, 8192), "hardware.memory_gib": 95.0, "hardware.nodes": 16,
-         "parallelism.sharding": "fsdp", "parallelism.activation_checkpointing": "selective", "batch.micro_batch": 2},
-        67.0, "reserved", 0.80, "as the 8-GPU row (op-level selective recomputation)",
+        {
+            **_model(LLAMA31_8B, 8192),
+            "hardware.memory_gib": 95.0,
+            "hardware.nodes": 16,
+            "parallelism.sharding": "fsdp",
+            "parallelism.activation_checkpointing": "selective_op",
+            "batch.micro_batch": 2,
+        },
+        67.0,
+        "reserved",
+        0.15,
+        "as the 8-GPU row",
     ),
     *[
         Row(
             f"torchtitan 8B FSDP{8 // cp} CP{cp} s{seq // 1024}K full",
             TORCHTITAN + " Table 2 (torch.compile + Float8)",
-            {**_model(LLAMA31_8B, seq), "hardware.memory_gib": 95.0, "parallelism.sharding": "fsdp",
-             "parallelism.context": cp, "parallelism.activation_checkpointing": "full"},
-            gib, "reserved",
+            {
+                **_model(LLAMA31_8B, seq),
+                "hardware.memory_gib": 95.0,
+                "parallelism.sharding": "fsdp",
+                "parallelism.context": cp,
+                "parallelism.activation_checkpointing": "full",
+            },
+            gib,
+            "reserved",
         )
         for cp, seq, gib in ((1, 32768, 83.9), (2, 65536, 84.2), (4, 131072, 84.0), (8, 262144, 84.5))
     ],
     Row(
         "torchtitan 70B FSDP32 TP8 b16 full",
         TORCHTITAN + " Table 4 (2D row, torch.compile + Float8)",
-        {**_model(LLAMA31_70B, 8192), "hardware.memory_gib": 95.0, "hardware.nodes": 32,
-         "parallelism.tensor": 8, "parallelism.sharding": "fsdp", "parallelism.activation_checkpointing": "full",
-         "batch.micro_batch": 16},
-        71.9, "reserved", 0.25,
+        {
+            **_model(LLAMA31_70B, 8192),
+            "hardware.memory_gib": 95.0,
+            "hardware.nodes": 32,
+            "parallelism.tensor": 8,
+            "parallelism.sharding": "fsdp",
+            "parallelism.activation_checkpointing": "full",
+            "batch.micro_batch": 16,
+        },
+        71.9,
+        "reserved",
+        0.25,
         "22% under: what the model leaves out of torchtitan's Float8 training (scaled fp8 copies of each "
         "linear's inputs kept for the backward) and torch.compile's buffers is not modelled",
     ),
     Row(
         "torchtitan 405B FSDP8 TP8 PP8 1F1B full",
         TORCHTITAN + " Table 5 (1F1B row)",
-        {**_model(LLAMA31_405B, 8192), "hardware.memory_gib": 95.0, "hardware.nodes": 64,
-         "parallelism.tensor": 8, "parallelism.pipeline": 8, "parallelism.sharding": "fsdp",
-         "parallelism.activation_checkpointing": "full", "batch.micro_batch": 1, "batch.grad_accum": 32,
-         "parallelism.pipeline_first_stage_layers": 15, "parallelism.pipeline_last_stage_layers": 15},
-        82.5, "reserved", 0.35,
+        {
+            **_model(LLAMA31_405B, 8192),
+            "hardware.memory_gib": 95.0,
+            "hardware.nodes": 64,
+            "parallelism.tensor": 8,
+            "parallelism.pipeline": 8,
+            "parallelism.sharding": "fsdp",
+            "parallelism.activation_checkpointing": "full",
+            "batch.micro_batch": 1,
+            "batch.grad_accum": 32,
+            "parallelism.pipeline_first_stage_layers": 15,
+            "parallelism.pipeline_last_stage_layers": 15,
+        },
+        82.5,
+        "reserved",
+        0.35,
         "31% under: torchtitan reports the maximum over all 512 GPUs of a 405B run under Float8, AsyncTP and "
         "torch.compile; beyond the gathered stage weights and unsharded gradients FSDP keeps under a pipeline "
         "(modelled), the pipeline schedule's send/receive buffers and Float8's copies are not modelled",
@@ -126,12 +175,24 @@ ROWS = [
     Row(
         "BLOOM 176B TP4 PP12 DP8 mbs2 ZeRO-1",
         BLOOM + " ('Rebalancing layers', NHIDDEN=14336 NLAYERS=70 NHEADS=112 row, 02-28)",
-        {**_model(BLOOM_176B, 2048), "hardware.accelerator": "a100-80gb", "hardware.nodes": 48,
-         "parallelism.tensor": 4, "parallelism.pipeline": 12, "parallelism.sharding": "zero1",
-         "parallelism.activation_checkpointing": "full", "parallelism.sequence_parallel": False,
-         "parallelism.attention_kernel": "eager", "parallelism.pipeline_first_stage_layers": 5,
-         "parallelism.pipeline_last_stage_layers": 5, "batch.micro_batch": 2, "batch.grad_accum": 128},
-        59.0, "device", 0.40,
+        {
+            **_model(BLOOM_176B, 2048),
+            "hardware.accelerator": "a100-80gb",
+            "hardware.nodes": 48,
+            "parallelism.tensor": 4,
+            "parallelism.pipeline": 12,
+            "parallelism.sharding": "zero1",
+            "parallelism.activation_checkpointing": "full",
+            "parallelism.sequence_parallel": False,
+            "parallelism.attention_kernel": "eager",
+            "parallelism.pipeline_first_stage_layers": 5,
+            "parallelism.pipeline_last_stage_layers": 5,
+            "batch.micro_batch": 2,
+            "batch.grad_accum": 128,
+        },
+        59.0,
+        "device",
+        0.40,
         "34% under: DeepSpeed's BF16_Optimizer keeps the bf16 gradients beside its unsharded fp32 accumulation "
         "buffer (tr11-176B-ml/README.md: 'accumulates grads in fp32 ... 4 bytes * params of additional memory'): "
         "7.4 GiB the spec's precision fields cannot state; DeepSpeed's ZeRO-1 reduce/all-gather buckets "
@@ -141,14 +202,32 @@ ROWS = [
         Row(
             f"ZeRO Fig.1 7.5B x64 {label}",
             ZERO,
-            {"model.layers": 40, "model.d_model": 4096, "model.heads": 32, "model.d_ff": 16384,
-             "model.activation": "gelu", "model.vocab_size": 51200, "model.seq_len": 1024,
-             "hardware.accelerator": "v100", "hardware.nodes": 8, "precision.compute": "fp16",
-             "precision.grads": "bf16", "precision.loss_scaling": "dynamic", "parallelism.sharding": sharding},
-            gb * 1e9 / GIB, "states", 0.02, "the figure rounds to 0.1 GB (16 x 7.5e9 / 64 = 1.875 GB shown as 1.9)",
+            {
+                "model.layers": 40,
+                "model.d_model": 4096,
+                "model.heads": 32,
+                "model.d_ff": 16384,
+                "model.activation": "gelu",
+                "model.vocab_size": 51200,
+                "model.seq_len": 1024,
+                "hardware.accelerator": "v100",
+                "hardware.nodes": 8,
+                "precision.compute": "fp16",
+                "precision.grads": "bf16",
+                "precision.loss_scaling": "dynamic",
+                "parallelism.sharding": sharding,
+            },
+            gb * 1e9 / GIB,
+            "states",
+            0.02,
+            "the figure rounds to 0.1 GB (16 x 7.5e9 / 64 = 1.875 GB shown as 1.9)",
         )
-        for label, sharding, gb in (("baseline", "none", 120.0), ("P_os", "zero1", 31.4), ("P_os+g", "zero2", 16.6),
-                                    ("P_os+g+p", "fsdp", 1.9))
+        for label, sharding, gb in (
+            ("baseline", "none", 120.0),
+            ("P_os", "zero1", 31.4),
+            ("P_os+g", "zero2", 16.6),
+            ("P_os+g+p", "fsdp", 1.9),
+        )
     ],
 ]
 
@@ -199,7 +278,11 @@ S, B, H, A, T = 2048, 1, 12288, 96, 8
 KORTHIKANTI_TABLE_2 = [
     ("no parallelism", dict(tensor=1, sp=False, selective=False), S * B * H * (34 + 5 * A * S / H)),
     ("tensor parallel", dict(tensor=T, sp=False, selective=False), S * B * H * (10 + 24 / T + 5 * A * S / (H * T))),
-    ("tensor + sequence parallel", dict(tensor=T, sp=True, selective=False), S * B * H * (34 / T + 5 * A * S / (H * T))),
+    (
+        "tensor + sequence parallel",
+        dict(tensor=T, sp=True, selective=False),
+        S * B * H * (34 / T + 5 * A * S / (H * T)),
+    ),
     ("tensor parallel + selective", dict(tensor=T, sp=False, selective=True), S * B * H * (10 + 24 / T)),
     ("tensor + sequence parallel + selective", dict(tensor=T, sp=True, selective=True), S * B * H * 34 / T),
 ]
@@ -208,8 +291,16 @@ KORTHIKANTI_TABLE_2 = [
 @pytest.mark.parametrize(("label", "kw", "paper"), KORTHIKANTI_TABLE_2, ids=[r[0] for r in KORTHIKANTI_TABLE_2])
 def test_korthikanti_table_2_activation_bytes_per_layer(label, kw, paper):
     got = activation_bytes_per_layer(
-        GPT3, S, B, kw["tensor"], 1, 2, attention_kernel="eager", sequence_parallel=kw["sp"],
-        selective=kw["selective"], dropout=True,
+        GPT3,
+        S,
+        B,
+        kw["tensor"],
+        1,
+        2,
+        attention_kernel="eager",
+        sequence_parallel=kw["sp"],
+        selective=kw["selective"],
+        dropout=True,
     )
     assert math.isclose(got, paper, rel_tol=1e-9), (label, got / paper)
 

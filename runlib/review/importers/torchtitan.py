@@ -145,10 +145,23 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         "hsdp" if replicate > 1 else "fsdp",
         "data_parallel_shard_degree -1: FSDP over the rest" + (f", replicate {replicate}" if replicate > 1 else ""),
     )
-    ac = str(cfg.get("activation_checkpoint", {}).get("mode", "selective"))
+    ac_section = cfg.get("activation_checkpoint", {})
+    ac = str(ac_section.get("mode", "selective"))
     if ac not in ("none", "selective", "full"):
         raise UnmappableConfig(f"{file}: [activation_checkpoint] mode = {ac!r}: one of none, selective, full")
-    d.set("parallelism.activation_checkpointing", ac, "[activation_checkpoint] mode")
+    option = str(ac_section.get("selective_ac_option", "op"))
+    if ac == "selective" and option != "op":
+        raise UnmappableConfig(
+            f"{file}: [activation_checkpoint] selective_ac_option = {option!r} (full recomputation of every "
+            f'{option}th block) has no runlib value; use "op" (runlib\'s selective_op) or mode "full"'
+        )
+    # torchtitan's "selective" with selective_ac_option "op" (its default) is an op-level policy: runlib's
+    # selective_op (runlib/model/parallelize.py op_selective_context)
+    d.set(
+        "parallelism.activation_checkpointing",
+        "selective_op" if ac == "selective" else ac,
+        "[activation_checkpoint] mode",
+    )
 
     local, where = _get(cfg, "training", "local_batch_size", None, ("training", "batch_size"))
     if local is None:
