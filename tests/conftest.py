@@ -30,6 +30,8 @@ MODULE_COST_S = {
     "tests/train/test_spikes.py": 100,
     "tests/workflow/test_artifacts.py": 100,
     "tests/track/test_mlflow_track.py": 60,
+    "tests/review/test_shrink.py": 300,
+    "tests/export/test_hf.py": 40,
 }
 
 

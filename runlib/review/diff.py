@@ -233,12 +233,11 @@ def finding_changes(a: AuditResult, b: AuditResult) -> tuple[list[FindingChange]
 
 
 def review_graph(spec: Any, plan: Plan) -> tuple[Any, list[str]]:
-    """The spec's stage graph as runlib.workflow.graph.build_graph builds it, except that a file source
-    whose glob matches nothing gets one placeholder shard (no files) instead of an error. Returns the graph
-    and the names of those sources. tests/review/test_diff.py checks that it equals build_graph's graph
-    whenever every input exists."""
+    """The spec's stage graph (runlib.workflow.graph.build_graph), except that a file source whose glob
+    matches nothing gets one placeholder shard (no files) instead of an error. Returns the graph and the
+    names of those sources."""
     from runlib.workflow import configs
-    from runlib.workflow.graph import StageGraph, make_node, training_nodes
+    from runlib.workflow.graph import build_graph
 
     placeholders: list[str] = []
     shard_configs: dict[str, list] = {}
@@ -254,28 +253,7 @@ def review_graph(spec: Any, plan: Plan) -> tuple[Any, list[str]]:
             shard_configs[name] = [
                 CurateShardConfig(input=source.input, curate=source.curate, shard=0, shards=1, files=[])
             ]
-    source_configs = configs.curate_source_configs(spec, plan)
-    nodes: list = []
-    curated = {}
-    for name in spec.data.sources:
-        shard_nodes = [
-            make_node("curate_shard", f"curate_shard {name}/{c.shard}", c, source=name, shard=c.shard)
-            for c in shard_configs[name]
-        ]
-        nodes += shard_nodes
-        inputs = {f"shard{i}": n.key for i, n in enumerate(shard_nodes)}
-        curated[name] = make_node("curate_source", f"curate_source {name}", source_configs[name], inputs, source=name)
-        nodes.append(curated[name])
-    tok_inputs = {f"source:{name}": curated[name].key for name in sorted(spec.tokenizer.train_on) if name in curated}
-    tokenizer = make_node("train_tokenizer", "train_tokenizer", configs.tokenizer_config(spec, plan), tok_inputs)
-    nodes.append(tokenizer)
-    tokenized = {}
-    for name, config in configs.tokenize_configs(spec, plan).items():
-        inputs = {"curated": curated[name].key, "tokenizer": tokenizer.key}
-        tokenized[name] = make_node("tokenize", f"tokenize {name}", config, inputs, source=name)
-        nodes.append(tokenized[name])
-    nodes += training_nodes(spec, plan, tokenizer, tokenized)
-    return StageGraph(tuple(nodes)), placeholders
+    return build_graph(spec, shard_configs), placeholders
 
 
 def _one_source(spec: Any, name: str) -> Any:

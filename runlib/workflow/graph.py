@@ -77,13 +77,16 @@ class StageGraph:
         return {role: index[key] for role, key in node.inputs.items()}
 
 
-def build_graph(spec: RunSpec) -> StageGraph:
+def build_graph(spec: RunSpec, shard_configs: dict[str, list] | None = None) -> StageGraph:
+    """Every stage of the spec. `shard_configs` (source -> its curate_shard configs) replaces the listing of
+    the sources' input files (runlib.review.diff plans specs whose files are elsewhere)."""
     from runlib.plan import derive
 
     plan = derive(spec)
     nodes: list[StageNode] = []
     curated: dict[str, StageNode] = {}
-    shard_configs = configs.curate_shard_configs(spec, plan)
+    if shard_configs is None:
+        shard_configs = configs.curate_shard_configs(spec, plan)
     source_configs = configs.curate_source_configs(spec, plan)
     for name in spec.data.sources:
         shard_nodes = [
@@ -103,21 +106,30 @@ def build_graph(spec: RunSpec) -> StageGraph:
         inputs = {"curated": curated[name].key, "tokenizer": tokenizer.key}
         tokenized[name] = make_node("tokenize", f"tokenize {name}", config, inputs, source=name)
         nodes.append(tokenized[name])
-    nodes += training_nodes(spec, plan, tokenizer, tokenized)
+    if spec.ladder is None or spec.ladder.train_target:
+        nodes += training_nodes(spec, plan, tokenizer, tokenized)
+    if spec.ladder is not None:
+        nodes += ladder_nodes(spec, plan, tokenizer, tokenized)
     return StageGraph(tuple(nodes))
 
 
-def training_nodes(spec: RunSpec, plan, tokenizer: StageNode, tokenized: dict[str, StageNode]) -> list[StageNode]:
-    """train_phase per phase (each from the previous one's end) and eval_phase after each (or the last)."""
+def training_nodes(
+    spec: RunSpec, plan, tokenizer: StageNode, tokenized: dict[str, StageNode], rung: str | None = None
+) -> list[StageNode]:
+    """train_phase per phase (each from the previous one's end) and eval_phase after each (or the last).
+
+    rung: a ladder rung's name (runlib.ladder.rungs), carried in each node's params and instance name."""
     nodes: list[StageNode] = []
     previous: StageNode | None = None
+    tag = {} if rung is None else {"rung": rung}
+    prefix = "" if rung is None else f"{rung}/"
     for i, (phase, config) in enumerate(zip(plan.phases, configs.train_phase_configs(spec, plan), strict=True)):
         inputs = {"tokenizer": tokenizer.key}
         mixture = phase.settings.phase.mixture
         inputs.update({f"tokens:{n}": tokenized[n].key for n, w in sorted(mixture.items()) if w > 0 and n in tokenized})
         if previous is not None:
             inputs["previous"] = previous.key
-        previous = make_node("train_phase", f"train_phase {phase.name}", config, inputs, phase=i)
+        previous = make_node("train_phase", f"train_phase {prefix}{phase.name}", config, inputs, phase=i, **tag)
         nodes.append(previous)
     trained = {n.params["phase"]: n for n in nodes}
     for i, config in configs.eval_configs(spec, plan).items():
@@ -126,5 +138,28 @@ def training_nodes(spec: RunSpec, plan, tokenizer: StageNode, tokenized: dict[st
             "tokenizer": tokenizer.key,
             **{f"tokens:{n}": t.key for n, t in sorted(tokenized.items())},
         }
-        nodes.append(make_node("eval_phase", f"eval_phase {plan.phases[i].name}", config, inputs, phase=i))
+        name = f"eval_phase {prefix}{plan.phases[i].name}"
+        nodes.append(make_node("eval_phase", name, config, inputs, phase=i, **tag))
     return nodes
+
+
+def ladder_nodes(spec: RunSpec, plan, tokenizer: StageNode, tokenized: dict[str, StageNode]) -> list[StageNode]:
+    """The ladder's rungs (runlib.ladder.rungs), each trained and evaluated from the target's own
+    tokenizer and tokenized sources, and the fit_ladder node over the rungs' evaluations."""
+    from runlib.ladder.rungs import ladder_rungs
+
+    ladder = ladder_rungs(spec, plan)
+    nodes: list[StageNode] = []
+    evals: dict[str, str] = {}
+    for rung in ladder.rungs:
+        rung_nodes = training_nodes(rung.spec, rung.plan, tokenizer, tokenized, rung=rung.name)
+        nodes += rung_nodes
+        evals[f"eval:{rung.name}"] = [n for n in rung_nodes if n.stage == "eval_phase"][-1].key
+    config = configs.fit_ladder_config(spec, plan, ladder)
+    nodes.append(make_node("fit_ladder", "fit_ladder", config, evals))
+    return nodes
+
+
+def is_rung(node: StageNode) -> bool:
+    """A node of a ladder rung (not of the spec's own run)."""
+    return "rung" in node.params
