@@ -17,6 +17,7 @@ include: "rules/tokenizer.smk"
 include: "rules/tokenize.smk"
 include: "rules/train.smk"
 include: "rules/eval.smk"
+include: "rules/ladder.smk"
 include: "rules/track.smk"
 include: "rules/report.smk"
 

@@ -260,6 +260,7 @@ STAGE_COMMANDS = {
     "tokenize": "tokenize one curated source into token shards (train and held-out)",
     "train-phase": "train one phase from the previous phase's end (accelerate launch, one process per device)",
     "eval-phase": "evaluate a phase's model: held-out loss per source and the spec's tasks",
+    "fit-ladder": "fit L(N, D) to the ladder's rungs and predict the spec's held-out loss (spec: ladder)",
 }
 
 

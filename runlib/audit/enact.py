@@ -213,24 +213,96 @@ def precision_refusals(*, compute: str, master_weights: str, optimizer_states: s
     return out
 
 
+# ------------------------------------------------------------------- model and precision fields (issue 12)
+
+# fields of model.* that runlib's tensor-parallel plan (runlib.model.parallelize) has no layout for: the
+# plan shards q/k/v by heads and keeps the two pre-norms of a sequential block sequence-parallel; ALiBi's
+# per-head slopes, a parallel block's single norm, an embedding norm and dropout under sequence
+# parallelism (dropout needs the same mask on every TP rank: Megatron's CUDA RNG tracker) are not there
+_NOT_UNDER_TENSOR = ("position alibi", "parallel_block", "embedding_norm", "dropout")
+
+
+def model_refusals(model: Any, tensor: int) -> list[Refusal]:
+    """What runlib's model or its tensor-parallel plan cannot build of model.* (pure; RUN008)."""
+    out: list[Refusal] = []
+    if model.position == "relative":
+        out.append(
+            Refusal(
+                "RUN008",
+                "model.position",
+                "relative",
+                "Transformer-XL relative positions (Dai et al. 2019) are planned (parameters and FLOPs) but "
+                "runlib's model has no relative-position attention",
+                "use position: alibi (no parameters, also relative; Press et al. 2022) or rope to train it here",
+            )
+        )
+    if tensor > 1:
+        used = {
+            "position alibi": model.position == "alibi",
+            "parallel_block": model.parallel_block,
+            "embedding_norm": model.embedding_norm,
+            "dropout": model.dropout > 0,
+        }
+        names = [name for name in _NOT_UNDER_TENSOR if used[name]]
+        if names:
+            field = "model.position" if names[0] == "position alibi" else f"model.{names[0]}"
+            out.append(
+                Refusal(
+                    "RUN008",
+                    field,
+                    names,
+                    f"tensor parallelism {tensor} with {', '.join(names)} is not enacted: runlib's tensor-parallel "
+                    "plan has no layout for "
+                    + ("them" if len(names) > 1 else "it")
+                    + " (per-head ALiBi slopes, one norm per parallel block, an embedding norm, dropout on "
+                    "sequence-parallel activations)",
+                    "use tensor: 1 with fsdp sharding (the model shards by parameters instead)",
+                )
+            )
+    return out
+
+
+def precision_field_refusals(precision: Any) -> list[Refusal]:
+    """Precision values the trainer cannot enact beyond runlib.audit.enact's (pure; RUN009)."""
+    if precision.grads != "fp16":
+        return []
+    return [
+        Refusal(
+            "RUN009",
+            "precision.grads",
+            "fp16",
+            "fp16 gradients are not enacted: runlib reduces gradients in fp32, or in bf16 for grads: bf16 "
+            "(runlib.model.parallelize), so an fp16 reduction would silently be another dtype",
+            "use grads: fp32 (with fp16 compute too: Megatron's --accumulate-allreduce-grads-in-fp32)",
+        )
+    ]
+
+
 def train_config_refusals(config: Any) -> list[Refusal]:
     """The refusals of one training phase's stage config (runlib.train.config.TrainPhaseConfig, read
     duck-typed: accelerator, seq_len, model, parallel, precision, optimizer): the trainer's last guard."""
     par, model, precision = config.parallel, config.model, config.precision
-    return parallelism_refusals(
-        accelerator=config.accelerator,
-        nodes=par.nodes,
-        devices_per_node=par.processes_per_node,
-        tensor=par.tp,
-        pipeline=par.pp,
-        context=par.cp,
-        sharding=par.sharding,
-        offload=par.offload,
-        heads=model.heads,
-        kv_heads=model.kv_heads,
-        d_ff=model.d_ff,
-        qk_norm=model.qk_norm,
-        seq_len=config.seq_len,
-    ) + precision_refusals(
-        compute=precision.compute, master_weights=precision.master_weights, optimizer_states=precision.optimizer_states
+    return (
+        parallelism_refusals(
+            accelerator=config.accelerator,
+            nodes=par.nodes,
+            devices_per_node=par.processes_per_node,
+            tensor=par.tp,
+            pipeline=par.pp,
+            context=par.cp,
+            sharding=par.sharding,
+            offload=par.offload,
+            heads=model.heads,
+            kv_heads=model.kv_heads,
+            d_ff=model.d_ff,
+            qk_norm=model.qk_norm,
+            seq_len=config.seq_len,
+        )
+        + precision_refusals(
+            compute=precision.compute,
+            master_weights=precision.master_weights,
+            optimizer_states=precision.optimizer_states,
+        )
+        + model_refusals(model, par.tp)
+        + precision_field_refusals(precision)
     )

@@ -4,7 +4,10 @@
 
 eval.json: {"phase", "phase_index", "tokens", "heldout": {source: heldout_metrics}, "tasks": {name:
 {"kind", "n", the scores (acc, acc_norm, chance_acc | loglik_mean, loglik_per_token), and for a task
-built from_heldout "examples_requested" and "examples_cap" (why n is below the request, or null)}}}.
+built from_heldout "examples_requested" and "examples_cap" (why n is below the request, or null)}}}. A kind: lm_eval task (runlib.eval.harness) has
+{"kind": "lm_eval", "task", "n", lm-eval's metrics by name (acc, acc_norm, acc_bytes, perplexity, their
+_stderr), "chance_acc" (multiple choice), "loglik_mean" (log-likelihood tasks), "lm_eval_version",
+"examples_requested", "examples_cap"}: lm-eval scores the phase exported as a Hugging Face checkpoint.
 
 `config` is a runlib.eval.config.EvalConfig (built by runlib.workflow.configs); the inputs are the
 train_phase artifact (final.pt), the tokenizer artifact and each source's tokenize artifact, whose
@@ -14,12 +17,14 @@ manifests give the end-of-document id and the held-out bytes per token.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 from runlib.eval.config import EvalConfig
 
 TASK_SEED = 1234  # tasks built from held-out documents are the same for every phase and run
+LM_EVAL_WORK = ".lm-eval-work"  # the export lm-eval loads and its task files, removed before the stage ends
 # eval.json fields that describe a task rather than measure the model: not in the manifest's counts
 # (which MLflow logs as metrics)
 NOT_COUNTED = frozenset({"chance_acc", "examples_requested"})
@@ -40,7 +45,8 @@ def evaluate_phase(
     torch.set_num_threads(1)
     shape = config.model
     model = Transformer(shape.spec, shape.vocab_rows, shape.position_rows)
-    model.load_state_dict(ckpt.load(Path(model_dir) / "final.pt")["model"])
+    state = ckpt.load(Path(model_dir) / "final.pt")["model"]
+    model.load_state_dict(state)
     if shape.spec.position == "rope":
         model.set_rope(config.rope_theta, config.seq_len)
     model.eval()
@@ -56,8 +62,20 @@ def evaluate_phase(
             model, Path(token_dir), seq_len, eos, bytes_per_token, max_tokens=config.heldout_tokens
         )
 
+    harness: dict[str, dict[str, Any]] = {}
+    if any(t.kind == "lm_eval" for t in config.tasks):
+        from runlib.eval.harness.run import run_lm_eval_tasks
+
+        work = Path(out_dir) / LM_EVAL_WORK
+        try:
+            harness = run_lm_eval_tasks(config, state, tokenizer, tokenizer_dir, token_dirs, work, TASK_SEED)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     tasks = {}
     for task in config.tasks:
+        if task.kind == "lm_eval":
+            tasks[task.name] = harness[task.name]
+            continue
         extra: dict[str, Any] = {}
         if task.from_heldout is not None:
             built = heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, TASK_SEED)

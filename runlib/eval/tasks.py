@@ -26,8 +26,8 @@ the same items the same):
     1 / number of choices, computed from the items (0.25 for the held-out task's 4 choices), so
     acc and acc_norm are read against it.
 A sequence longer than max_len + 1 tokens is cut from the left (the option always stays whole, if it
-fits). A context that tokenizes to nothing is preceded by the EOS token so the first option token has
-something to be predicted from.
+fits). An empty context is the EOS token (lm-eval's prefix token for a tokenizer without BOS), so the
+first option token has something to be predicted from.
 
 `build_heldout_tasks` makes a small multiple-choice task out of a source's own held-out documents
 (context: the first half of a document, up to 200 characters, cut at a word boundary; choices: its
@@ -44,9 +44,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 

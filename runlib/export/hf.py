@@ -14,7 +14,8 @@ residual, so two transformers architectures compute exactly the same function:
   * GPT2LMHeadModel (models/gpt2/modeling_gpt2.py): LayerNorm, learned absolute positions, a GELU MLP,
     multi-head attention; its Conv1D layers store weights as [in, out] (transposed) and q, k, v fused in
     c_attn. GPT-2 always has biases: a spec without them exports zero biases (the same function).
-Refused, with the reason: QK-norm (OLMo 2 normalises q and k over the whole projection but its blocks are
+Refused, with the reason: parallel blocks (Falcon), an embedding norm (BLOOM), ALiBi and relative
+positions, ReLU activations (shapes whose transformers architectures differ from runlib's block in other ways), QK-norm (OLMo 2 normalises q and k over the whole projection but its blocks are
 post-norm, x + norm(attn(x)) (Groeneveld et al. 2025, arXiv 2501.00656, section 3.2); Qwen3 normalises per
 head: neither is our block), and the mixed shapes (RoPE with LayerNorm or GELU, learned positions with
 RMSNorm or SwiGLU, grouped-query attention with learned positions) that no architecture has.
@@ -65,6 +66,10 @@ def hf_architecture(model: ModelSpec) -> str:
             "model.qk_norm: true (no transformers architecture has a pre-norm block with QK-norm over the whole "
             "q and k projections: OLMo 2's blocks are post-norm, Qwen3 normalises per head)"
         )
+    if model.parallel_block:
+        problems.append("model.parallel_block: true (Falcon's parallel block: no architecture here computes it)")
+    if model.embedding_norm:
+        problems.append("model.embedding_norm: true (BLOOM's embedding LayerNorm: neither Llama nor GPT-2 has it)")
     llama_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "swiglu"
     gpt2_like = model.position == "learned" and model.norm == "layernorm" and model.activation == "gelu"
     if not (llama_like or gpt2_like):

@@ -223,8 +223,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     flops_total = sum(p.flops for p in phases)
     first_seq = settings[0].seq_len if settings else spec.model.seq_len
     flops_causal = sum(
-        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len, relative)
-        * p.tokens
+        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len, relative) * p.tokens
         for p in phases
     )
     gpu_hours = flops_total / (peak * spec.hardware.mfu) / 3600 if peak > 0 else math.inf

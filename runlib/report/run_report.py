@@ -217,7 +217,7 @@ def collect_run(spec_path: str | Path) -> RunData:
 
     def state(stage: str, index: int) -> StageState | None:
         for n in graph.of(stage):
-            if n.params.get("phase") == index:
+            if n.params.get("phase") == index and "rung" not in n.params:  # a ladder rung's is not the run's
                 return by_key[(stage, n.key)]
         return None
 
@@ -274,9 +274,19 @@ def build_blocks(run: RunData) -> list[Block]:
         *_wall_times(run),
         *_stages(run),
         *_audit(run),
+        *_ladder(run),
         Heading(2, "Plots"),
         *(Image(file, title, caption) for file, title, caption in PLOTS),
     ]
+
+
+def _ladder(run: RunData) -> list[Block]:
+    """The scaling ladder's rungs, fits and prediction (runlib.ladder.report), for a spec with a ladder."""
+    if run.spec.ladder is None:
+        return []
+    from runlib.ladder.report import ladder_blocks
+
+    return ladder_blocks(run)
 
 
 def _header(run: RunData) -> list[Block]:
@@ -691,7 +701,12 @@ PLOTTERS: dict[str, Callable[[RunData, Path], Path]] = {
 
 
 def write_plots(run: RunData, out_dir: Path) -> list[Path]:
-    return [PLOTTERS[name](run, Path(out_dir) / name) for name, _, _ in PLOTS]
+    paths = [PLOTTERS[name](run, Path(out_dir) / name) for name, _, _ in PLOTS]
+    if run.spec.ladder is not None:
+        from runlib.ladder.report import PLOT, plot_ladder
+
+        paths.append(plot_ladder(run, Path(out_dir) / PLOT))
+    return paths
 
 
 # --- the report ----------------------------------------------------------------------------------

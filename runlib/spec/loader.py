@@ -595,7 +595,7 @@ def _cross_field_problems(spec: RunSpec) -> list[tuple[str, str]]:
             ("tokenizer", "give tokenizer.vocab_size (to train one) or tokenizer.pretrained (a tokenizer.json)")
         )
     for i, task in enumerate(spec.eval.tasks):
-        if (task.path is None) == (task.from_heldout is None):
+        if task.kind != "lm_eval" and (task.path is None) == (task.from_heldout is None):  # lm_eval: EvalTaskSpec
             problems.append(
                 (f"eval.tasks[{i}]", "give exactly one of path (a JSONL file) or from_heldout (a source name)")
             )

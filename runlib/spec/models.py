@@ -527,6 +527,11 @@ class ScheduleSpec(KeyedWhenSet):
             )
         if self.kind != "multistep" and self.lr_steps:
             raise ValueError(f"schedule.lr_steps is read with kind: multistep only (kind is {self.kind})")
+        if self.kind == "multistep" and (self.decay is not None or self.min_lr_ratio != 0):
+            raise ValueError(
+                "schedule.kind multistep reads neither decay nor min_lr_ratio (the levels are lr_steps, the last "
+                "one the floor): remove them"
+            )
         return self
 
 

@@ -121,3 +121,34 @@ def eval_configs(spec: RunSpec, plan: Plan) -> dict[int, EvalConfig]:
             tasks=spec.eval.tasks,
         )
     return out
+
+
+# ------------------------------------------------------------------------------------------ ladder
+
+
+def fit_ladder_config(spec: RunSpec, plan: Plan, ladder) -> StageConfig:
+    """The fit_ladder stage's config: each rung's N, D and compute (runlib.ladder.rungs), the target's."""
+    from runlib.ladder.config import FitLadderConfig, LadderPoint
+
+    def point(name: str, width: int, layers: int, p: Plan, held_out: bool = False) -> LadderPoint:
+        n = p.params
+        return LadderPoint(
+            name=name,
+            width=width,
+            layers=layers,
+            params=n.non_embedding,
+            params_total=n.total,
+            tokens=p.tokens_total,
+            flops=p.flops_total,
+            held_out=held_out,
+        )
+
+    assert spec.ladder is not None
+    return FitLadderConfig(
+        rungs=[point(r.name, r.width, r.layers, r.plan, r.held_out) for r in ladder.rungs],
+        skipped=list(ladder.skipped),
+        target=point(spec.name, spec.model.d_model, spec.model.layers, plan),
+        sources=sorted(spec.data.sources),
+        bootstrap=spec.ladder.bootstrap,
+        seed=spec.seed,
+    )

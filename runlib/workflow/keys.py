@@ -25,7 +25,8 @@ STAGE_VERSIONS: dict[str, int] = {
     "train_tokenizer": 3,
     "tokenize": 3,
     "train_phase": 3,
-    "eval_phase": 3,
+    "eval_phase": 4,
+    "fit_ladder": 1,
 }
 
 

@@ -79,6 +79,20 @@ class Workflow:
                 f"{spec_path}: {len(refused)} value(s) the trainer cannot enact (listed above); no job was started. "
                 "Change them as each fix says."
             )
+        # lm-eval tasks (runlib.eval.harness.gate): what this machine cannot run (not installed, a task file
+        # missing, a download while offline), before any job
+        from runlib.eval.harness.gate import harness_refusals
+
+        harness = harness_refusals(loaded.spec.eval.tasks, loaded.spec.model)
+        if harness:
+            for r in harness:
+                pos = loaded.source_map.position(r.field)
+                where = f"{spec_path}:{pos[0]}: " if pos else f"{spec_path}: "
+                print(f"{where}{r.field}: {r.problem}\n    fix: {r.fix}", file=sys.stderr)
+            raise GateRefused(
+                f"{spec_path}: {len(harness)} lm-eval task setting(s) cannot run on this machine (listed above); "
+                "no job was started."
+            )
         self.spec = loaded.spec
         try:
             self.graph: StageGraph = build_graph(self.spec)
@@ -151,18 +165,17 @@ class Workflow:
         phase, so each value is a function of the job's wildcards): nodes, a task per node (one
         `accelerate launch` each), a core per process, host memory and a time limit from the plan's
         estimates with a margin (runlib.train.launch.slurm_resources says how)."""
-        from runlib.plan import derive
         from runlib.train.launch import phase_job_resources
         from runlib.train.phase import processes_per_node
 
-        plan = derive(self.spec)
         cache: dict[str, dict] = {}
 
         def of(key: str) -> dict:
             if key not in cache:
-                config = self.graph.by_key("train_phase", key).config
+                node = self.graph.by_key("train_phase", key)
+                config = node.config
                 cache[key] = phase_job_resources(
-                    config.parallel, config.accelerator, processes_per_node(config), plan.phases[config.phase_index]
+                    config.parallel, config.accelerator, processes_per_node(config), self.phase_plan(node)
                 )
             return cache[key]
 
@@ -172,6 +185,18 @@ class Workflow:
         phases = self.graph.of("train_phase")
         names = of(phases[0].key).keys() if phases else ()
         return {name: value(name) for name in names}
+
+    def phase_plan(self, node):
+        """The plan of a train_phase node's phase: the spec's, or its ladder rung's (runlib.ladder.rungs)."""
+        from runlib.plan import derive
+        from runlib.workflow.graph import is_rung
+
+        if not hasattr(self, "_plans"):
+            from runlib.ladder.rungs import ladder_rungs
+
+            plan = derive(self.spec)
+            self._plans = {None: plan, **{r.name: r.plan for r in ladder_rungs(self.spec, plan).rungs}}
+        return self._plans[node.params["rung"] if is_rung(node) else None].phases[node.config.phase_index]
 
     def tracked(self, key: str = "{key}") -> str:
         """The track rule's stamp for the training phase with `key`, under this spec's MLflow parent."""
@@ -189,16 +214,26 @@ class Workflow:
         marked ancient (a rebuilt artifact keeps its key, so its record stands)."""
         from snakemake.io import ancient
 
+        from runlib.workflow.graph import is_rung
+
         def function(wildcards) -> list[str]:
-            train = self.graph.by_key("train_phase", wildcards.key)
-            evals = [n for n in self.graph.of("eval_phase") if train.key in n.inputs.values()]
-            return [ancient(self.done(n.stage, n.key)) for n in [train, *evals]]
+            fits = [n for n in self.graph.of("fit_ladder") if n.key == wildcards.key]
+            if fits:  # a ladder is tracked once, after its fit: every rung's stages and the fit
+                nodes = [n for n in self.graph.nodes if is_rung(n)] + fits
+            else:
+                train = self.graph.by_key("train_phase", wildcards.key)
+                nodes = [train, *(n for n in self.graph.of("eval_phase") if train.key in n.inputs.values())]
+            return [ancient(self.done(n.stage, n.key)) for n in nodes]
 
         return function
 
     def track_targets(self) -> list[str]:
-        """One track stamp per training phase (the data stages are recorded by the first)."""
-        return [self.tracked(n.key) for n in self.graph.of("train_phase")]
+        """One track stamp per training phase of the run (the data stages are recorded by the first) and
+        one for a ladder's rungs and fit (keyed by the fit: one MLflow process for all the rungs)."""
+        from runlib.workflow.graph import is_rung
+
+        phases = [n for n in self.graph.of("train_phase") if not is_rung(n)]
+        return [self.tracked(n.key) for n in [*phases, *self.graph.of("fit_ladder")]]
 
     def report(self) -> dict[str, str]:
         """The run report: a view for people, rebuilt whenever a stage it shows changes key."""
@@ -208,7 +243,8 @@ class Workflow:
     def report_inputs(self) -> list[str]:
         """The training and evaluation done stamps, and the track stamps: the report logs itself to the
         spec's parent run once every stage is recorded there."""
-        done = [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in ("train_phase", "eval_phase")]
+        shown = ("train_phase", "eval_phase", "fit_ladder")
+        done = [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in shown]
         return done + self.track_targets()
 
     def progress_start(self) -> None:
@@ -216,15 +252,13 @@ class Workflow:
         step, tokens, loss, tokens/s, ETA)."""
         import math
 
-        from runlib.plan import derive
         from runlib.train.phase import scratch_dir
         from runlib.workflow import progress
 
         try:
-            plan = derive(self.spec)
             phases = []
             for node in self.graph.of("train_phase"):
-                planned = plan.phases[node.config.phase_index]
+                planned = self.phase_plan(node)
                 seconds = planned.hours * 3600 if planned.hours is not None and math.isfinite(planned.hours) else None
                 phases.append(progress.PhaseTime(node.key, node.instance, planned.span.tokens, seconds))
             labels = {(n.stage, n.key): n.instance for n in self.graph.nodes}

@@ -80,6 +80,13 @@ def _eval_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]
     return evaluate_phase(node.config, dirs["model"], dirs["tokenizer"], token_dirs, out)
 
 
+def _fit_ladder(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.ladder.stage import fit_ladder
+
+    evals = {role.removeprefix("eval:"): d for role, d in input_dirs(graph, node).items()}
+    return fit_ladder(node.config, evals, out)
+
+
 BUILDERS = {
     "curate_shard": _curate_shard,
     "curate_source": _curate_source,
@@ -87,11 +94,13 @@ BUILDERS = {
     "tokenize": _tokenize,
     "train_phase": _train_phase,
     "eval_phase": _eval_phase,
+    "fit_ladder": _fit_ladder,
 }
 TRACKED_FILES = {  # what the track step attaches to a stage's MLflow run besides its manifest
     "train_tokenizer": ["tokenizer.json"],
     "train_phase": ["metrics.jsonl", "spikes.json"],
     "eval_phase": ["eval.json"],
+    "fit_ladder": ["fit.json"],
 }
 
 

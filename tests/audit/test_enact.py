@@ -32,7 +32,7 @@ def _phase_refusals(spec, index: int = 0) -> set[str]:
 
 
 def test_run_family_is_a_warning_family():
-    assert [c.code for c in RUN_CHECKS] == [f"RUN00{i}" for i in range(1, 8)]
+    assert [c.code for c in RUN_CHECKS] == [f"RUN00{i}" for i in range(1, 10)]
     assert {c.severity for c in RUN_CHECKS} == {"warning"}
 
 
@@ -47,7 +47,7 @@ def test_trainer_guard_refuses_what_the_audit_flags(check, case):
     assert check.code in codes
     finding = next(f for f in audit(spec, select={check.code}).findings if f.code == check.code)
     assert "the runner refuses it" in finding.message
-    assert re.match(r"(phases\[\d+\]\.)?(parallelism|precision|optimizer)\.", finding.path)
+    assert re.match(r"(phases\[\d+\]\.)?(parallelism|precision|optimizer|model)\.", finding.path)
 
 
 @pytest.mark.parametrize(("check", "case"), [(c, p) for c in RUN_CHECKS for p in c.passes])

@@ -98,6 +98,9 @@ def test_the_tokenizer_loads_with_its_special_tokens(tmp_path):
         ({**LLAMA, "qk_norm": True}, "model.qk_norm"),
         ({**LLAMA, "norm": "layernorm"}, "norm: layernorm"),
         ({**GPT2, "kv_heads": 2}, "model.kv_heads"),
+        ({**LLAMA, "parallel_block": True}, "model.parallel_block"),
+        ({**GPT2, "embedding_norm": True}, "model.embedding_norm"),
+        ({**LLAMA, "position": "alibi"}, "position: alibi"),
     ],
 )
 def test_shapes_without_an_equivalent_are_refused(tmp_path, fields, named):

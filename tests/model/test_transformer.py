@@ -85,6 +85,10 @@ def trainer_model(spec, plan) -> Transformer:
 def test_parameter_count_equals_plan(spec_file: Path) -> None:
     spec = load_spec(spec_file).spec
     plan = derive(spec)
+    if spec.model.position == "relative":  # planned, not built: refused (RUN008)
+        with pytest.raises(ValueError, match="RUN008"), torch.device("meta"):
+            trainer_model(spec, plan)
+        return
     with torch.device("meta"):  # 8B parameters cost nothing on meta
         model = trainer_model(spec, plan)
     assert sum(p.numel() for p in model.parameters()) == plan.params.total
@@ -441,3 +445,27 @@ def test_dropout_in_training_only_and_reproducible_from_the_seed() -> None:
 def test_relative_positions_are_refused_by_the_model() -> None:
     with pytest.raises(ValueError, match="RUN008"):
         tiny(position="relative")
+
+
+@pytest.mark.parametrize("name", ["bloom", "falcon", "opt"])
+def test_issue12_architectures_train_with_the_specs_optimizer(name: str) -> None:
+    """Each new architecture learns (dropout on, in training mode) with runlib's optimizer builder; MPT's
+    Lion (optimizer.kind lion, lion-pytorch) on the BLOOM-style ALiBi model."""
+
+    from runlib.spec.models import OptimizerSpec, PrecisionSpec
+    from runlib.train.optim import build_optimizer
+
+    model = tiny(**VARIANTS[name]).train()
+    kind, lr = ("lion" if name == "bloom" else "adamw"), 3e-3
+    opt = build_optimizer(model, OptimizerSpec(kind=kind, lr=lr), PrecisionSpec(compute="fp32"))
+    assert type(opt).__name__ == ("Lion" if kind == "lion" else "AdamW")
+    torch.manual_seed(0)
+    x = torch.randint(0, VOCAB, (4, 17))
+    losses = []
+    for _ in range(15):
+        loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.5, (name, losses[0], losses[-1])

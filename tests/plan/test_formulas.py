@@ -5,6 +5,7 @@ import math
 import pytest
 
 from runlib.audit.cases import case_data
+from runlib.errors import SpecError
 from runlib.plan import derive
 from runlib.plan.flops import flops_per_token, flops_per_token_causal
 from runlib.plan.memory import activation_bytes_per_layer, state_bytes_per_param
@@ -135,11 +136,15 @@ def test_memory_model_states():
 
 def test_activation_bytes_per_layer_by_hand():
     # s=2048, b=1, h=768, a*hd=768, kv*hd=256, f=2048, swiglu, 2 bytes:
-    # values per token = 2h + h + (768 + 2*256) + h + h + 3f = 1536+768+1280+768+768+6144 = 11264
+    # values per token = 2h + h + (768 + 2*256) + h + h + 4f = 1536+768+1280+768+768+8192 = 13312
+    # (SwiGLU keeps gate, up, silu(gate) and their product)
     model = ModelSpec(layers=12, d_model=768, heads=12, kv_heads=4, d_ff=2048, seq_len=2048)
-    assert activation_bytes_per_layer(model, 2048, 1, 1, 1, 2) == 2048 * 11264 * 2
-    assert activation_bytes_per_layer(model, 2048, 1, 2, 1, 2) == 2048 * 11264  # tensor parallel halves it
-    assert activation_bytes_per_layer(model, 2048, 1, 1, 4, 2) == 512 * 11264 * 2  # context parallel splits s
+    assert activation_bytes_per_layer(model, 2048, 1, 1, 1, 2) == 2048 * 13312 * 2
+    assert activation_bytes_per_layer(model, 2048, 1, 2, 1, 2) == 2048 * 13312  # tensor + sequence parallel halve it
+    assert activation_bytes_per_layer(model, 2048, 1, 1, 4, 2) == 512 * 13312 * 2  # context parallel splits s
+    # without sequence parallelism the norm, attention and MLP inputs (4h) stay whole on each tensor rank
+    no_sp = activation_bytes_per_layer(model, 2048, 1, 2, 1, 2, sequence_parallel=False)
+    assert no_sp == 2048 * (13312 - 4 * 768) + 2048 * 4 * 768 * 2
 
 
 def test_full_recompute_saves_memory():
@@ -170,3 +175,117 @@ def test_epochs_per_source():
     expected = sum(p.tokens * p.settings.phase.mixture["web"] for p in plan.phases)
     assert web.tokens_used == pytest.approx(expected)
     assert web.epochs == pytest.approx(expected / 2.5e9)
+
+
+# ------------------------------------------------------------------------------------- issue 12's fields
+
+
+def _model(**kw):
+    return ModelSpec(**({"layers": 2, "d_model": 64, "heads": 4, "d_ff": 256, "seq_len": 128} | kw))
+
+
+def test_norm_bias_apart_from_linear_bias():
+    # layernorm without norm_bias follows bias; norm_bias true adds d per norm: 2 per layer + final = 5 x 64
+    base = count_params(_model(norm="layernorm", activation="gelu"), 100, 128).total
+    biased = count_params(_model(norm="layernorm", activation="gelu", norm_bias=True), 100, 128).total
+    assert biased - base == 5 * 64
+    with pytest.raises(ValueError, match="RMSNorm has a scale and no bias"):
+        _model(norm="rmsnorm", norm_bias=True)
+
+
+def test_parallel_block_has_one_norm_per_layer_and_embedding_norm_one_more():
+    plain = count_params(_model(), 100, 128)
+    parallel = count_params(_model(parallel_block=True), 100, 128)
+    assert plain.per_layer - parallel.per_layer == 64  # one RMSNorm of d_model
+    assert count_params(_model(embedding_norm=True), 100, 128).non_embedding - plain.non_embedding == 64
+    assert (
+        count_params(_model(embedding_norm=True, norm="layernorm", bias=True), 100, 128).total
+        - count_params(_model(norm="layernorm", bias=True), 100, 128).total
+        == 128
+    )  # weight and bias
+
+
+def test_relu_family_has_two_mlp_matrices_and_alibi_no_positions():
+    gelu = count_params(_model(activation="gelu"), 100, 128).total
+    for activation in ("relu", "relu2"):
+        assert count_params(_model(activation=activation), 100, 128).total == gelu
+    assert count_params(_model(position="alibi"), 100, 128).total == count_params(_model(), 100, 128).total
+    assert count_params(_model(position="learned"), 100, 128).total - gelu > 0
+
+
+def test_relative_positions_params_and_flops():
+    # Transformer-XL: W_{k,R} d x (a*hd) + u, v (a*hd each) per layer: 64*64 + 2*64 = 4,224
+    rel = count_params(_model(position="relative"), 100, 128)
+    assert rel.per_layer - count_params(_model(), 100, 128).per_layer == 4_224
+    # one more score matmul: 18 instead of 12 x L x d_attn x s (PaLM), 9 instead of 6 (causal)
+    assert flops_per_token(1000, 2, 64, 128, relative_positions=True) == 6 * 1000 + 18 * 2 * 64 * 128
+    assert flops_per_token_causal(1000, 2, 64, 128, relative_positions=True) == 6 * 1000 + 9 * 2 * 64 * 128
+
+
+def test_multistep_schedule_deepseek():
+    # DeepSeek LLM: 2000-token warmup here, the peak until 80%, 31.6% until 90%, then 10%
+    s = build_schedule("multistep", 3.2e-4, 0.0, 2000, None, 100_000, [(90_000, 0.1), (80_000, 0.316)])
+    assert s.lr_at(1000) == pytest.approx(1.6e-4)
+    assert s.lr_at(50_000) == 3.2e-4 and s.lr_at(79_999) == 3.2e-4
+    assert s.lr_at(80_000) == pytest.approx(3.2e-4 * 0.316) and s.lr_at(89_999) == pytest.approx(3.2e-4 * 0.316)
+    assert s.lr_at(95_000) == pytest.approx(3.2e-5) and s.floor_lr == pytest.approx(3.2e-5)
+    assert s.tokens_at_floor() == 10_000
+    with pytest.raises(SpecError, match="needs schedule.lr_steps"):
+        spec_with({"schedule.kind": "multistep", "schedule.decay": "__delete__", "schedule.min_lr_ratio": "__delete__"})
+    with pytest.raises(SpecError, match="reads neither decay nor min_lr_ratio"):
+        spec_with({"schedule.kind": "multistep", "schedule.lr_steps": [{"after": "80%", "lr_ratio": 0.3}]})
+
+
+def test_multistep_and_phase_lr_scale_reach_the_trainer():
+    from runlib.train.config import build_train_phase_configs
+
+    spec = spec_with(
+        {
+            "schedule.kind": "multistep",
+            "schedule.decay": "__delete__",
+            "schedule.min_lr_ratio": "__delete__",
+            "schedule.lr_steps": [{"after": "80%", "lr_ratio": 0.316}, {"after": "90%", "lr_ratio": 0.1}],
+            "phases[3].optimizer": {"lr_scale": 0.5, "grad_clip": 0.3},
+        }
+    )
+    plan = derive(spec)
+    configs = build_train_phase_configs(spec, plan)
+    run = plan.tokens_total
+    peak = spec.optimizer.lr
+    # phases: 85% foundation, 5% enrich, 2% long, 8% anneal (case base): the foundation phase crosses 80%
+    assert configs[0].schedule.lr_at(0.5 * run) == peak
+    assert configs[0].schedule.lr_at(0.84 * run) == pytest.approx(0.316 * peak)
+    assert configs[1].schedule.lr_at(0.88 * run) == pytest.approx(0.316 * peak)
+    # the anneal phase: after 90% at 10%, times its lr_scale 0.5; its clip replaces the run's
+    assert configs[3].schedule.lr_at(0.95 * run) == pytest.approx(0.05 * peak)
+    assert configs[3].optimizer.grad_clip == 0.3 and configs[0].optimizer.grad_clip == spec.optimizer.grad_clip
+    assert plan.phases[3].lr_end == pytest.approx(0.05 * peak)
+    # an earlier phase's config does not hold a later level
+    assert [t for t, _ in configs[0].schedule.levels] == [plan.schedule.levels[0][0]]
+
+
+def test_linear_ramp_is_megatrons_rampup():
+    # BLOOM's --rampup-batch-size 192 16 9_765_625 on the case base's layout (dp 8, micro 8, accum 2 -> 128
+    # sequences): from 64 by 16 over 10% of the run: (128 - 64) / 16 = 4 increments of 2.5% each
+    from runlib.plan.timeline import ramp_points
+
+    spec = spec_with({"batch.linear_ramp": {"start": "64 sequences", "increment": "16 sequences", "over": "10%"}})
+    points = ramp_points(spec)
+    tokens = spec.tokens
+    assert [(round(t / tokens, 4), b.amount, b.unit) for t, b in points] == [
+        (0.0, 64, "sequences"),
+        (0.025, 80, "sequences"),
+        (0.05, 96, "sequences"),
+        (0.075, 112, "sequences"),
+        (0.1, 128, "sequences"),
+    ]
+    plan = derive(spec)
+    first = plan.phases[0].span.segments
+    assert first[0].tokens_per_step == 64 * 2048 and first[-1].tokens_per_step == 128 * 2048
+    with pytest.raises(SpecError, match="both given"):
+        spec_with(
+            {
+                "batch.ramp": [{"after": "0 tokens", "global_batch": 64}],
+                "batch.linear_ramp": {"start": "64 sequences", "increment": "16 sequences", "over": "10%"},
+            }
+        )

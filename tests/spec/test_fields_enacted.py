@@ -113,6 +113,19 @@ SCAFFOLD: dict[str, Any] = {
     "eval.tasks": lambda data: [
         {"name": "scaffold", "kind": "multiple_choice", "from_heldout": next(iter(data["data"]["sources"]))}
     ],
+    # a Megatron-style ramp from one micro-step per rank to grad_accum 4 (SCAFFOLD_ALSO sets it)
+    "batch.linear_ramp": lambda data: {
+        "start": f"{_global_batch_tokens(data)} tokens",
+        "increment": f"{_global_batch_tokens(data)} tokens",
+        "over": "50%",
+    },
+    "schedule.lr_steps": [{"after": "50%", "lr_ratio": 0.3}, {"after": "80%", "lr_ratio": 0.1}],
+}
+
+# what a scaffolded field needs beside it in its section (pattern of the field -> patch of its parent)
+SCAFFOLD_ALSO: dict[str, dict[str, Any]] = {
+    "batch.linear_ramp": {"grad_accum": 4, "global_batch": DELETE},
+    "schedule.lr_steps": {"kind": "multistep", "decay": DELETE, "min_lr_ratio": DELETE},
 }
 
 Variant = tuple[dict[str, Any], dict[str, Any]]  # (setup on the leaf's parent, both sides; the edit, one side)
@@ -154,6 +167,15 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     "tokenizer.pretrained": lambda cur, data, files: [({}, {"pretrained": files["a"]})],
     "hardware.peak_tflops": lambda cur, data, files: [({}, {"peak_tflops": {"fp32": 1.0, "bf16": 2.0}})],
     "audit.ignore": lambda cur, data, files: [({}, {"ignore": {**(cur or {}), "PAR005": "a reason"}})],
+    # an lm-eval task names its task (runlib's shipped ones run offline) instead of path / from_heldout
+    "eval.tasks[].task": lambda cur, data, files: [
+        ({"kind": "lm_eval", "task": "runlib_arith_mc", "from_heldout": DELETE}, {"task": "runlib_arith_loglik"})
+    ],
+    "eval.tasks[].download": lambda cur, data, files: [
+        ({"kind": "lm_eval", "task": "my_task", "path": files["a"], "from_heldout": DELETE}, {"download": True})
+    ],
+    # meaningful with layernorm only (true with rmsnorm is a spec error)
+    "model.norm_bias": lambda cur, data, files: [({"norm": "layernorm"}, {"norm_bias": v}) for v in (True, False)],
 }
 
 
@@ -231,6 +253,11 @@ def _locations(data: dict[str, Any], pattern: str) -> Iterator[tuple[dict[str, A
                 data = copy.deepcopy(data)
                 value = SCAFFOLD.get(_pattern(done + [seg], segs), {})
                 _get(data, done)[seg] = value(data) if callable(value) else copy.deepcopy(value)
+                for key, also in SCAFFOLD_ALSO.get(_pattern(done + [seg], segs), {}).items():
+                    if also is DELETE:
+                        _get(data, done).pop(key, None)
+                    else:
+                        _get(data, done)[key] = also
             yield from walk(data, done + [seg])
 
     yield from walk(data, [])

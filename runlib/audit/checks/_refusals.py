@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from runlib.audit.checks._shared import overrides_parallelism, who
-from runlib.audit.enact import parallelism_refusals, precision_refusals
+from runlib.audit.enact import (  # noqa: F401 (model_refusals, precision_field_refusals: RUN008, RUN009)
+    model_refusals,
+    parallelism_refusals,
+    precision_field_refusals,
+    precision_refusals,
+)
 from runlib.audit.registry import Context, Finding
 from runlib.spec.models import ParallelismSpec
 

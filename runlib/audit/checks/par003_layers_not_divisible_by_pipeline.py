@@ -64,7 +64,9 @@ def _problem(layers: int, par) -> tuple[str, str] | None:
     working = [p for p in range(2, min(layers, 4096) + 1) if layers % p == 0][:8]
     if stated:
         given = ", ".join(f"{n} on the {w} stage" for n, w in ((first, "first"), (last, "last")) if n is not None)
-        message = f"{layers} layers over pipeline {pipeline} with {given}: the other stages cannot share the rest evenly"
+        message = (
+            f"{layers} layers over pipeline {pipeline} with {given}: the other stages cannot share the rest evenly"
+        )
     elif layers >= pipeline:
         message = (
             f"{layers} layers do not split over pipeline {pipeline}: stages would hold "
@@ -109,7 +111,14 @@ PASS = [
 FAIL = [
     case({"parallelism.pipeline": 5}, "error"),  # 12 over 5 unstated
     case({"parallelism.pipeline": 5, **_STATED, "parallelism.pipeline_last_stage_layers": 4}, "error"),  # 5 over 3
-    case({"parallelism.pipeline": 4, "parallelism.pipeline_first_stage_layers": 6, "parallelism.pipeline_last_stage_layers": 6}, "error"),  # empty middle
+    case(
+        {
+            "parallelism.pipeline": 4,
+            "parallelism.pipeline_first_stage_layers": 6,
+            "parallelism.pipeline_last_stage_layers": 6,
+        },
+        "error",
+    ),  # empty middle
     case({"parallelism.pipeline": 8}, "error"),
     case({"phases[2].parallelism": {"pipeline": 8}}, "error"),
     case({"model.layers": 2, "parallelism.pipeline": 4}, "error"),

@@ -150,8 +150,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         yield ctx.finding(path, message, fix, value=value)
 
 
-# micro_batch 40: about 59 GiB at 2048 tokens without recomputation, about 116 GiB at 4096 (the long
-# phase), 70 GiB there with full recomputation: under the 72 GiB limit of an 80 GiB device
+# micro_batch 40: about 54 GiB at 2048 tokens without recomputation, about 105 GiB at 4096 (the long
+# phase), 59 GiB there with full recomputation: under the 72 GiB limit of an 80 GiB device
 _LONG_NEEDS_IT = {
     "batch.micro_batch": 40,
     "batch.grad_accum": 1,

@@ -32,7 +32,10 @@ TOLERANCE = 0.01  # of the run's tokens
 def check(ctx: Context) -> Iterator[Finding]:
     spec_schedule = ctx.spec.schedule
     schedule = ctx.plan.schedule
-    if spec_schedule.min_lr_ratio != 0 or spec_schedule.kind == "constant":
+    if spec_schedule.kind == "constant":
+        return
+    # multistep: the floor is the last of lr_steps (min_lr_ratio is not read); others: min_lr_ratio
+    if (schedule.floor_lr if spec_schedule.kind == "multistep" else spec_schedule.min_lr_ratio) != 0:
         return
     run = schedule.run_tokens
     at_floor = schedule.tokens_at_floor()
@@ -43,17 +46,35 @@ def check(ctx: Context) -> Iterator[Finding]:
         path,
         f"the LR reaches its floor of 0 at {tokens_and_steps(ctx, run - at_floor)} and stays there for the last "
         f"{tokens_and_steps(ctx, at_floor)}, {at_floor / run:.1%} of the run: that compute makes no update",
-        "end the decay at the run's end (omit schedule.decay for cosine/linear) or set min_lr_ratio > 0 (e.g. 0.1)",
+        "give the last of schedule.lr_steps an lr_ratio > 0 (DeepSeek LLM: 0.1)"
+        if spec_schedule.kind == "multistep"
+        else "end the decay at the run's end (omit schedule.decay for cosine/linear) or set min_lr_ratio > 0 (e.g. 0.1)",
     )
 
 
+_STEPS = [{"after": "80%", "lr_ratio": 0.316}, {"after": "90%", "lr_ratio": 0.1}]  # DeepSeek LLM
 PASS = [
     {},
     {"schedule.kind": "cosine", "schedule.decay": "50%", "schedule.min_lr_ratio": 0.1},
     {"schedule.kind": "cosine", "schedule.decay": "98.5%", "schedule.min_lr_ratio": 0.0},
     {"schedule.min_lr_ratio": 0.0},
+    {
+        "schedule.kind": "multistep",
+        "schedule.decay": "__delete__",
+        "schedule.min_lr_ratio": "__delete__",
+        "schedule.lr_steps": _STEPS,
+    },
 ]
 FAIL = [
     case({"schedule.kind": "cosine", "schedule.decay": "50%", "schedule.min_lr_ratio": 0.0}, "warning"),
     case({"schedule.kind": "linear", "schedule.decay": "1000 steps", "schedule.min_lr_ratio": 0.0}, "warning"),
+    case(
+        {
+            "schedule.kind": "multistep",
+            "schedule.decay": "__delete__",
+            "schedule.min_lr_ratio": "__delete__",
+            "schedule.lr_steps": [{"after": "80%", "lr_ratio": 0.316}, {"after": "90%", "lr_ratio": 0.0}],
+        },
+        "warning",
+    ),
 ]

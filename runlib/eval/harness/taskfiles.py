@@ -46,7 +46,9 @@ METRICS = {
 TASK_VERSION = 1  # lm-eval's metadata.version of the task files written here: bump when their items change
 
 
-def arithmetic_items(n: int = ARITH_EXAMPLES, seed: int = ARITH_SEED) -> tuple[list[MultipleChoice], list[AnswerExample]]:
+def arithmetic_items(
+    n: int = ARITH_EXAMPLES, seed: int = ARITH_SEED
+) -> tuple[list[MultipleChoice], list[AnswerExample]]:
     """n two-digit additions ("23 + 45 =" -> " 68"), the same for every run: as multiple choice (the sum
     and three near misses: off by one, by ten, and by one in the other direction or by eleven) and as the
     gold answers alone."""
@@ -73,8 +75,9 @@ def _rows(kind: str, examples: Sequence[MultipleChoice | AnswerExample]) -> list
     return [{"context": e.context, "answer": e.answer} for e in examples]
 
 
-def task_yaml(task: str, kind: str, data_file: Path) -> str:
-    """The lm-eval YAML of one task over a JSONL file of runlib rows (JSON strings are valid YAML scalars)."""
+def task_yaml(task: str, kind: str, data_file: Path, cache_dir: Path | None = None) -> str:
+    """The lm-eval YAML of one task over a JSONL file of runlib rows (JSON strings are valid YAML scalars);
+    cache_dir: where datasets caches the table (default: its own, ~/.cache/huggingface/datasets)."""
     q = json.dumps
     lines = [
         f"task: {q(task)}",
@@ -82,6 +85,10 @@ def task_yaml(task: str, kind: str, data_file: Path) -> str:
         "dataset_kwargs:",
         "  data_files:",
         f"    test: {q(str(Path(data_file).resolve()))}",
+    ]
+    if cache_dir is not None:
+        lines.append(f"  cache_dir: {q(str(Path(cache_dir).resolve()))}")
+    lines += [
         "test_split: test",
         f"output_type: {OUTPUT_TYPES[kind]}",
         "doc_to_text: context",
@@ -92,13 +99,22 @@ def task_yaml(task: str, kind: str, data_file: Path) -> str:
     lines += ['target_delimiter: ""', "metric_list:"]
     for metric in METRICS[kind]:
         aggregation = "perplexity" if metric == "perplexity" else "mean"
-        lines += [f"  - metric: {metric}", f"    aggregation: {aggregation}", "    higher_is_better: "
-                  + ("false" if metric == "perplexity" else "true")]
+        lines += [
+            f"  - metric: {metric}",
+            f"    aggregation: {aggregation}",
+            "    higher_is_better: " + ("false" if metric == "perplexity" else "true"),
+        ]
     lines += ["metadata:", f"  version: {TASK_VERSION}"]
     return "\n".join(lines) + "\n"
 
 
-def write_task(out_dir: Path, task: str, kind: str, examples: Sequence[MultipleChoice | AnswerExample]) -> Path:
+def write_task(
+    out_dir: Path,
+    task: str,
+    kind: str,
+    examples: Sequence[MultipleChoice | AnswerExample],
+    cache_dir: Path | None = None,
+) -> Path:
     """Write out_dir/<task>.yaml and out_dir/<task>.jsonl; the YAML's path (lm-eval's --include_path takes
     the folder)."""
     out_dir = Path(out_dir)
@@ -108,7 +124,7 @@ def write_task(out_dir: Path, task: str, kind: str, examples: Sequence[MultipleC
         for row in _rows(kind, examples):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     path = out_dir / f"{task}.yaml"
-    path.write_text(task_yaml(task, kind, data), encoding="utf-8")
+    path.write_text(task_yaml(task, kind, data, cache_dir), encoding="utf-8")
     return path
 
 

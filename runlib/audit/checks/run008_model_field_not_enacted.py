@@ -1,0 +1,61 @@
+"""RUN008: a model field runlib's model or its tensor-parallel layout cannot build.
+
+Why it matters:
+    The spec can describe architectures the trainer does not build: Transformer-XL relative
+    positions with their parameters (Dai et al. 2019, arXiv 1901.02860, section 3.3; Gopher, Rae et
+    al. 2021) are counted in the plan's parameters and FLOPs, but runlib's attention has no
+    relative-position term. And runlib's tensor-parallel plan (runlib.model.parallelize) shards
+    q/k/v by heads and keeps the two pre-norms of a sequential block sequence-parallel: ALiBi's
+    per-head slopes, a parallel block's single norm, an embedding norm, and dropout (the same mask on
+    every tensor-parallel rank: Megatron's CUDA RNG tracker) have no layout there. A run that
+    trained something else would not be the run the audit planned, so the workflow gate refuses the
+    spec before any job starts.
+
+Flagged:
+    model: {position: relative, ...}
+    parallelism: {tensor: 4}  # with model: {position: alibi} or {parallel_block: true}
+
+Preferred:
+    model: {position: alibi, ...}
+    parallelism: {tensor: 1, sharding: fsdp}
+
+How to fix:
+    Train relative-position models with position: alibi or rope; with ALiBi, parallel blocks, an
+    embedding norm or dropout, use tensor: 1 and shard with fsdp. A warning in `runlib audit`; the
+    workflow gate refuses it.
+"""
+
+from collections.abc import Iterator
+
+from runlib.audit.checks._refusals import REFUSED, model_refusals
+from runlib.audit.registry import Context, Finding, case
+
+CODE = "RUN008"
+NAME = "model-field-not-enacted"
+SEVERITY = "warning"
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    tensors = {p.settings.parallelism.tensor for p in ctx.plan.phases} or {ctx.spec.parallelism.tensor}
+    seen = set()
+    for tensor in sorted(tensors, reverse=True):
+        for r in model_refusals(ctx.spec.model, tensor):
+            if (r.field, r.reason) not in seen:
+                seen.add((r.field, r.reason))
+                yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)
+        break  # the largest tensor degree says it all
+
+
+PASS = [
+    {},
+    {"model.position": "alibi"},
+    {"model.parallel_block": True, "model.norm": "layernorm", "model.norm_bias": True},
+    {"model.embedding_norm": True, "model.dropout": 0.1},
+    {"parallelism.tensor": 2, "hardware.devices_per_node": 8},
+]
+FAIL = [
+    case({"model.position": "relative"}, "warning"),
+    case({"model.position": "alibi", "parallelism.tensor": 2}, "warning"),
+    case({"model.parallel_block": True, "phases[2].parallelism": {"tensor": 2}}, "warning"),
+    case({"model.dropout": 0.1, "parallelism.tensor": 4}, "warning"),
+]

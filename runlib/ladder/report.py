@@ -1,0 +1,203 @@
+"""The run report's scaling-ladder section: rungs, fits, the prediction and its test, and the plot.
+
+Called by runlib.report.run_report for a spec with a `ladder` section; reads the fit_ladder artifact's
+fit.json (runlib.ladder.stage). The plot's x axis is C = 6 N D with N the non-embedding parameters the
+fit uses, the compute of Hoffmann et al. 2022's frontier; the table gives the plan's FLOPs too (with
+the output head and attention, which dominate at a few thousand parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from runlib.audit.render import plots
+from runlib.audit.render.report import Block, Heading, Image, Para, Table
+from runlib.ladder.stage import OVERALL
+from runlib.spec.units import format_count
+
+PLOT = "ladder.png"
+CAPTION = (
+    "Held-out loss (pooled over every source's held-out tokens) of each rung against its compute C = 6 N D "
+    "(N: non-embedding parameters); circles: fitted rungs, a line per width; squares: held-out rungs with "
+    "their predicted loss (cross); black: the fitted compute-optimal frontier L(N_opt(C), D_opt(C)); "
+    "star: the prediction for this run with its bootstrap interval."
+)
+
+
+def fit_data(graph: Any) -> dict[str, Any] | None:
+    """fit.json of the spec's fit_ladder stage, or None while it is not built."""
+    nodes = graph.of("fit_ladder")
+    if not nodes or not (nodes[0].dir / "fit.json").exists():
+        return None
+    return json.loads((nodes[0].dir / "fit.json").read_text())
+
+
+def _f(x: Any, spec: str = ".4f") -> str:
+    return format(x, spec) if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
+
+
+def _law(fit: dict[str, Any]) -> Any:
+    from runlib.ladder.fit import LawFit
+
+    return LawFit(**fit["law"])
+
+
+def target_measured(run: Any) -> float | None:
+    """The run's own pooled held-out loss after its last evaluated phase (ladder.train_target)."""
+    from runlib.ladder.stage import rung_losses
+
+    for p in reversed(run.phases):
+        if p.eval_data:
+            return rung_losses(p.eval_data).get(OVERALL)
+    return None
+
+
+def ladder_blocks(run: Any) -> list[Block]:
+    spec = run.spec
+    ladder = spec.ladder
+    tokens_rule = (
+        f"{', '.join(f'{k:g}' for k in ladder.tokens_per_param)} tokens per non-embedding parameter"
+        if ladder.tokens_per_param
+        else f"IsoFLOP budgets {', '.join(f'{c:.3g}' for c in ladder.compute_flops or [])} FLOPs"
+    )
+    blocks: list[Block] = [
+        Heading(2, "Scaling ladder"),
+        Para(
+            f"Rungs: widths {', '.join(map(str, sorted(set(ladder.widths))))} at the target's aspect ratio "
+            f"d_model/layers, head_dim and d_ff/d_model (Kaplan et al. 2020, section 3.1), trained on {tokens_rule}, "
+            "with this run's data, tokenizer, batch, mixtures and schedule shape. Fit per series: "
+            "L(N, D) = E + A/N^alpha + B/D^beta (Hoffmann et al. 2022, Approach 3: Huber loss, delta 1e-3, on "
+            "log-loss, from the best of a 4,500-point grid of initialisations), N = non-embedding parameters; "
+            f"the {ladder.holdout} largest-compute rung(s) are held out of the fit to test its extrapolation."
+        ),
+    ]
+    data = fit_data(run.graph)
+    if data is None:
+        evals = [n for n in run.graph.of("eval_phase") if "rung" in n.params]
+        done = sum(1 for n in evals if n.manifest_path.exists())
+        blocks.append(Para(f"The fit is not built yet: {done} of {len(evals)} rungs evaluated."))
+        return blocks
+    overall = data["fits"][OVERALL]
+    target = data["target"]
+    prediction = overall["prediction"]
+    rows = []
+    for r in overall["rungs"]:
+        rows.append(
+            (
+                r["name"],
+                format_count(r["params"]),
+                format_count(r["tokens"]),
+                f"{r['flops']:.3g}",
+                _f(r["measured"]),
+                _f(r["predicted"]),
+                "held out" if r["held_out"] else "fitted",
+            )
+        )
+    blocks.append(Table(("rung", "N (non-emb.)", "tokens", "FLOPs", "measured loss", "fit's loss", "role"), rows))
+    text = (
+        f"Predicted held-out loss of this run (N = {format_count(target['params'])}, D = "
+        f"{format_count(target['tokens'])} tokens): {_f(prediction['value'])}, 95% bootstrap interval "
+        f"[{_f(prediction['low'])}, {_f(prediction['high'])}] ({prediction['resamples']} resamples of the "
+        "fitted rungs; the interval does not include the error of extrapolating the law)."
+    )
+    held = [r for r in overall["rungs"] if r["held_out"] and r["measured"] is not None]
+    for r in held:
+        error = (r["predicted"] - r["measured"]) / r["measured"] * 100
+        text += (
+            f" Held-out rung {r['name']} (not seen by the fit): predicted {_f(r['predicted'])}, measured "
+            f"{_f(r['measured'])} ({error:+.1f}%)."
+        )
+    measured = target_measured(run)
+    if measured is not None:
+        text += f" This run's measured held-out loss: {_f(measured)}."
+    blocks.append(Para(text))
+    fit_rows = []
+    for series, fit in data["fits"].items():
+        law, p = fit["law"], fit["prediction"]
+        fit_rows.append(
+            (
+                series,
+                _f(law["E"], ".3f"),
+                f"{law['A']:.3g}",
+                _f(law["alpha"], ".3f"),
+                f"{law['B']:.3g}",
+                _f(law["beta"], ".3f"),
+                _f(p["value"]),
+                f"[{_f(p['low'])}, {_f(p['high'])}]",
+            )
+        )
+    blocks.append(Table(("series", "E", "A", "alpha", "B", "beta", "predicted", "95% interval"), fit_rows))
+    if data.get("skipped"):
+        blocks.append(Para("Rungs left out: " + "; ".join(data["skipped"]) + "."))
+    blocks.append(Image(PLOT, "Scaling ladder", CAPTION))
+    return blocks
+
+
+def plot_ladder(run: Any, path: Path) -> Path:
+    fig, (ax,) = plots._figure(height=5.0)
+    data = fit_data(run.graph)
+    if data is None:
+        plots._empty(ax, "the ladder's fit is not built yet")
+    else:
+        overall = data["fits"][OVERALL]
+        law = _law(overall)
+        rungs = [r for r in overall["rungs"] if r["measured"] is not None]
+        params = sorted({r["params"] for r in rungs})
+        colours = plots._colours([str(n) for n in params])
+        for n in params:
+            same = sorted((r for r in rungs if r["params"] == n), key=lambda r: r["tokens"])
+            xs = [6 * r["params"] * r["tokens"] for r in same]
+            ax.plot(xs, [r["measured"] for r in same], color=colours[str(n)], lw=0.8, alpha=0.7)
+            for r, x in zip(same, xs, strict=True):
+                marker = "s" if r["held_out"] else "o"
+                ax.scatter(
+                    [x], [r["measured"]], color=colours[str(n)], marker=marker, s=36, edgecolors="black", zorder=3
+                )
+                if r["held_out"]:
+                    ax.scatter([x], [r["predicted"]], color="black", marker="x", s=40, zorder=4)
+            ax.plot([], [], color=colours[str(n)], marker="o", label=f"N = {format_count(n)}")
+        target = data["target"]
+        pred = overall["prediction"]
+        target_c = 6 * target["params"] * target["tokens"]
+        lo = min([6 * r["params"] * r["tokens"] for r in rungs] + [target_c]) / 2
+        hi = max([6 * r["params"] * r["tokens"] for r in rungs] + [target_c]) * 2
+        grid = [lo * (hi / lo) ** (i / 60) for i in range(61)]
+        frontier = [law.frontier(c) for c in grid]
+        keep = [(c, y) for c, y in zip(grid, frontier, strict=True) if math.isfinite(y)]
+        if keep:
+            ax.plot(*zip(*keep, strict=True), color="black", lw=1.4, label="fitted frontier")
+        if math.isfinite(pred["value"]):
+            err = None
+            if math.isfinite(pred["low"]) and math.isfinite(pred["high"]):
+                err = [[max(pred["value"] - pred["low"], 0)], [max(pred["high"] - pred["value"], 0)]]
+            ax.errorbar(
+                [target_c],
+                [pred["value"]],
+                yerr=err,
+                fmt="*",
+                ms=12,
+                color="tab:red",
+                capsize=4,
+                label=f"this run: predicted {pred['value']:.3f}",
+            )
+        measured = target_measured(run)
+        if measured is not None:
+            ax.scatter(
+                [target_c],
+                [measured],
+                marker="D",
+                color="tab:red",
+                edgecolors="black",
+                zorder=5,
+                label=f"this run: measured {measured:.3f}",
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("compute C = 6 N D (FLOPs)")
+        ax.set_ylabel("held-out loss (nats per token)")
+        ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(f"Scaling ladder: {run.spec.name}", fontsize=11)
+    plots._save(fig, path)
+    return Path(path)

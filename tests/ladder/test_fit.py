@@ -1,0 +1,68 @@
+"""runlib.ladder.fit: the Hoffmann et al. 2022 Approach 3 fit recovers a known law."""
+
+import math
+
+import numpy as np
+import pytest
+
+from runlib.ladder.fit import LawFit, bootstrap_predictions, fit_law
+
+# Besiroglu et al. 2024's refit of Chinchilla (arXiv 2404.10102): a law with published magnitudes
+TRUE = LawFit(E=1.8172, A=482.01, B=2085.43, alpha=0.3478, beta=0.3658, objective=0.0, points=0)
+SIZES = [2e7, 6e7, 2e8, 6e8, 2e9]
+TOKENS_PER_PARAM = [5, 20, 80]
+
+
+def _ladder(noise: float = 0.0, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    n, d, loss = [], [], []
+    for size in SIZES:
+        for k in TOKENS_PER_PARAM:
+            n.append(size)
+            d.append(k * size)
+            loss.append(TRUE.loss(size, k * size) * math.exp(rng.normal(0.0, noise)))
+    return n, d, loss
+
+
+def test_recovers_known_law_from_exact_losses():
+    n, d, loss = _ladder()
+    best, _ = fit_law(n, d, loss)
+    assert best.E == pytest.approx(TRUE.E, rel=1e-4)
+    assert best.A == pytest.approx(TRUE.A, rel=1e-3)
+    assert best.B == pytest.approx(TRUE.B, rel=1e-3)
+    assert best.alpha == pytest.approx(TRUE.alpha, abs=1e-4)
+    assert best.beta == pytest.approx(TRUE.beta, abs=1e-4)
+    # the compute-optimal split follows: N_opt(C) as the law's own closed form gives it
+    n_opt, d_opt = best.optimum(1e21)
+    assert 6 * n_opt * d_opt == pytest.approx(1e21, rel=1e-9)
+    assert best.frontier(1e21) <= min(best.loss(n_opt * f, 1e21 / 6 / (n_opt * f)) for f in (0.5, 2.0))
+
+
+def test_prediction_interval_covers_the_truth_with_noisy_losses():
+    n, d, loss = _ladder(noise=0.005, seed=3)
+    best, others = fit_law(n, d, loss)
+    target = (7e9, 1.4e11)  # beyond the ladder: 3.5x its largest size
+    (p,) = bootstrap_predictions(n, d, loss, [target], best, others, resamples=20, seed=0)
+    truth = TRUE.loss(*target)
+    assert p.resamples == 20
+    assert p.low <= p.value <= p.high
+    assert p.low <= truth <= p.high
+    assert abs(p.value - truth) / truth < 0.02
+
+
+def test_bootstrap_is_deterministic():
+    n, d, loss = _ladder(noise=0.005, seed=1)
+    best, others = fit_law(n, d, loss)
+    a = bootstrap_predictions(n, d, loss, [(1e9, 2e10)], best, others, resamples=8, seed=5)
+    b = bootstrap_predictions(n, d, loss, [(1e9, 2e10)], best, others, resamples=8, seed=5)
+    assert a == b
+
+
+def test_refuses_bad_points():
+    with pytest.raises(ValueError, match="positive and finite"):
+        fit_law([1e6, 2e6], [1e7, 0], [3.0, 2.9])
+
+
+def test_degenerate_law_evaluates_without_overflow():
+    law = LawFit(E=0.0, A=1e300, B=1.0, alpha=-2.0, beta=0.5, objective=0.0, points=0)
+    assert law.loss(1e9, 1e9) == math.inf
