@@ -32,6 +32,7 @@ MODULE_COST_S = {
     "tests/track/test_mlflow_track.py": 60,
     "tests/review/test_shrink.py": 300,
     "tests/export/test_hf.py": 40,
+    "tests/ladder/test_ladder_e2e.py": 160,
 }
 
 

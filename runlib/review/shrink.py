@@ -3,8 +3,12 @@
 Kept (the run's structure): the sources with their domains and curation, every phase with its kind and
 mixture, the packing and boundary policy, the loss normalization, FIM, the tokenizer's options (digit
 splitting, reserved, domain and dropped tokens), the schedule's kind and shape in percent of the run,
-the floor, the batch ramp's shape (each stage's batch relative to the largest, at the same percent of
-the run), the optimizer, the sharding kind and the recomputation, the checkpoint and spike policies.
+the floor, a multistep schedule's levels (at the same percent of the run), the batch ramp's shape (each
+stage's batch relative to the largest, at the same percent of the run; a linear ramp's start and increment
+relative to the steady batch, over the same share), the block's structure (activation, norm and its bias,
+parallel block, embedding norm, dropout), each phase's optimizer changes, the optimizer, the sharding kind
+and the recomputation, the checkpoint and spike policies, the evaluation tasks that run offline, and a
+scaling ladder (its widths in the same ratio to d_model).
 
 Scaled down: the model (2 x 64 below 10 minutes, the demo's 4 x 128 from 10), the vocabulary (1,024 ids),
 the context (128 tokens for the first phase, later phases in the same ratio), the tokens (from the
@@ -14,8 +18,12 @@ minutes and a measured CPU rate, below), the batch (micro-batch 4 on each of 2 p
 Replaced: a file source whose files are not here by a builtin stand-in of the same domain (code: the
 standard library's code; math and synthetic text: seeded arithmetic; prose: Python's documentation), a
 pretrained tokenizer by a trained one, a precision the CPU cannot run by fp32, tensor/pipeline/context
-parallelism by 1 (runlib cannot enact them on a CPU: RUN001-RUN003), offload by none (RUN005). The
-shrunk spec says each replacement in comments. `audit.ignore` keeps the entries that still silence a
+parallelism by 1 (runlib cannot enact them on a CPU: RUN001-RUN003), offload by none (RUN005), fp16
+gradients by fp32 (RUN009), Transformer-XL relative positions by ALiBi (RUN008), the planning-only layout
+fields (eager attention, uneven pipeline stages, no sequence parallelism) by the defaults the trainer
+enacts, an lm-eval task that downloads its data or whose task file is not here by runlib's shipped
+held-out task (runlib's own multiple_choice if lm-eval cannot score the shrunk model). The shrunk spec
+says each replacement in comments, and passes the workflow's gate (no RUN finding). `audit.ignore` keeps the entries that still silence a
 finding of the shrunk spec (others would be stale: AUDIT001).
 
 The phases' shares are the published ones, except that every phase gets at least MIN_PHASE_STEPS steps
@@ -33,6 +41,7 @@ from typing import Any
 from runlib.errors import UserError
 from runlib.plan import Plan, derive
 from runlib.spec import LoadedSpec, load_spec, validate_data
+from runlib.spec.models import EvalTaskSpec
 from runlib.spec.units import Duration
 
 DEVICES = 2  # one training process per core of a 2-core machine
@@ -54,6 +63,8 @@ SMALL = {"layers": 2, "d_model": 64, "heads": 4, "seq_len": 128, "tokens_per_s":
 DEMO = {"layers": 4, "d_model": 128, "heads": 4, "seq_len": 256, "tokens_per_s": 3_500}
 TRAIN_SHARE = 0.5
 MAX_SEQ_LEN = 1024
+RAMP_ACCUM = 4  # micro-batches per rank of a ramp's largest batch: a ramp keeps ratios down to 1/4
+FIT_ITERATIONS = 64  # bound of the bisection that places a ramp's thresholds (_fit_ramp): each is one derive
 
 STAND_INS = {  # domain -> builtin stand-in
     "code": "python_code",
@@ -73,6 +84,7 @@ class Shrunk:
     data: dict[str, Any]  # the shrunk spec as YAML data
     header: list[str]  # comment lines for the top of the file
     source_notes: dict[str, str] = field(default_factory=dict)  # source name -> comment above it
+    task_notes: dict[int, str] = field(default_factory=dict)  # index in eval.tasks -> comment above it
 
 
 def _pct(part: float, whole: float) -> str:
@@ -111,6 +123,17 @@ def _model(spec: Any, shape: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
         kv_heads -= 1
     d_model = shape["d_model"]
     d_ff = max(8, round(d_model * m.d_ff / m.d_model / 8) * 8)  # the published d_ff / d_model ratio
+    position = m.position
+    notes = [
+        f"model: {m.layers} layers x {m.d_model} (d_ff {m.d_ff}, {m.heads}/{m.kv_heads or m.heads} heads) -> "
+        f"{shape['layers']} x {d_model} (d_ff {d_ff}, {heads}/{kv_heads} heads), the same d_ff ratio and GQA ratio"
+    ]
+    if position == "relative":
+        # runlib's attention has no Transformer-XL relative term (Dai et al. 2019, section 3.3): the trainer
+        # refuses it (RUN008). ALiBi (Press et al. 2022) is the relative scheme it builds: no position
+        # parameters, a per-head penalty on the distance
+        position = "alibi"
+        notes.append("model: position relative -> alibi (the trainer has no Transformer-XL relative attention: RUN008)")
     model = {
         "layers": shape["layers"],
         "d_model": d_model,
@@ -120,18 +143,23 @@ def _model(spec: Any, shape: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
         "activation": m.activation,
         "norm": m.norm,
         "bias": m.bias,
-        "position": m.position,
+        "position": position,
         "rope_theta": m.rope_theta,
         "qk_norm": m.qk_norm,
         "tie_embeddings": m.tie_embeddings,
         "vocab_size": VOCAB_IDS,
         "seq_len": shape["seq_len"],
     }
-    note = (
-        f"model: {m.layers} layers x {m.d_model} (d_ff {m.d_ff}, {m.heads}/{m.kv_heads or m.heads} heads) -> "
-        f"{shape['layers']} x {d_model} (d_ff {d_ff}, {heads}/{kv_heads} heads), the same d_ff ratio and GQA ratio"
-    )
-    return model, [note]
+    # the block's structure, enacted by the trainer at tensor 1 (RUN008 refuses them only under tensor
+    # parallelism): Falcon's biased LayerNorm and parallel block, BLOOM's embedding norm, OPT's dropout
+    if m.norm_bias is not None:
+        model["norm_bias"] = m.norm_bias
+    for name in ("parallel_block", "embedding_norm"):
+        if getattr(m, name):
+            model[name] = True
+    if m.dropout:
+        model["dropout"] = m.dropout
+    return model, notes
 
 
 def _tokenizer(spec: Any, first_mixture: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
@@ -244,8 +272,9 @@ def shrink(loaded: LoadedSpec, minutes: float = 10.0) -> Shrunk:
     seq0 = shape["seq_len"]
     base_seq = spec.model.seq_len
     grad_accum = 2 if spec.batch.grad_accum > 1 else 1
-    # a ramp's largest stage accumulates 4 micro-batches (_ramp): budget the steps at that batch
-    tokens_per_step = DEVICES * MICRO_BATCH * (4 if spec.batch.ramp else grad_accum) * seq0
+    # a ramp's largest stage accumulates RAMP_ACCUM micro-batches (_ramp, _linear_ramp): budget the steps at it
+    ramped = bool(spec.batch.ramp) or spec.batch.linear_ramp is not None
+    tokens_per_step = DEVICES * MICRO_BATCH * (RAMP_ACCUM if ramped else grad_accum) * seq0
     budget_tokens = shape["tokens_per_s"] * minutes * 60 * TRAIN_SHARE
     first_mixture = dict(spec.phases[0].mixture)
 
@@ -304,13 +333,19 @@ def shrink(loaded: LoadedSpec, minutes: float = 10.0) -> Shrunk:
     )
 
     batch: dict[str, Any] = {"micro_batch": MICRO_BATCH, "grad_accum": grad_accum}
+    ramp_fractions: list[float] = []  # where each ramp threshold falls, as a fraction of the run's tokens
     if spec.batch.ramp:
-        ramp, base_accum = _ramp(spec, plan)
+        ramp, base_accum, ramp_fractions = _ramp(spec, plan)
         batch["grad_accum"] = base_accum
         batch["ramp"] = ramp
         header.append(
             "batch ramp: each stage's batch relative to the largest and its start in percent of the run, kept"
         )
+    elif spec.batch.linear_ramp is not None:
+        batch["grad_accum"] = RAMP_ACCUM
+        batch["linear_ramp"], over_fraction, note = _linear_ramp(spec, plan)
+        ramp_fractions = [over_fraction]
+        header.append(note)
 
     data: dict[str, Any] = {
         "name": f"{spec.name}-shrunk"[:100],
@@ -338,10 +373,13 @@ def shrink(loaded: LoadedSpec, minutes: float = 10.0) -> Shrunk:
         header.append("parallelism: tensor, pipeline, context 1 and no offload (a CPU run enacts none of them)")
     data["batch"] = batch
     data["optimizer"] = spec.optimizer.model_dump(mode="json")
-    data["schedule"] = {"kind": spec.schedule.kind, "warmup": "0%", "min_lr_ratio": spec.schedule.min_lr_ratio}
+    data["schedule"] = {"kind": "constant", "warmup": "0%"}  # set from the shrunk timeline below (_schedule)
     p = spec.precision
     if p.compute != "fp32" or p.master_weights != "fp32" or p.optimizer_states != "fp32" or p.grads != "fp32":
         header.append(f"precision: {p.compute} compute -> fp32 (what a CPU runs at full speed without autocast)")
+    if p.grads == "fp16":
+        header.append("precision: grads fp16 -> fp32 (the trainer reduces gradients in fp32 or bf16 only: RUN009)")
+    header += _parallelism_notes(spec)
     data["precision"] = {"compute": "fp32", "master_weights": "fp32", "grads": "fp32", "optimizer_states": "fp32"}
     data["tokens"] = estimate
     data["phases"] = phases
@@ -352,39 +390,137 @@ def shrink(loaded: LoadedSpec, minutes: float = 10.0) -> Shrunk:
         checkpoint["every"] = f"{max(MIN_PHASE_STEPS, total // 4)} steps"
     data["checkpoint"] = checkpoint
     data["monitor"] = _monitor(spec, total)
-    data["eval"] = _eval(spec, data["data"]["heldout_docs"])
+    data["eval"], task_notes = _eval(spec, data["data"]["heldout_docs"], model)
     if spec.tracking.experiment:
         data["tracking"] = {"experiment": f"{spec.tracking.experiment}-shrunk"[:100]}
 
     # exact totals and the schedule from the shrunk timeline
-    data["tokens"] = _derived_tokens(data)
+    data["tokens"] = _fit_ramp(data, ramp_fractions) if ramp_fractions else _derived_tokens(data)
     data["schedule"] = _schedule(spec, plan, data)
+    if spec.ladder is not None:
+        ladder, notes = _ladder(spec, plan, data)
+        header += notes
+        if ladder is not None:
+            data["ladder"] = ladder
     data["audit"] = {"ignore": dict(spec.audit.ignore)}
     data["audit"]["ignore"] = _still_needed_ignores(data)
     if not data["audit"]["ignore"]:
         del data["audit"]
-    return Shrunk(data, header, source_notes)
+    return Shrunk(data, header, source_notes, task_notes)
 
 
-def _ramp(spec: Any, plan: Plan) -> tuple[list[dict[str, Any]], int]:
-    """The ramp's stages at the same percent of the run, each batch in the published ratio to the largest,
-    as whole micro-batches (grad_accum of the largest stage: 4)."""
+def _ramp(spec: Any, plan: Plan) -> tuple[list[dict[str, Any]], int, list[float]]:
+    """The ramp's stages, each batch in the published ratio to the largest as whole micro-batches (grad_accum
+    of the largest stage: RAMP_ACCUM), their `after` filled in by _fit_ramp; and where each stage starts, as
+    a fraction of the run's tokens (the thresholds as the plan reads them: runlib.plan.timeline.ramp_points)."""
+    from runlib.plan.timeline import ramp_points
+
     seq = spec.model.seq_len
-    sizes = []
-    for stage in spec.batch.ramp or []:
-        gb = stage.global_batch
-        tokens = gb.amount * (seq if gb.unit == "sequences" else 1)
-        sizes.append(tokens)
+    points = ramp_points(spec)
+    sizes = [batch.tokens(seq) for _, batch in points]
     base_tokens = spec.batch.micro_batch * spec.batch.grad_accum * plan.data_parallel * seq
     largest = max(sizes + [base_tokens])
     per_accum = DEVICES * MICRO_BATCH
     ramp = []
-    for stage, tokens in zip(spec.batch.ramp or [], sizes, strict=True):
-        accum = max(1, round(4 * tokens / largest))
-        after = stage.after
-        after_pct = after.amount if after.unit == "percent" else 100.0 * plan.duration_tokens(after) / plan.tokens_total
-        ramp.append({"after": f"{after_pct:.6g}%", "global_batch": f"{per_accum * accum} sequences"})
-    return ramp, max(1, round(4 * base_tokens / largest))
+    for tokens in sizes:
+        accum = max(1, round(RAMP_ACCUM * tokens / largest))
+        ramp.append({"after": None, "global_batch": f"{per_accum * accum} sequences"})
+    fractions = [min(1.0, threshold / plan.tokens_total) for threshold, _ in points]
+    return ramp, max(1, round(RAMP_ACCUM * base_tokens / largest)), fractions
+
+
+def _linear_ramp(spec: Any, plan: Plan) -> tuple[dict[str, Any], float, str]:
+    """Megatron's --rampup-batch-size (batch.linear_ramp) at the shrunk scale: start and increment in the
+    published ratio to the steady batch, in whole micro-batches of the 2 ranks (so every level keeps a whole
+    grad_accum: BATCH002), over the same fraction of the run (`over` filled in by _fit_ramp)."""
+    lr = spec.batch.linear_ramp
+    seq = spec.model.seq_len
+    steady_tokens = spec.batch.micro_batch * spec.batch.grad_accum * plan.data_parallel * seq
+    per_accum = DEVICES * MICRO_BATCH  # sequences of one micro-step on every rank
+    steady = per_accum * RAMP_ACCUM
+    increment = per_accum * max(1, round(steady * lr.increment.tokens(seq) / steady_tokens / per_accum))
+    start = per_accum * max(1, round(steady * lr.start.tokens(seq) / steady_tokens / per_accum))
+    start = min(start, steady - increment)  # at least one increment, as the published ramp has
+    over_tokens = plan.duration_tokens(lr.over)
+    ramp = {"start": f"{start} sequences", "increment": f"{increment} sequences", "over": None}
+    note = (
+        f"batch linear_ramp: {lr.start} + {lr.increment} -> {steady_tokens // seq:,} sequences over {lr.over} -> "
+        f"{start} + {increment} -> {steady} sequences over the same share of the run (whole micro-batches)"
+    )
+    return ramp, min(1.0, over_tokens / plan.tokens_total), note
+
+
+def _with_thresholds(data: dict[str, Any], afters: list[str]) -> dict[str, Any]:
+    """The spec data with the ramp's thresholds (batch.ramp[].after, or batch.linear_ramp.over) set."""
+    batch = dict(data["batch"])
+    if "ramp" in batch:
+        batch["ramp"] = [{**stage, "after": a} for stage, a in zip(batch["ramp"], afters, strict=True)]
+    else:
+        batch["linear_ramp"] = {**batch["linear_ramp"], "over": afters[0]}
+    return {**data, "batch": batch}
+
+
+def _fit_ramp(data: dict[str, Any], fractions: list[float]) -> int:
+    """Place the ramp's thresholds at their published fractions of the shrunk run; the run's tokens.
+
+    The phases are whole steps, and a step's size depends on the ramp, whose thresholds in percent depend
+    on the run's tokens: the run's tokens T must be a fixed point of T -> tokens of the phases with the
+    thresholds at fraction x T (else PHASE001). That map falls as T grows (later thresholds: more small
+    steps), so T is found by bisection. When no whole-step fixed point exists (a threshold lands between
+    two steps either way), the thresholds are placed in tokens at their fractions of the bisection's T
+    and written in percent of the resulting run, so the phases' tokens and the run's tokens match
+    exactly; the shares then differ from the published ones by under a step's tokens."""
+
+    def percent(f: float) -> str:
+        return f"{100.0 * f:.10g}%"
+
+    def total(tokens: int, afters: list[str]) -> int:
+        return _derived_tokens({**_with_thresholds(data, afters), "tokens": max(1, tokens)})
+
+    def at(tokens: int) -> int:
+        return total(tokens, [percent(f) for f in fractions])
+
+    lo = 1
+    hi = at(lo)
+    for _ in range(FIT_ITERATIONS):
+        if hi - lo <= 1:
+            break
+        mid = (lo + hi) // 2
+        if at(mid) >= mid:
+            lo = mid
+        else:
+            hi = mid
+    for tokens in (lo, hi, at(lo), at(hi)):
+        if at(tokens) == tokens:  # an exact fixed point: the published percentages as they are
+            data.update(_with_thresholds(data, [percent(f) for f in fractions]))
+            return tokens
+    thresholds = [
+        max(1 if i == 0 and "linear_ramp" in data["batch"] else 0, round(f * hi)) for i, f in enumerate(fractions)
+    ]
+    run = total(hi, [f"{t} tokens" for t in thresholds])
+    afters = [percent(t / run) for t in thresholds]
+    if total(run, afters) != run:  # a percentage that does not round-trip: the thresholds in tokens
+        afters = [f"{t} tokens" for t in thresholds]
+    data.update(_with_thresholds(data, afters))
+    return run
+
+
+def _parallelism_notes(spec: Any) -> list[str]:
+    """Comments for the parallelism fields the shrunk spec leaves at their defaults (planning only; they
+    describe the memory of a layout that tensor, pipeline and context 1 on a CPU do not have)."""
+    par = spec.parallelism
+    layouts = [par] + [ph.parallelism for ph in spec.phases if ph.parallelism is not None]
+    notes = []
+    if any(p.attention_kernel == "eager" for p in layouts):
+        notes.append(
+            "parallelism: attention_kernel eager -> fused (planning only: the trainer runs torch's "
+            "scaled_dot_product_attention, which stores no s x s scores)"
+        )
+    if any(p.pipeline_first_stage_layers or p.pipeline_last_stage_layers for p in layouts):
+        notes.append("parallelism: pipeline_first/last_stage_layers dropped (pipeline 1: one stage holds every layer)")
+    if any(p.sequence_parallel is False for p in layouts):
+        notes.append("parallelism: sequence_parallel false dropped (tensor 1: nothing to split along the sequence)")
+    return notes
 
 
 def _monitor(spec: Any, total_steps: int) -> dict[str, Any]:
@@ -402,23 +538,112 @@ def _monitor(spec: Any, total_steps: int) -> dict[str, Any]:
     return out
 
 
-def _eval(spec: Any, heldout_docs: int) -> dict[str, Any]:
+def _exportable(model: dict[str, Any]) -> str | None:
+    """None if lm-eval can score the shrunk model (exported as a Hugging Face checkpoint), else why not."""
+    from runlib.export.hf import hf_architecture
+    from runlib.spec.models import ModelSpec
+
+    try:
+        hf_architecture(ModelSpec.model_validate(model))
+    except UserError as exc:
+        return str(exc).removeprefix("runlib export: ")
+    return None
+
+
+def _eval(spec: Any, heldout_docs: int, model: dict[str, Any]) -> tuple[dict[str, Any], dict[int, str]]:
+    """The evaluation at the shrunk scale, and a comment for each task replaced by a stand-in.
+
+    Tasks that run offline on this machine are kept: runlib's own tasks from held-out documents, task files
+    that are here, and the lm-eval tasks runlib ships (runlib.eval.harness.taskfiles: runlib_arith_*,
+    runlib_heldout_*). An lm-eval task that downloads its data from the Hugging Face Hub, or whose task file
+    is not here, becomes the shipped runlib_heldout_mc on the first used source's held-out documents; when
+    lm-eval cannot score the shrunk model at all (no Hugging Face architecture computes its block:
+    runlib.export.hf.hf_architecture), every lm-eval task becomes runlib's own multiple_choice on them."""
     e = spec.eval
     out: dict[str, Any] = {"after_each_phase": e.after_each_phase, "heldout_tokens": 8192}
+    first = spec.phases[0].mixture
+    source = next((name for name, w in first.items() if w > 0), next(iter(first)))
+    shipped = EvalTaskSpec.RUNLIB_LM_EVAL_TASKS
+    unexportable = _exportable(model) if any(t.kind == "lm_eval" for t in e.tasks) else None
     tasks = []
+    notes: dict[int, str] = {}
     for task in e.tasks:
         t: dict[str, Any] = {"name": task.name, "kind": task.kind}
-        if task.from_heldout is not None:
+        if task.kind == "lm_eval":
+            local = task.path is not None and Path(task.path).exists()
+            if unexportable:
+                t = {"name": task.name, "kind": "multiple_choice", "from_heldout": source}
+                notes[len(tasks)] = (
+                    f"stand-in: lm-eval task {task.task} -> runlib's multiple_choice on {source}'s held-out "
+                    f"documents: lm-eval scores a Hugging Face export, and {unexportable}"
+                )
+            elif shipped.get(task.task or "") == "heldout":
+                t.update(task=task.task, from_heldout=task.from_heldout)
+            elif shipped.get(task.task or "") == "arithmetic" or (local and not task.download):
+                t["task"] = task.task
+                if local:
+                    t["path"] = task.path
+            else:
+                t.update(task="runlib_heldout_mc", from_heldout=source)
+                why = (
+                    "it downloads its data from the Hugging Face Hub, and the shrunk run runs offline"
+                    if task.download
+                    else f"its task file {task.path!r} is not here"
+                )
+                notes[len(tasks)] = (
+                    f"stand-in: lm-eval task {task.task} -> runlib_heldout_mc (shipped with runlib) on {source}'s "
+                    f"held-out documents, scored by lm-eval too: {why}"
+                )
+        elif task.from_heldout is not None:
             t["from_heldout"] = task.from_heldout
         elif task.path and Path(task.path).is_file():
             t["path"] = task.path
         else:  # a task file that is not here: the same kind built from the first source's held-out documents
-            t["from_heldout"] = next(iter(spec.phases[0].mixture))
+            t["from_heldout"] = source
+            notes[len(tasks)] = (
+                f"stand-in: task file {task.path!r} is not here; built from {source}'s held-out documents"
+            )
         t["examples"] = max(1, min(task.examples, heldout_docs))
         tasks.append(t)
     if tasks:
         out["tasks"] = tasks
-    return out
+    return out, notes
+
+
+def _ladder(spec: Any, plan: Plan, data: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The scaling ladder at the shrunk scale: each rung width in the published ratio to the target's d_model,
+    on whole heads of the shrunk model (runlib.ladder.rungs.rung_model keeps the target's head_dim), at least
+    two distinct widths; tokens per parameter as published, compute budgets scaled with the run's FLOPs;
+    min_steps no more than 2 x MIN_PHASE_STEPS (a shrunk rung trains a few dozen steps)."""
+    lad = spec.ladder
+    m = data["model"]
+    head = m["d_model"] // m["heads"]
+    scale = m["d_model"] / spec.model.d_model
+    widths = sorted({min(m["d_model"], max(head, round(w * scale / head) * head)) for w in lad.widths})
+    wanted = len(set(lad.widths))  # as many sizes as published: the fit needs them (runlib.ladder.rungs)
+    for w in range(head, m["d_model"] + 1, head):  # widths that met on one multiple: the next free multiples
+        if len(widths) >= wanted:
+            break
+        widths = sorted(set(widths) | {w})
+    if len(widths) < min(wanted, 2):
+        return None, [f"ladder: dropped (the shrunk d_model {m['d_model']} holds one head of {head}: no two widths)"]
+    out = lad.model_dump(mode="json", exclude_none=True)
+    out["widths"] = widths
+    out["min_steps"] = min(lad.min_steps, 2 * MIN_PHASE_STEPS)
+    if lad.compute_flops is not None:
+        shrunk = derive(validate_data(data).spec)
+        out["compute_flops"] = [float(f"{c * shrunk.flops_total / plan.flops_total:.3g}") for c in lad.compute_flops]
+    from runlib.ladder.rungs import ladder_rungs
+
+    try:  # the fit's needs (fitted rungs over sizes and multipliers), as the workflow's graph checks them
+        ladder_rungs(validate_data({**data, "ladder": out}).spec)
+    except UserError as exc:
+        return None, [f"ladder: dropped (at the shrunk scale: {exc})"]
+    note = (
+        f"ladder: widths {list(lad.widths)} -> {widths} (the same ratio to d_model, whole heads of {head}); "
+        f"min_steps {lad.min_steps} -> {out['min_steps']}"
+    )
+    return out, [note]
 
 
 def _derived_tokens(data: dict[str, Any]) -> int:
@@ -432,6 +657,20 @@ def _schedule(spec: Any, plan: Plan, data: dict[str, Any]) -> dict[str, Any]:
     boundaries covers the same phases of the shrunk run."""
     s = spec.schedule
     out: dict[str, Any] = {"kind": s.kind, "warmup": _pct(plan.warmup_tokens, plan.tokens_total)}
+    if s.kind == "multistep":
+        # the levels at the same share of the run (DeepSeek LLM: 80% and 90%, arXiv 2401.02954 section 2.3);
+        # a level given in tokens or steps becomes its percent of the published run. multistep reads no
+        # decay and no min_lr_ratio (ScheduleSpec): the last level is the floor
+        out["lr_steps"] = [
+            {
+                "after": f"{x.after.amount:g}%"
+                if x.after.unit == "percent"
+                else _pct(plan.duration_tokens(x.after), plan.tokens_total),
+                "lr_ratio": x.lr_ratio,
+            }
+            for x in s.lr_steps or []
+        ]
+        return out
     if s.decay is not None:
         decay_tokens = plan.decay_tokens if s.kind == "wsd" else plan.duration_tokens(s.decay)
         out["decay"] = _pct(decay_tokens or 0.0, plan.tokens_total)
@@ -466,7 +705,7 @@ def _still_needed_ignores(data: dict[str, Any]) -> dict[str, str]:
 def to_yaml(shrunk: Shrunk) -> str:
     """The shrunk spec as YAML: block style, leaf mappings and lists in flow style, the comments in place."""
     from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
     def commented(obj: Any) -> Any:
         if isinstance(obj, dict):
@@ -483,6 +722,11 @@ def to_yaml(shrunk: Shrunk) -> str:
     sources = doc["data"]["sources"]
     for name, note in shrunk.source_notes.items():
         sources.yaml_set_comment_before_after_key(name, before=note, indent=4)
+    if shrunk.task_notes:
+        tasks = CommentedSeq(doc["eval"]["tasks"])
+        doc["eval"]["tasks"] = tasks
+        for i, note in shrunk.task_notes.items():
+            tasks.yaml_set_comment_before_after_key(i, before="\n".join(_wrap([note], 104)), indent=4)
     yaml = YAML()
     yaml.default_flow_style = None
     yaml.width = 120

@@ -2,6 +2,7 @@
 the run's structure; one shrunk published spec (OLMo 2 7B, two stages) runs end to end through Snakemake,
 and `runlib diff` against an edit of it lists exactly the jobs `snakemake -n` reruns."""
 
+import json
 import math
 import re
 import time
@@ -11,9 +12,12 @@ import yaml
 
 from runlib.audit import audit
 from runlib.cli import main
+from runlib.eval.harness.gate import harness_refusals
+from runlib.plan import derive
 from runlib.review.diff import diff_files
 from runlib.review.shrink import MIN_PHASE_STEPS, shrink, shrink_file
 from runlib.spec import load_spec, load_spec_text
+from runlib.workflow.graph import build_graph
 from tests.conftest import ROOT
 
 PUBLISHED = sorted((ROOT / "specs").glob("*.yaml")) + sorted((ROOT / "specs" / "variants").glob("*.yaml"))
@@ -21,12 +25,23 @@ OLMO2 = ROOT / "specs" / "olmo2-7b.yaml"
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.stem)
-def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path):
+def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path, tmp_path, capsys):
     original = load_spec(path).spec
     text, _ = shrink_file(path, minutes=3)
     shrunk = load_spec_text(text, f"{path.stem}-shrunk.yaml").spec  # the YAML as written, comments and all
     result = audit(shrunk)
     assert result.count("error") == 0, [(f.code, f.path, f.message) for f in result.findings if f.severity == "error"]
+    # the workflow's gate (runlib.workflow.snake): no value the trainer refuses (RUN*, even ignored), no lm-eval
+    # task this machine cannot run, and a stage graph that builds (a ladder's rungs among others)
+    out = tmp_path / f"{path.stem}-shrunk.yaml"
+    out.write_text(text)
+    capsys.readouterr()
+    assert main(["audit", str(out), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    refused = [f for f in report["findings"] + report["ignored"] if f["code"].startswith("RUN")]
+    assert not refused, [(f["code"], f["path"], f["message"]) for f in refused]
+    assert harness_refusals(shrunk.eval.tasks, shrunk.model) == []
+    build_graph(shrunk)
     # the structure is kept
     assert {n: s.domain for n, s in shrunk.data.sources.items()} == {
         n: s.domain for n, s in original.data.sources.items()
@@ -39,6 +54,16 @@ def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path):
     assert {n: s.fim for n, s in shrunk.data.sources.items()} == {n: s.fim for n, s in original.data.sources.items()}
     assert shrunk.schedule.kind == original.schedule.kind and shrunk.tokenizer.digits == original.tokenizer.digits
     assert shrunk.hardware.accelerator == "cpu" and shrunk.precision.compute == "fp32"
+    # the block's structure (RUN008 refuses these under tensor parallelism only; the shrunk run has none)
+    for key in ("activation", "norm", "bias", "norm_bias", "parallel_block", "embedding_norm", "dropout"):
+        assert getattr(shrunk.model, key) == getattr(original.model, key), key
+    assert shrunk.model.position == ("alibi" if original.model.position == "relative" else original.model.position)
+    assert [p.optimizer for p in shrunk.phases] == [p.optimizer for p in original.phases]
+    assert (shrunk.ladder is None) == (original.ladder is None)
+    assert (shrunk.batch.ramp is None, shrunk.batch.linear_ramp is None) == (
+        original.batch.ramp is None,
+        original.batch.linear_ramp is None,
+    )
     gqa = (original.model.kv_heads or original.model.heads) < original.model.heads
     assert ((shrunk.model.kv_heads or shrunk.model.heads) < shrunk.model.heads) == gqa
     # the phases keep their published shares of the run, but for phases raised to the minimum of steps
@@ -78,6 +103,88 @@ def test_schedule_and_ramp_shape_in_percent():
     assert float(ramp[1]["after"].rstrip("%")) == pytest.approx(
         100 * 252e6 / load_spec(ROOT / "specs" / "llama2-7b.yaml").spec.tokens, rel=1e-3
     )
+
+
+def test_multistep_levels_and_linear_ramp_keep_their_share_of_the_run():
+    # DeepSeek LLM's levels at 80% and 90% (arXiv 2401.02954 section 2.3), here one written in tokens
+    text = (ROOT / "specs" / "deepseek-llm-67b.yaml").read_text()
+    assert "{after: 80%, lr_ratio: 0.316}" in text
+    loaded = load_spec_text(text.replace("{after: 80%, lr_ratio: 0.316}", "{after: 1.6T tokens, lr_ratio: 0.316}"))
+    data = shrink(loaded, minutes=3).data
+    levels = [(float(x["after"].rstrip("%")), x["lr_ratio"]) for x in data["schedule"]["lr_steps"]]
+    assert levels == [(pytest.approx(80, rel=1e-4), 0.316), (90, 0.1)]  # 1.6T of the run's whole steps: ~80%
+    assert "min_lr_ratio" not in data["schedule"] and "decay" not in data["schedule"]
+    spec = load_spec_text(yaml.safe_dump(data)).spec
+    plan = audit(spec).plan
+    assert plan.schedule.lr_at(0.85 * plan.tokens_total) == pytest.approx(0.316 * spec.optimizer.lr)
+
+    # BLOOM's --rampup-batch-size 192 16 9765625 (20B of 366B tokens): whole micro-batches of the 2 ranks, the
+    # same share of the run, up to the steady batch
+    bloom = load_spec(ROOT / "specs" / "bloom-176b.yaml")
+    data = shrink(bloom, minutes=3).data
+    ramp = data["batch"]["linear_ramp"]
+    start, increment = (int(ramp[k].split()[0]) for k in ("start", "increment"))
+    steady = data["batch"]["micro_batch"] * data["batch"]["grad_accum"] * 2
+    assert start % 8 == 0 and increment % 8 == 0 and start + increment <= steady
+    over = float(ramp["over"].rstrip("%")) / 100
+    assert over == pytest.approx(20e9 / derive(bloom.spec).tokens_total, rel=1e-3)
+    plan = audit(load_spec_text(yaml.safe_dump(data)).spec).plan
+    assert plan.tokens_total == data["tokens"]
+    assert plan.phases[0].span.segments[0].tokens_per_step == start * 128
+
+
+def test_two_stage_ramp_lands_on_whole_steps():
+    # Gopher: 3M then 6M tokens per batch, the switch at 50% (Rae et al. 2021, Table 1): the shrunk run's
+    # phases are whole steps whose tokens are the run's (PHASE001), the switch within a step of 50%
+    data = shrink(load_spec(ROOT / "specs" / "gopher-280b.yaml"), minutes=3).data
+    sizes = [int(r["global_batch"].split()[0]) for r in data["batch"]["ramp"]]
+    assert sizes[1] == 2 * sizes[0]
+    result = audit(load_spec_text(yaml.safe_dump(data)).spec)
+    assert "PHASE001" not in {f.code for f in result.findings}
+    assert result.plan.tokens_total == data["tokens"]
+    switch = float(data["batch"]["ramp"][1]["after"].rstrip("%")) / 100
+    assert switch == pytest.approx(0.5, abs=sizes[1] * 128 / data["tokens"])
+
+
+def _demo_with_tasks(tasks: str, qk_norm: bool = False) -> str:
+    text = (ROOT / "specs" / "demo.yaml").read_text()
+    block = "    - {name: docs-continuation, kind: multiple_choice, from_heldout: docs, examples: 60}\n"
+    assert block in text and "  qk_norm: false\n" in text
+    text = text.replace(block, tasks, 1)
+    return text.replace("  qk_norm: false\n", f"  qk_norm: {str(qk_norm).lower()}\n", 1)
+
+
+LM_EVAL_TASKS = """\
+    - {name: arith, kind: lm_eval, task: runlib_arith_mc, examples: 40}
+    - {name: held, kind: lm_eval, task: runlib_heldout_loglik, from_heldout: code}
+    - {name: hellaswag, kind: lm_eval, task: hellaswag, download: true}
+    - {name: local, kind: lm_eval, task: my_task, path: tasks/not-here.yaml}
+"""
+
+
+def test_lm_eval_tasks_run_offline(tmp_path):
+    path = tmp_path / "demo-lm-eval.yaml"
+    path.write_text(_demo_with_tasks(LM_EVAL_TASKS))
+    text, summary = shrink_file(path, minutes=3)
+    assert "0 error(s)" in summary
+    tasks = {t["name"]: t for t in yaml.safe_load(text)["eval"]["tasks"]}
+    assert tasks["arith"] == {"name": "arith", "kind": "lm_eval", "task": "runlib_arith_mc", "examples": 20}
+    assert tasks["held"]["task"] == "runlib_heldout_loglik" and tasks["held"]["from_heldout"] == "code"
+    for name in ("hellaswag", "local"):  # the shipped held-out task on the first used source, said in a comment
+        assert (tasks[name]["task"], tasks[name]["from_heldout"]) == ("runlib_heldout_mc", "docs"), name
+    assert text.count("# stand-in: lm-eval task") == 2
+    assert "downloads its data from the Hugging Face Hub" in text and "'tasks/not-here.yaml' is not here" in text
+    shrunk = load_spec_text(text).spec
+    refusals = harness_refusals(shrunk.eval.tasks, shrunk.model)
+    assert [r for r in refusals if "not installed" not in r.problem] == []
+
+    # a model lm-eval cannot score (no Hugging Face architecture has OLMo 2's QK-norm): runlib's own tasks
+    path.write_text(_demo_with_tasks(LM_EVAL_TASKS, qk_norm=True))
+    text, _ = shrink_file(path, minutes=3)
+    kinds = {t["kind"] for t in yaml.safe_load(text)["eval"]["tasks"]}
+    assert "lm_eval" not in kinds and text.count("# stand-in: lm-eval task") == 4
+    shrunk = load_spec_text(text).spec
+    assert harness_refusals(shrunk.eval.tasks, shrunk.model) == []
 
 
 def test_minutes_scale_the_tokens():

@@ -36,7 +36,11 @@ from runlib.workflow.graph import build_graph
 from tests.annotations import strip_optional
 from tests.conftest import ROOT
 
-BASES = {"demo": ROOT / "specs" / "demo.yaml", "tiny": ROOT / "tests" / "fixtures" / "tiny.yaml"}
+BASES = {
+    "demo": ROOT / "specs" / "demo.yaml",
+    "tiny": ROOT / "tests" / "fixtures" / "tiny.yaml",
+    "ladder": ROOT / "tests" / "ladder" / "ladder-tiny.yaml",
+}
 DELETE = object()
 
 # Fields that reach no stage key by design, with the reason. Keep this list tiny: a field a stage
@@ -174,6 +178,16 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     "eval.tasks[].download": lambda cur, data, files: [
         ({"kind": "lm_eval", "task": "my_task", "path": files["a"], "from_heldout": DELETE}, {"download": True})
     ],
+    # a ladder needs >= 5 fitted rungs over 2 sizes and 2 token ratios: edits that keep it fittable
+    "ladder.widths": lambda cur, data, files: [({}, {"widths": [*cur, 2 * cur[-1] - cur[-2]]})] if cur else [],
+    "ladder.tokens_per_param": lambda cur, data, files: (
+        [({}, {"tokens_per_param": [*cur, 2 * cur[-1]]})] if cur else []
+    ),
+    "ladder.compute_flops": lambda cur, data, files: [
+        ({"tokens_per_param": DELETE, "compute_flops": [1e11, 2e11, 4e11]}, {"compute_flops": [1e11, 2e11, 8e11]})
+    ],
+    "ladder.min_steps": lambda cur, data, files: [({"holdout": 0}, {"min_steps": 30})],  # drops the shortest rung
+    "ladder.holdout": lambda cur, data, files: [({}, {"holdout": 0})],
     # meaningful with layernorm only (true with rmsnorm is a spec error)
     "model.norm_bias": lambda cur, data, files: [({"norm": "layernorm"}, {"norm_bias": v}) for v in (True, False)],
 }
