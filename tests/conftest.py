@@ -14,25 +14,27 @@ def base_text() -> str:
     return BASE_SPEC.read_text()
 
 
-# Rough seconds of the longest test modules on 2 quiet cores (from `pytest --durations=0`, summed per module).
+# Rough seconds of the longest test modules on 2 quiet cores (`pytest --durations=40`, 2026-12-01, summed per module).
 # Only the order uses them: with `--dist loadfile --no-loadscope-reorder` pytest-xdist hands modules to the
 # workers in collection order, so the longest start first and the many short modules fill both workers'
 # tails (longest processing time first). Without this, xdist orders modules by test count, and the few
 # long end-to-end modules, which have few tests, ran last on one worker while the other sat idle.
 MODULE_COST_S = {
-    "tests/workflow/test_faults.py": 300,
-    "tests/train/test_phase_training.py": 300,
-    "tests/train/test_parallel.py": 200,
-    "tests/workflow/test_data_stages.py": 150,
-    "tests/workflow/test_cluster.py": 150,
-    "tests/workflow/test_multinode.py": 120,
-    "tests/workflow/test_commit_protocol.py": 120,
-    "tests/train/test_spikes.py": 100,
-    "tests/workflow/test_artifacts.py": 100,
-    "tests/track/test_mlflow_track.py": 60,
-    "tests/review/test_shrink.py": 300,
+    "tests/workflow/test_faults.py": 330,
+    "tests/train/test_phase_training.py": 330,
+    "tests/workflow/test_data_stages.py": 240,
+    "tests/review/test_shrink.py": 240,
+    "tests/ladder/test_ladder_e2e.py": 185,
+    "tests/workflow/test_cluster.py": 170,
+    "tests/train/test_parallel.py": 150,
+    "tests/track/test_mlflow_track.py": 110,
+    "tests/workflow/test_multinode.py": 60,
+    "tests/train/test_launch.py": 40,
+    "tests/workflow/test_commit_protocol.py": 40,
     "tests/export/test_hf.py": 40,
-    "tests/ladder/test_ladder_e2e.py": 160,
+    "tests/test_bench.py": 40,
+    "tests/train/test_spikes.py": 25,
+    "tests/workflow/test_artifacts.py": 25,
 }
 
 

@@ -442,7 +442,7 @@ def test_stage_logged_to_mlflow_server(
 
         client = MlflowClient(tracking_uri=uri)
         run = client.get_run(run_id)
-        assert run.data.metrics["docs"] == 7 and run.data.metrics["bytes"] == 99
+        assert run.data.metrics["count/docs"] == 7 and run.data.metrics["count/bytes"] == 99
         parent = client.get_run(run.data.tags["mlflow.parentRunId"])
         assert parent.info.run_name == f"{spec.name}-{spec_key(spec)}"
         assert parent.data.params["spec.model.d_model"] == "768"
