@@ -20,6 +20,7 @@ include: "rules/eval.smk"
 include: "rules/ladder.smk"
 include: "rules/track.smk"
 include: "rules/report.smk"
+include: "rules/export.smk"
 
 
 # console progress (stage names, training step / tokens / loss / tokens/s / ETA) and, at the end, where the

@@ -29,7 +29,9 @@ def export_phase(spec_path: str, phase: str, out_dir: Path) -> Path:
         raise UserError(f"{spec_path}: --phase {phase!r} is not a phase of this spec; {hint}")
     hf_architecture(spec.model)  # refuse before reading gigabytes
     graph = build_graph(spec)
-    node = graph.find("train_phase", phase=names.index(phase))
+    node = graph.phase_node("train_phase", names.index(phase))
+    if node is None:
+        raise UserError(f"{spec_path}: this spec does not train its own phases (ladder.train_target: false)")
     if not node.manifest_path.exists():
         raise UserError(
             f"{spec_path}: phase {phase!r} is not built (train_phase {node.key}); "

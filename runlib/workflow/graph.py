@@ -72,6 +72,11 @@ class StageGraph:
                 return n
         raise UserError(f"no {stage} stage with {params} in this spec")
 
+    def phase_node(self, stage: str, phase: int) -> StageNode | None:
+        """The spec's own train_phase / eval_phase node of phase `phase` (not a ladder rung's); None when the
+        spec does not run it (a ladder with train_target false)."""
+        return next((n for n in self.of(stage) if n.params.get("phase") == phase and not is_rung(n)), None)
+
     def input_nodes(self, node: StageNode) -> dict[str, StageNode]:
         index = {n.key: n for n in self.nodes}
         return {role: index[key] for role, key in node.inputs.items()}

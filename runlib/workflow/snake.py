@@ -277,6 +277,22 @@ class Workflow:
         lines = progress.summary_lines(self.spec_path, self.spec.name, tracking_uri(), ok)
         progress.finish(getattr(self, "_progress", None), lines)
 
+    def export_dir(self) -> str:
+        """Where `snakemake exports/<run>/<phase>` writes a phase's Hugging Face export (rules/export.smk)."""
+        return str(Path("exports") / self.spec.name / "{phase}")
+
+    def export_inputs(self, wildcards) -> list[str]:
+        """The stamps of the phase to export (an input function: the phase is the target's wildcard)."""
+        names = [p.name for p in self.spec.phases]
+        if wildcards.phase not in names:
+            raise UserError(
+                f"exports/{self.spec.name}/{wildcards.phase}: no phase of that name; the phases: {', '.join(names)}"
+            )
+        node = self.graph.phase_node("train_phase", names.index(wildcards.phase))
+        if node is None:
+            raise UserError(f"{self.spec_path}: this spec does not train its own phases (ladder.train_target: false)")
+        return [self.done(node.stage, node.key), str(built_marker(node.stage, node.key))]
+
     def targets(self, *stages: str) -> list[str]:
         """Both outputs of every node of these stages (all stages when none are named): Snakemake reruns a
         job for a missing output only when something requests that output."""

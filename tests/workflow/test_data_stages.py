@@ -45,11 +45,12 @@ def export_and_compare(node, out):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from runlib.cli import main
     from runlib.model.transformer import Transformer
     from runlib.train import checkpoint as ckpt
 
-    assert main(["export", str(TINY), "--phase", "anneal", "--out", str(out)]) == 0
+    # the Snakemake target (rules/export.smk), which runs `runlib export`
+    proc = snakemake(out.parents[2], TINY, "--cores", "1", "exports/tiny/anneal")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = node.config
     ours = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
     ours.load_state_dict(ckpt.load(node.dir / "final.pt")["model"])
@@ -83,7 +84,7 @@ def test_data_dag_end_to_end(workdir):
     assert records[-1]["tokens"] == 102400 and records[-1]["lr"] == pytest.approx(3.0e-4)  # the floor, at the run's end
 
     # the last phase exported for Hugging Face: transformers computes the same logits as runlib's model
-    export_and_compare(last_train, workdir / "hf")
+    export_and_compare(last_train, workdir / "exports" / "tiny" / "anneal")
 
     again = snakemake(workdir, TINY, "--cores", "2")
     assert again.returncode == 0 and "Nothing to be done" in again.stderr + again.stdout
