@@ -24,6 +24,7 @@ class AuditResult:
     findings: list[Finding]  # sorted: errors, warnings, infos; each by code
     ignored: list[Ignored]
     file: str = "<spec>"
+    ladder_prediction: dict | None = None  # runlib.workflow.measured.ladder_prediction, where built
 
     def count(self, severity: str) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -56,6 +57,7 @@ def audit(
     file: str = "<spec>",
     select: set[str] | None = None,
     measured_tokens: dict[str, int] | None = None,
+    ladder_prediction: dict | None = None,
 ) -> AuditResult:
     plan = derive(spec, measured_tokens)
     raw = run_checks(spec, plan, source_map, select)
@@ -70,16 +72,18 @@ def audit(
             ignored.append(Ignored(f, entry.reason, entry.key))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     kept.sort(key=lambda f: (order[f.severity], f.code, f.path))
-    return AuditResult(spec, plan, kept, ignored, file)
+    return AuditResult(spec, plan, kept, ignored, file, ladder_prediction)
 
 
 def audit_loaded(loaded: LoadedSpec, use_measured: bool = False) -> AuditResult:
-    measured = None
+    measured, prediction = None, None
     if use_measured:
-        from runlib.workflow.measured import measured_tokens
+        from runlib.workflow.measured import measured as measured_artifacts
 
-        measured = measured_tokens(loaded.spec)
-    return audit(loaded.spec, loaded.source_map, loaded.source_map.file, measured_tokens=measured)
+        measured, prediction = measured_artifacts(loaded.spec)
+    return audit(
+        loaded.spec, loaded.source_map, loaded.source_map.file, measured_tokens=measured, ladder_prediction=prediction
+    )
 
 
 def audit_spec_file(path: str | Path, use_measured: bool = True) -> AuditResult:

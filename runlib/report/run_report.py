@@ -135,6 +135,19 @@ class PhaseRun:
 
 
 @dataclass
+class BranchRun:
+    """One column of the branch comparison: the branched phase as written (branch None) or a branch of it."""
+
+    label: str  # 'anneal' or 'anneal@code-heavy'
+    branch: str | None
+    plan: PhasePlan  # the phase's plan in the branch's run (runlib.workflow.configs.branch_specs)
+    devices: int
+    train: StageState | None
+    eval: StageState | None
+    eval_data: dict[str, Any] | None = None
+
+
+@dataclass
 class RunData:
     spec_path: str
     spec: RunSpec
@@ -142,6 +155,7 @@ class RunData:
     graph: StageGraph
     stages: list[StageState]
     phases: list[PhaseRun]
+    branches: list[BranchRun] = field(default_factory=list)  # the last phase and its branches, if it has any
 
     @property
     def plan(self) -> Plan:
@@ -217,7 +231,8 @@ def collect_run(spec_path: str | Path) -> RunData:
 
     def state(stage: str, index: int) -> StageState | None:
         for n in graph.of(stage):
-            if n.params.get("phase") == index and "rung" not in n.params:  # a ladder rung's is not the run's
+            # a ladder rung's and a branch's are not the run's own
+            if n.params.get("phase") == index and "rung" not in n.params and "branch" not in n.params:
                 return by_key[(stage, n.key)]
         return None
 
@@ -230,7 +245,53 @@ def collect_run(spec_path: str | Path) -> RunData:
         if run.eval is not None and run.eval.built:
             run.eval_data = _read_json(run.eval.node.dir / "eval.json")
         phases.append(run)
-    return RunData(str(spec_path), loaded.spec, result, graph, stages, phases)
+    return RunData(str(spec_path), loaded.spec, result, graph, stages, phases, _branch_runs(loaded.spec, graph, by_key))
+
+
+def _branch_runs(spec: RunSpec, graph: StageGraph, by_key: dict[tuple[str, str], StageState]) -> list[BranchRun]:
+    """The last phase as written, then each of its branches, with their stages and evaluations ([] without
+    branches)."""
+    from runlib.plan import derive
+    from runlib.workflow.configs import branch_specs, without_branches
+
+    base = without_branches(spec)
+    plan = derive(base)
+    specs = branch_specs(spec, plan)
+    if not specs or not plan.phases:
+        return []
+    last = len(plan.phases) - 1
+    trains, evals = graph.branch_nodes("train_phase"), graph.branch_nodes("eval_phase")
+
+    def state(node: StageNode | None) -> StageState | None:
+        return by_key.get((node.stage, node.key)) if node is not None else None
+
+    name = plan.phases[last].name
+    out = [
+        BranchRun(
+            name,
+            None,
+            plan.phases[last],
+            plan.devices,
+            state(graph.phase_node("train_phase", last)),
+            state(graph.phase_node("eval_phase", last)),
+        )
+    ]
+    for branch, branch_spec in specs.items():
+        branch_plan = derive(branch_spec)
+        out.append(
+            BranchRun(
+                f"{name}@{branch}",
+                branch,
+                branch_plan.phases[last],
+                branch_plan.devices,
+                state(trains.get(branch)),
+                state(evals.get(branch)),
+            )
+        )
+    for b in out:
+        if b.eval is not None and b.eval.built:
+            b.eval_data = _read_json(b.eval.node.dir / "eval.json")
+    return out
 
 
 # --- formatting ----------------------------------------------------------------------------------
@@ -270,6 +331,7 @@ def build_blocks(run: RunData) -> list[Block]:
         *_header(run),
         *_training(run),
         *_evaluation(run),
+        *_branches(run),
         *_plan_vs_measured(run),
         *_wall_times(run),
         *_stages(run),
@@ -472,6 +534,63 @@ def _evaluation(run: RunData) -> list[Block]:
     if caps:
         blocks.append(Para("Fewer examples than requested: " + " ".join(caps)))
     return blocks
+
+
+def _branches(run: RunData) -> list[Block]:
+    """The branched phase and its branches side by side (PhaseSpec.branches), for a spec with branches."""
+    if not run.branches:
+        return []
+    last = run.branches[0].label
+    unit = device_hours_unit(run.spec.hardware.accelerator)
+    return [
+        Heading(2, "Branches"),
+        Para(
+            f"The phase {last} as written and each of its branches, all trained from the same checkpoint (the "
+            f"end of the phase before it). Held-out loss per source and task scores from each one's eval.json "
+            f"(acc for multiple choice, else the first metric recorded); cost: the phase's tokens, its planned "
+            f"{unit} (its FLOPs at the spec's MFU) and its measured ones (the stage's wall time x its processes)."
+        ),
+        branch_table(run.branches, run.source_names(), unit),
+    ]
+
+
+def branch_table(branches: list[BranchRun], sources: list[str], unit: str) -> Table:
+    """One column per branch (pure: the BranchRun values in, the table out): held-out loss per source,
+    each task's headline metric, then tokens, planned and measured device-hours."""
+
+    def heldout(b: BranchRun, source: str) -> str:
+        if b.eval_data is None:
+            return "–"
+        entry = (b.eval_data.get("heldout") or {}).get(source)
+        return _fmt((entry or {}).get("loss"), ".4f")
+
+    tasks: dict[str, str] = {}  # task -> its headline metric
+    for b in branches:
+        for name, result in ((b.eval_data or {}).get("tasks") or {}).items():
+            if isinstance(result, dict) and name not in tasks:
+                metrics = [k for k, v in result.items() if k not in TASK_INFO_KEYS and _is_number(v)]
+                ordered = [m for m in TASK_METRIC_ORDER if m in metrics] + metrics
+                if ordered:
+                    tasks[name] = ordered[0]
+
+    def task(b: BranchRun, name: str) -> str:
+        result = ((b.eval_data or {}).get("tasks") or {}).get(name)
+        return _fmt(result.get(tasks[name]), ".4f") if isinstance(result, dict) else "–"
+
+    def measured(b: BranchRun) -> str:
+        manifest = b.train.manifest if b.train is not None and b.train.built else None
+        processes = manifest.counts.get("processes") if manifest is not None else None
+        wall = b.train.wall_seconds if b.train is not None else None
+        return _fmt(wall * processes / 3600, ".3g") if _is_number(processes) and wall is not None else "–"
+
+    rows = [(f"held-out loss: {s}", *(heldout(b, s) for b in branches)) for s in sources]
+    rows += [(f"{name} ({metric})", *(task(b, name) for b in branches)) for name, metric in tasks.items()]
+    rows += [
+        ("tokens", *(_count(b.plan.tokens) for b in branches)),
+        (f"planned {unit}", *(_fmt(b.plan.hours * b.devices, ".3g") for b in branches)),
+        (f"measured {unit}", *(measured(b) for b in branches)),
+    ]
+    return Table(("", *(b.label for b in branches)), rows)
 
 
 def _wall_times(run: RunData) -> list[Block]:

@@ -560,8 +560,29 @@ class PhaseOptimizer(SpecModel):
     """Gradient-norm clip within the phase (OPT: 1.0 lowered to 0.3); 0: no clipping."""
 
 
+MAX_BRANCHES = 16  # variants of one phase; each is a training stage and an evaluation of its own
+
+
+class PhaseBranch(SpecModel):
+    """A variant of the last phase, trained from the same checkpoint as the phase itself (the end of the
+    phase before it): WSD anneals branched from one stable checkpoint (Hu et al. 2024, MiniCPM, arXiv
+    2404.06395, section 4). It overrides only `mixture`, `tokens`, `decay` and `seq_len`; every other
+    setting is the phase's."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """Branch name; its stages are named '<phase>@<branch>' (train_phase anneal@code-heavy)."""
+    mixture: dict[str, Weight] | None = None
+    """Source name -> sampling weight in this branch (default: the phase's mixture)."""
+    tokens: DurationField | None = None
+    """Training tokens of this branch (default: the phase's); a % is of the run's `tokens`, as for phases."""
+    decay: DurationField | None = None
+    """schedule.decay in this branch: the LR decay that ends at the branch's end (default: schedule.decay as given); it must not reach back into an earlier phase."""
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
+    """Context length in this branch (default: the phase's seq_len)."""
+
+
 class PhaseSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer", "branches"})
 
     name: str = Field(pattern=NAME_PATTERN)
     """Phase name; names its training stage and checkpoints."""
@@ -581,6 +602,17 @@ class PhaseSpec(KeyedWhenSet):
     """Batch overrides for this phase (the batch ramp does not apply to a phase with a batch override)."""
     optimizer: PhaseOptimizer | None = None
     """Optimizer changes for this phase only (a mid-run LR or clip change)."""
+    branches: list[PhaseBranch] | None = Field(None, max_length=MAX_BRANCHES)
+    """Variants of this phase (the last phase only), each trained from the previous phase's checkpoint as a stage and an evaluation of its own, beside the phase itself; the earlier phases are trained once. A branch overrides mixture, tokens, decay and seq_len."""
+
+    @field_validator("branches")
+    @classmethod
+    def _branch_names_unique(cls, branches: list[PhaseBranch] | None) -> list[PhaseBranch] | None:
+        names = [b.name for b in branches or []]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"branch names must differ: {', '.join(twice)} given twice; rename one")
+        return branches
 
 
 class CheckpointSpec(SpecModel):

@@ -98,7 +98,7 @@ def _update_parent(spec, graph, manifests: dict, parent: tuple) -> int:
 
     evals = {}
     for node in graph.of("eval_phase"):
-        if "rung" in node.params:  # a ladder rung's evaluation is not the run's
+        if "rung" in node.params or "branch" in node.params:  # a ladder rung's or a branch's is not the run's
             continue
         data = mlflow_track._read_json_object(node.dir / "eval.json") if node.instance in manifests else None
         if data is not None:

@@ -17,7 +17,7 @@ from runlib.curate.inputs import source_inputs
 from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.eval.config import EvalConfig, EvalModelConfig
-from runlib.plan import Plan
+from runlib.plan import Plan, derive
 from runlib.spec.models import RunSpec, SourceSpec
 from runlib.stageconfig import StageConfig
 from runlib.tokenizer.config import TokenizerConfig
@@ -152,3 +152,69 @@ def fit_ladder_config(spec: RunSpec, plan: Plan, ladder) -> StageConfig:
         bootstrap=spec.ladder.bootstrap,
         seed=spec.seed,
     )
+
+
+# ---------------------------------------------------------------------------------------- branches
+
+
+def without_branches(spec: RunSpec) -> RunSpec:
+    """The spec with no phase's `branches`: the run its prefix and base phase belong to (its stage keys are
+    those of the same spec written without branches)."""
+    if not any(p.branches for p in spec.phases):
+        return spec
+    phases = [p.model_copy(update={"branches": None}) for p in spec.phases]
+    return spec.model_copy(update={"phases": phases})
+
+
+def branch_specs(spec: RunSpec, plan: Plan) -> dict[str, RunSpec]:
+    """Branch name -> the run of that branch: the spec with its last phase's mixture, tokens and seq_len and
+    the schedule's decay replaced by the branch's (runlib.spec.models.PhaseBranch). `plan` is the plan of
+    the spec without branches. Monitoring intervals are pinned to the base run's, so that the branch's
+    earlier phases are the base run's exactly; an error names the branch whose settings would change an
+    earlier phase (a decay reaching back before the branched phase, a learned position table resized)."""
+    for i, phase in enumerate(spec.phases[:-1]):
+        if phase.branches:
+            raise UserError(
+                f"phases[{i}].branches ({phase.name}): only the last phase can branch; move the branches to "
+                f"phases[{len(spec.phases) - 1}] ({spec.phases[-1].name}) or make {phase.name} the last phase"
+            )
+    if not spec.phases or not spec.phases[-1].branches:
+        return {}
+    from runlib.spec.units import Duration
+    from runlib.train.config import log_every_tokens
+
+    base = without_branches(spec)
+    last = len(spec.phases) - 1
+    phase = spec.phases[last]
+    monitor = spec.monitor
+    if monitor.log_every is None:  # the default follows the run's length: keep the base run's
+        monitor = monitor.model_copy(update={"log_every": Duration(log_every_tokens(plan, None), "tokens")})
+    base_train = train_phase_configs(base, plan)
+    out: dict[str, RunSpec] = {}
+    for b in phase.branches or []:
+        unknown = sorted(set(b.mixture or {}) - set(spec.data.sources))
+        if unknown:
+            raise UserError(
+                f"phases[{last}].branches ({b.name}).mixture: no source named {', '.join(unknown)}; the sources "
+                f"are {', '.join(spec.data.sources)} (data.sources)"
+            )
+        update: dict = {"branches": None}
+        for name in ("mixture", "tokens", "seq_len"):
+            if getattr(b, name) is not None:
+                update[name] = getattr(b, name)
+        phases = [*base.phases[:last], phase.model_copy(update=update)]
+        schedule = spec.schedule if b.decay is None else spec.schedule.model_copy(update={"decay": b.decay})
+        branch = spec.model_copy(update={"phases": phases, "schedule": schedule, "monitor": monitor})
+        train = train_phase_configs(branch, derive(branch))
+        for j in range(last):
+            mine, theirs = train[j].model_dump(mode="json"), base_train[j].model_dump(mode="json")
+            if mine != theirs:
+                fields = sorted(k for k in mine if mine[k] != theirs.get(k))
+                raise UserError(
+                    f"phases[{last}].branches ({b.name}): the branch changes the training of the earlier phase "
+                    f"{base.phases[j].name} ({', '.join(fields)}), so it cannot start from its checkpoint; "
+                    "keep the decay within the branch (decay at most the branch's tokens) and the seq_len at "
+                    "most the longest of the earlier phases with learned positions"
+                )
+        out[b.name] = branch
+    return out

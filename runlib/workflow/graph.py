@@ -75,7 +75,14 @@ class StageGraph:
     def phase_node(self, stage: str, phase: int) -> StageNode | None:
         """The spec's own train_phase / eval_phase node of phase `phase` (not a ladder rung's); None when the
         spec does not run it (a ladder with train_target false)."""
-        return next((n for n in self.of(stage) if n.params.get("phase") == phase and not is_rung(n)), None)
+        return next(
+            (n for n in self.of(stage) if n.params.get("phase") == phase and not is_rung(n) and not is_branch(n)),
+            None,
+        )
+
+    def branch_nodes(self, stage: str) -> dict[str, StageNode]:
+        """Branch name -> the spec's own train_phase / eval_phase node of that branch of the last phase."""
+        return {n.params["branch"]: n for n in self.of(stage) if is_branch(n) and not is_rung(n)}
 
     def input_nodes(self, node: StageNode) -> dict[str, StageNode]:
         index = {n.key: n for n in self.nodes}
@@ -87,6 +94,8 @@ def build_graph(spec: RunSpec, shard_configs: dict[str, list] | None = None) -> 
     the sources' input files (runlib.review.diff plans specs whose files are elsewhere)."""
     from runlib.plan import derive
 
+    branched = spec
+    spec = configs.without_branches(spec)  # the prefix and the base phase: keys as if written without branches
     plan = derive(spec)
     nodes: list[StageNode] = []
     curated: dict[str, StageNode] = {}
@@ -112,7 +121,8 @@ def build_graph(spec: RunSpec, shard_configs: dict[str, list] | None = None) -> 
         tokenized[name] = make_node("tokenize", f"tokenize {name}", config, inputs, source=name)
         nodes.append(tokenized[name])
     if spec.ladder is None or spec.ladder.train_target:
-        nodes += training_nodes(spec, plan, tokenizer, tokenized)
+        own = training_nodes(spec, plan, tokenizer, tokenized)
+        nodes += own + branch_nodes(configs.branch_specs(branched, plan), own, tokenizer, tokenized)
     if spec.ladder is not None:
         nodes += ladder_nodes(spec, plan, tokenizer, tokenized)
     return StageGraph(tuple(nodes))
@@ -148,6 +158,47 @@ def training_nodes(
     return nodes
 
 
+def branch_nodes(
+    branches: dict[str, RunSpec], own: list[StageNode], tokenizer: StageNode, tokenized: dict[str, StageNode]
+) -> list[StageNode]:
+    """A train_phase and an eval_phase per branch of the last phase (configs.branch_specs), the training from
+    the end of the phase before it (the shared prefix's last train_phase node in `own`; none when the run has
+    one phase), named '<phase>@<branch>' and carrying `branch` in their params."""
+    from runlib.plan import derive
+
+    nodes: list[StageNode] = []
+    for name, spec in branches.items():
+        plan = derive(spec)
+        last = len(plan.phases) - 1
+        phase = plan.phases[last]
+        config = configs.train_phase_configs(spec, plan)[last]
+        inputs = {"tokenizer": tokenizer.key}
+        mixture = phase.settings.phase.mixture
+        inputs.update({f"tokens:{n}": tokenized[n].key for n, w in sorted(mixture.items()) if w > 0 and n in tokenized})
+        previous = next((n for n in own if n.stage == "train_phase" and n.params["phase"] == last - 1), None)
+        if previous is not None:
+            inputs["previous"] = previous.key
+        label = f"{phase.name}@{name}"
+        train = make_node("train_phase", f"train_phase {label}", config, inputs, phase=last, branch=name)
+        same = next((n for n in [*own, *nodes] if n.stage == "train_phase" and n.key == train.key), None)
+        if same is not None:
+            raise UserError(
+                f"phases[{last}].branches ({name}): trains exactly as {same.instance.removeprefix('train_phase ')}; "
+                "give it another mixture, tokens, decay or seq_len, or remove it"
+            )
+        evaluation = {
+            "model": train.key,
+            "tokenizer": tokenizer.key,
+            **{f"tokens:{n}": t.key for n, t in sorted(tokenized.items())},
+        }
+        eval_config = configs.eval_configs(spec, plan)[last]
+        nodes += [
+            train,
+            make_node("eval_phase", f"eval_phase {label}", eval_config, evaluation, phase=last, branch=name),
+        ]
+    return nodes
+
+
 def ladder_nodes(spec: RunSpec, plan, tokenizer: StageNode, tokenized: dict[str, StageNode]) -> list[StageNode]:
     """The ladder's rungs (runlib.ladder.rungs), each trained and evaluated from the target's own
     tokenizer and tokenized sources, and the fit_ladder node over the rungs' evaluations."""
@@ -168,3 +219,8 @@ def ladder_nodes(spec: RunSpec, plan, tokenizer: StageNode, tokenized: dict[str,
 def is_rung(node: StageNode) -> bool:
     """A node of a ladder rung (not of the spec's own run)."""
     return "rung" in node.params
+
+
+def is_branch(node: StageNode) -> bool:
+    """A node of a branch of the last phase (PhaseSpec.branches), not of the phase itself."""
+    return "branch" in node.params

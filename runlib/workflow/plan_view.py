@@ -8,7 +8,7 @@ import difflib
 from typing import Any
 
 from runlib.errors import UserError
-from runlib.workflow.graph import StageGraph, StageNode
+from runlib.workflow.graph import StageGraph, StageNode, is_branch, is_rung
 from runlib.workflow.keys import STAGE_VERSIONS
 from runlib.workflow.manifest import MANIFEST, Manifest, read_manifest
 
@@ -63,7 +63,31 @@ def changed_fields(node: StageNode, before: Manifest) -> list[str]:
     return fields
 
 
+def branch_parts(graph: StageGraph) -> dict[str, tuple[str, str | None]]:
+    """With branches (PhaseSpec.branches): node key -> ('prefix', None) for the stages every branch shares
+    (trained once), ('phase', None) for the branched phase as written, ('branch', name) for a branch's
+    train_phase and eval_phase. Empty without branches (a ladder rung's nodes are left out)."""
+    branches = [n for n in graph.nodes if is_branch(n) and not is_rung(n)]
+    if not branches:
+        return {}
+    last = branches[0].params["phase"]
+    parts: dict[str, tuple[str, str | None]] = {}
+    for n in graph.nodes:
+        if is_rung(n):
+            continue
+        if is_branch(n):
+            parts[n.key] = ("branch", n.params["branch"])
+        elif n.stage in ("train_phase", "eval_phase") and n.params.get("phase") == last:
+            parts[n.key] = ("phase", None)
+        else:
+            parts[n.key] = ("prefix", None)
+    return parts
+
+
 def plan_rows(graph: StageGraph) -> list[dict[str, Any]]:
+    """One row per stage; with branches, each row also has `part` (prefix, phase or branch: branch_parts)
+    and `branch` (the branch's name, else None), the prefix's rows first."""
+    parts = branch_parts(graph)
     rows = []
     for node in graph.nodes:
         built = node.manifest_path.exists()
@@ -72,13 +96,32 @@ def plan_rows(graph: StageGraph) -> list[dict[str, Any]]:
             before = previous_build(node)
             if before is not None:
                 row["changed"] = changed_fields(node, before)
+        if node.key in parts:
+            row["part"], row["branch"] = parts[node.key]
         rows.append(row)
-    return rows
+    order = {"prefix": 0, "phase": 1, "branch": 2}
+    return sorted(rows, key=lambda r: order.get(r.get("part", "prefix"), 0))  # stable: graph order within
+
+
+def _heading(rows: list[dict[str, Any]], part: str, i: int) -> str | None:
+    """The line before the first row of a part of a branched run."""
+    if i > 0 and rows[i - 1].get("part") == part:
+        return None
+    if part == "prefix":
+        return "shared prefix (trained once; every branch starts from its last checkpoint):"
+    if part == "phase":
+        trained = [r["instance"] for r in rows if r.get("part") == "prefix" and r["stage"] == "train_phase"]
+        start = f"from the end of {trained[-1]}" if trained else "from initialization"
+        return f"branched phase, {start}: the phase as written, then each branch"
+    return None
 
 
 def render(rows: list[dict[str, Any]], spec_file: str) -> str:
     lines = [f"stages of {spec_file}", f"  {'stage':<30} {'key':<16}  status"]
-    for r in rows:
+    for i, r in enumerate(rows):
+        heading = _heading(rows, r["part"], i) if "part" in r else None
+        if heading:
+            lines.append(heading)
         if r["built"]:
             status = "built"
         elif r["changed"] is not None:
@@ -88,6 +131,10 @@ def render(rows: list[dict[str, Any]], spec_file: str) -> str:
         lines.append(f"  {r['instance'][:30]:<30} {r['key']}  {status}")
     built = sum(r["built"] for r in rows)
     lines.append(f"{built} of {len(rows)} stages built")
+    branches = sorted({r["branch"] for r in rows if r.get("part") == "branch"})
+    if branches:
+        shared = sum(r.get("part") == "prefix" for r in rows)
+        lines.append(f"{len(branches)} branches ({', '.join(branches)}) share {shared} prefix stages")
     return "\n".join(lines) + "\n"
 
 

@@ -187,16 +187,20 @@ class Workflow:
         return {name: value(name) for name in names}
 
     def phase_plan(self, node):
-        """The plan of a train_phase node's phase: the spec's, or its ladder rung's (runlib.ladder.rungs)."""
+        """The plan of a train_phase node's phase: the spec's, its ladder rung's (runlib.ladder.rungs) or its
+        branch's (runlib.workflow.configs.branch_specs, under '@<branch>')."""
         from runlib.plan import derive
-        from runlib.workflow.graph import is_rung
+        from runlib.workflow.graph import is_branch, is_rung
 
         if not hasattr(self, "_plans"):
             from runlib.ladder.rungs import ladder_rungs
+            from runlib.workflow.configs import branch_specs
 
             plan = derive(self.spec)
-            self._plans = {None: plan, **{r.name: r.plan for r in ladder_rungs(self.spec, plan).rungs}}
-        return self._plans[node.params["rung"] if is_rung(node) else None].phases[node.config.phase_index]
+            branches = {f"@{name}": derive(spec) for name, spec in branch_specs(self.spec, plan).items()}
+            self._plans = {None: plan, **{r.name: r.plan for r in ladder_rungs(self.spec, plan).rungs}, **branches}
+        which = node.params["rung"] if is_rung(node) else f"@{node.params['branch']}" if is_branch(node) else None
+        return self._plans[which].phases[node.config.phase_index]
 
     def tracked(self, key: str = "{key}") -> str:
         """The track rule's stamp for the training phase with `key`, under this spec's MLflow parent."""

@@ -66,3 +66,15 @@ def test_refuses_bad_points():
 def test_degenerate_law_evaluates_without_overflow():
     law = LawFit(E=0.0, A=1e300, B=1.0, alpha=-2.0, beta=0.5, objective=0.0, points=0)
     assert law.loss(1e9, 1e9) == math.inf
+
+
+def test_starts_that_run_off_past_float_range_are_dropped():
+    # specs/demo-ladder.yaml's arithmetic held-out losses (5 fitted rungs): one of the grid's best starts
+    # runs off along b, beta -> inf to b ~ 7,600, where exp(b) overflowed and the fit_ladder stage failed
+    params = [12384, 12384, 54000, 54000, 98624]
+    tokens = [49152, 100352, 215040, 432128, 393216]
+    losses = [4.5400, 3.2499, 2.7307, 2.6994, 2.3789]
+    best, others = fit_law(params, tokens, losses)
+    for fit in (best, *others):
+        assert all(math.isfinite(x) for x in (fit.A, fit.B, fit.E))
+    assert abs(best.loss(54000, 215040) - 2.7307) < 0.05

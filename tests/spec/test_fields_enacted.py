@@ -48,6 +48,7 @@ DELETE = object()
 NOT_KEYED: dict[str, str] = {
     "name": "names the run's reports and MLflow runs; renaming a run must change no key (issue 7)",
     "tracking.experiment": "where MLflow records the run, not what any stage computes",
+    "phases[].branches[].name": "names a branch's stages (train_phase anneal@<name>), not what they compute",
 }
 
 
@@ -124,6 +125,10 @@ SCAFFOLD: dict[str, Any] = {
         "over": "50%",
     },
     "schedule.lr_steps": [{"after": "50%", "lr_ratio": 0.3}, {"after": "80%", "lr_ratio": 0.1}],
+    # a branch of the last phase at half the context (valid only there: on another phase the graph refuses it)
+    "phases[].branches": lambda data: [
+        {"name": "scaffold", "mixture": dict(data["phases"][-1]["mixture"]), "seq_len": data["model"]["seq_len"] // 2}
+    ],
 }
 
 # what a scaffolded field needs beside it in its section (pattern of the field -> patch of its parent)
@@ -188,6 +193,11 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     ],
     "ladder.min_steps": lambda cur, data, files: [({"holdout": 0}, {"min_steps": 30})],  # drops the shortest rung
     "ladder.holdout": lambda cur, data, files: [({}, {"holdout": 0})],
+    # a branch's decay must end within it: lengthen the branch, or shorten it with a decay that fits
+    "phases[].branches[].tokens": lambda cur, data, files: [
+        ({}, {"tokens": "12%"}),
+        ({"decay": "2%"}, {"tokens": "4%"}),
+    ],
     # meaningful with layernorm only (true with rmsnorm is a spec error)
     "model.norm_bias": lambda cur, data, files: [({"norm": "layernorm"}, {"norm_bias": v}) for v in (True, False)],
 }

@@ -152,6 +152,13 @@ def derived(plan: Plan) -> dict[str, Any]:
     }
 
 
+def ladder_prediction(result: AuditResult) -> dict[str, Any] | None:
+    """The held-out loss the spec's built fit_ladder artifact predicts for this run ({loss, low, high,
+    resamples, source: "fit_ladder <key>"}), or None: no ladder, or its fit not built here."""
+    p = result.ladder_prediction
+    return None if p is None else {k: _num(v) if isinstance(v, float) else v for k, v in p.items()}
+
+
 def to_dict(result: AuditResult) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -160,7 +167,7 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         "name": result.spec.name,
         "exit_code": result.exit_code(),
         "summary": {s: result.count(s) for s in ("error", "warning", "info")},
-        "derived": derived(result.plan),
+        "derived": {**derived(result.plan), "ladder_prediction": ladder_prediction(result)},
         "findings": [f.as_dict() for f in result.findings],
         "ignored": [{**i.finding.as_dict(), "reason": i.reason} for i in result.ignored],
     }

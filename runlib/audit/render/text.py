@@ -21,6 +21,14 @@ def _hours(h: float) -> str:
     return format_count(h) if h == h and h != float("inf") else "n/a"
 
 
+def ladder_lines(result: AuditResult) -> list[str]:
+    """The held-out loss the spec's built scaling ladder predicts for this run, once its fit is built."""
+    p = result.ladder_prediction
+    if p is None:
+        return []
+    return [f"  ladder      loss {p['loss']:.3f} [{p['low']:.3f}, {p['high']:.3f}] predicted ({p['source']})"]
+
+
 def derived_lines(result: AuditResult) -> list[str]:
     plan, spec = result.plan, result.spec
     p = plan.params
@@ -36,6 +44,7 @@ def derived_lines(result: AuditResult) -> list[str]:
         f"{plan.wall_days:.3g} days",
         f"  references  batch {format_count(plan.references.optimal_batch_tokens)} tokens, "
         f"lr {plan.references.optimal_lr:.2g} (DeepSeek fit)",
+        *ladder_lines(result),
         "",
         f"  {'phase':<12} {'tokens':>7} {'steps':>8} {'tok/step':>8} {'seq':>6} {'lr':>13} {'GiB/dev':>8}",
     ]

@@ -1,0 +1,155 @@
+"""Branches of the last phase (PhaseSpec.branches): the graph trains the shared prefix once and each branch as a
+train_phase + eval_phase of its own; the plan view, the dry run, the report's comparison and the audit."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from runlib.audit import audit_loaded
+from runlib.errors import UserError
+from runlib.plan import derive
+from runlib.report.run_report import BranchRun, branch_table
+from runlib.spec import load_spec
+from runlib.spec.models import PhaseBranch
+from runlib.workflow.configs import branch_specs, without_branches
+from runlib.workflow.graph import build_graph, is_branch
+from runlib.workflow.plan_view import plan_rows, render
+from tests.conftest import ROOT
+from tests.workflow.conftest import snakemake
+
+BRANCHES = ROOT / "specs" / "variants" / "demo-branches.yaml"
+DEMO = ROOT / "specs" / "demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_spec(BRANCHES)
+
+
+@pytest.fixture(scope="module")
+def graph(loaded):
+    return build_graph(loaded.spec)
+
+
+def test_prefix_and_base_phase_keys_are_the_unbranched_specs(graph):
+    # the variant differs from the demo by its name and the branches only, and no config holds the name
+    demo = build_graph(load_spec(DEMO).spec)
+    assert [(n.instance, n.key) for n in graph.nodes if not is_branch(n)] == [(n.instance, n.key) for n in demo.nodes]
+
+
+def test_one_train_and_eval_per_branch_from_the_shared_checkpoint(graph):
+    trains, evals = graph.branch_nodes("train_phase"), graph.branch_nodes("eval_phase")
+    assert sorted(trains) == sorted(evals) == ["code-heavy", "long-decay"]
+    long = graph.phase_node("train_phase", 2)
+    base = graph.phase_node("train_phase", 3)
+    assert base.instance == "train_phase anneal" and not is_branch(base)
+    for name, train in trains.items():
+        assert train.instance == f"train_phase anneal@{name}"
+        assert train.inputs["previous"] == long.key == base.inputs["previous"]
+        assert evals[name].instance == f"eval_phase anneal@{name}"
+        assert evals[name].inputs["model"] == train.key
+    assert len(graph.of("train_phase")) == 6 and len(graph.of("eval_phase")) == 6
+    assert len({n.key for n in graph.nodes}) == len(graph.nodes)
+
+
+def test_branch_settings(loaded, graph):
+    spec = loaded.spec
+    trains = graph.branch_nodes("train_phase")
+    base = graph.phase_node("train_phase", 3).config
+    heavy, long_decay = trains["code-heavy"].config, trains["long-decay"].config
+    assert heavy.span == base.span and heavy.schedule == base.schedule and heavy.loader != base.loader
+    total = spec.tokens
+    assert long_decay.span.start_tokens == base.span.start_tokens
+    assert long_decay.span.end_tokens == pytest.approx(total * 1.04, abs=4096)  # 92% + 12% of the run
+    assert long_decay.schedule.decay_start_tokens == pytest.approx(base.span.start_tokens)  # decay: 12%
+    assert base.schedule.decay_start_tokens == pytest.approx(base.span.start_tokens)  # decay: 8% = the anneal
+    assert long_decay.monitor == base.monitor  # log interval pinned to the base run's
+
+
+def _with_branches(spec, index: int, *branches: dict):
+    phases = list(without_branches(spec).phases)
+    phases[index] = phases[index].model_copy(update={"branches": [PhaseBranch.model_validate(b) for b in branches]})
+    return spec.model_copy(update={"phases": phases})
+
+
+def test_branch_errors_name_the_field(loaded):
+    spec = loaded.spec
+    plan = derive(without_branches(spec))
+    with pytest.raises(UserError, match=r"phases\[0\]\.branches \(foundation\): only the last phase"):
+        branch_specs(_with_branches(spec, 0, {"name": "x", "tokens": "70%"}), plan)
+    with pytest.raises(UserError, match=r"phases\[3\]\.branches \(early\): .*earlier phase long \(schedule\)"):
+        branch_specs(_with_branches(spec, 3, {"name": "early", "decay": "10%"}), plan)
+    with pytest.raises(UserError, match=r"phases\[3\]\.branches \(same\): trains exactly as anneal;"):
+        build_graph(
+            _with_branches(spec, 3, {"name": "same", "mixture": {"docs": 0.4, "code": 0.35, "arithmetic": 0.25}})
+        )
+
+
+def test_bad_branch_exits_2_with_the_field(tmp_path):
+    text = BRANCHES.read_text().replace("{name: long-decay,", "{name: code-heavy,")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "runlib", "plan", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert "branches" in out.stderr and "code-heavy given twice" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_plan_view_shows_the_prefix_then_the_branches(graph):
+    text = render(plan_rows(graph), "demo-branches.yaml")
+    lines = text.splitlines()
+    prefix = lines.index("shared prefix (trained once; every branch starts from its last checkpoint):")
+    branched = lines.index("branched phase, from the end of train_phase long: the phase as written, then each branch")
+    assert prefix < branched
+    assert [line.split()[1] for line in lines[branched + 1 : branched + 7]] == [
+        "anneal",
+        "anneal",
+        "anneal@code-heavy",
+        "anneal@code-heavy",
+        "anneal@long-decay",
+        "anneal@long-decay",
+    ]
+    assert lines[-1] == "2 branches (code-heavy, long-decay) share 19 prefix stages"
+    unbranched = plan_rows(build_graph(load_spec(DEMO).spec))
+    assert all("part" not in r for r in unbranched)  # the JSON rows of a spec without branches are unchanged
+
+
+def test_dry_run_trains_the_prefix_once_and_each_branch_once(tmp_path, graph):
+    out = snakemake(tmp_path, BRANCHES, "-n")
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", text, re.M))
+    assert counts["train_phase"] == "6" and counts["eval_phase"] == "6"  # 4 phases + 2 branches
+    assert counts["tokenize"] == "3" and counts["train_tokenizer"] == "1"
+    jobs = re.findall(r"rule train_phase:.*?wildcards: key=(\w+)", text, re.S)
+    assert sorted(jobs) == sorted(n.key for n in graph.of("train_phase"))  # each once
+
+
+def test_branch_table_from_synthetic_evaluations(loaded):
+    plan = derive(without_branches(loaded.spec))
+    phase = plan.phases[-1]
+
+    def run(label: str, loss: float, acc: float | None) -> BranchRun:
+        tasks = {"docs-continuation": {"kind": "multiple_choice", "n": 60, "acc": acc, "acc_norm": 0.5}}
+        data = {"heldout": {"docs": {"loss": loss}, "code": {"loss": loss + 1}}, "tasks": tasks if acc else {}}
+        return BranchRun(label, None, phase, plan.devices, None, None, data)
+
+    table = branch_table(
+        [run("anneal", 3.0, 0.25), run("anneal@code-heavy", 2.5, 0.5), run("anneal@long-decay", 2.75, None)],
+        ["docs", "code", "arithmetic"],
+        "core-hours",
+    )
+    rows = {r[0]: r[1:] for r in table.rows}
+    assert table.headers == ("", "anneal", "anneal@code-heavy", "anneal@long-decay")
+    assert rows["held-out loss: docs"] == ("3.0000", "2.5000", "2.7500")
+    assert rows["held-out loss: code"] == ("4.0000", "3.5000", "3.7500")
+    assert rows["held-out loss: arithmetic"] == ("n/a", "n/a", "n/a")
+    assert rows["docs-continuation (acc)"] == ("0.2500", "0.5000", "–")
+    assert rows["planned core-hours"][0] == format(phase.hours * plan.devices, ".3g")
+    assert rows["measured core-hours"] == ("–", "–", "–")
+
+
+def test_audit_of_the_branches_spec_has_no_error(loaded):
+    result = audit_loaded(loaded)
+    assert result.count("error") == 0, [f.code for f in result.findings if f.severity == "error"]
