@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -237,27 +237,28 @@ def _minimum_permuted(out: np.ndarray, doc: np.ndarray, hashes: np.ndarray, a: n
         out[ids] = np.minimum(out[ids], np.minimum.reduceat(part, segments, axis=0))
 
 
+def _prepared_batches(texts: Sequence[str]) -> Iterator[tuple[int, list[bytes]]]:
+    """(index of the batch's first document, its _prepared texts), batches of about _BATCH_BYTES each."""
+    batch: list[bytes] = []
+    first = batch_bytes = 0
+    for text in texts:
+        prepared = _prepared(text)
+        if batch and batch_bytes + len(prepared) > _BATCH_BYTES:
+            yield first, batch
+            first, batch_bytes, batch = first + len(batch), 0, []
+        batch.append(prepared)
+        batch_bytes += len(prepared) + 1
+    if batch:
+        yield first, batch
+
+
 def signatures(texts: list[str], ngram: int, num_perm: int) -> np.ndarray:
     """(len(texts), num_perm) uint64 MinHash signatures (values below 2^32)."""
     a, b = permutations(num_perm)
     out = np.full((len(texts), num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
-    batch: list[bytes] = []
-    first = batch_bytes = 0
-
-    def flush() -> None:
-        if batch:
-            doc, hashes = _batch_shingles(batch, ngram)
-            _minimum_permuted(out[first : first + len(batch)], doc, hashes, a, b)
-
-    for text in texts:
-        prepared = _prepared(text)
-        if batch and batch_bytes + len(prepared) > _BATCH_BYTES:
-            flush()
-            first, batch_bytes = first + len(batch), 0
-            batch = []
-        batch.append(prepared)
-        batch_bytes += len(prepared) + 1
-    flush()
+    for first, batch in _prepared_batches(texts):
+        doc, hashes = _batch_shingles(batch, ngram)
+        _minimum_permuted(out[first : first + len(batch)], doc, hashes, a, b)
     return out.astype(np.uint64)
 
 
@@ -266,28 +267,14 @@ def shingle_sets(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndarr
     hashes[offsets[d] : offsets[d + 1]] (offsets: int64, len(texts) + 1 values; at least one per document)."""
     parts: list[np.ndarray] = []
     counts = np.zeros(len(texts), dtype=np.int64)
-    batch: list[bytes] = []
-    first = batch_bytes = 0
-
-    def flush() -> None:
-        if batch:
-            doc, hashes = _batch_shingles(batch, ngram)
-            bounds = np.concatenate(([0], np.cumsum(np.bincount(doc, minlength=len(batch))))).tolist()
-            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):  # per document: small, cache-resident sorts
-                hashes[lo:hi].sort()
-            new = np.concatenate(([True], (doc[1:] != doc[:-1]) | (hashes[1:] != hashes[:-1])))
-            parts.append(hashes[new])
-            counts[first : first + len(batch)] = np.bincount(doc[new], minlength=len(batch))
-
-    for text in texts:
-        prepared = _prepared(text)
-        if batch and batch_bytes + len(prepared) > _BATCH_BYTES:
-            flush()
-            first, batch_bytes = first + len(batch), 0
-            batch = []
-        batch.append(prepared)
-        batch_bytes += len(prepared) + 1
-    flush()
+    for first, batch in _prepared_batches(texts):
+        doc, hashes = _batch_shingles(batch, ngram)
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(doc, minlength=len(batch))))).tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):  # per document: small, cache-resident sorts
+            hashes[lo:hi].sort()
+        new = np.concatenate(([True], (doc[1:] != doc[:-1]) | (hashes[1:] != hashes[:-1])))
+        parts.append(hashes[new])
+        counts[first : first + len(batch)] = np.bincount(doc[new], minlength=len(batch))
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     return offsets, (np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64))

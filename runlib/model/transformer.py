@@ -432,9 +432,7 @@ class Transformer(nn.Module):
         rope = None
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(position_ids)
-        elif self.spec.position == "alibi":
-            pass  # positions enter as the attention bias (attention_mask)
-        else:
+        elif self.spec.position == "rope":  # (alibi: positions enter as the attention bias, attention_mask)
             if input_ids.device.type != "cuda" and int(position_ids.max()) >= self.rope_cos.shape[0]:
                 raise ValueError(
                     f"position {int(position_ids.max())} is beyond the RoPE table of {self.rope_cos.shape[0]}; "
