@@ -6,13 +6,21 @@ Hoffmann et al. 2022 (arXiv 2203.15556), Approach 3 (section 3.3 and appendix D.
     sum_i Huber_delta( LSE(a - alpha log N_i, b - beta log D_i, e) - log L_i ),   delta = 1e-3,
 
 with L-BFGS from a grid of initialisations (alpha, beta in {0, 0.5, ..., 2}, e in {-1, -0.5, ..., 1},
-a, b in {0, 5, ..., 25}) and keep the best. Here the whole grid (5 x 5 x 5 x 6 x 6 = 4,500 points) is
+a, b in {0, 5, ..., 25}) and keep the best. Here the exponents are fitted as their logarithms
+(alpha = exp(p), beta = exp(q)), so a fit cannot reach a negative exponent: on a few short CPU rungs an
+unconstrained fit found alpha = -0.03 (the loss rising with N, E = 0) and extrapolated 7% off. The grid's
+exponent 0 becomes 0.05 for that reason. The whole grid (5 x 5 x 5 x 6 x 6 = 4,500 points) is
 evaluated at once and the minimiser starts from its best `starts` points: minimising from every grid
 point finds the same optimum on ladders of a few rungs, a hundred times slower. The minimiser is
 scipy's BFGS with the analytic gradient: for 5 parameters the full inverse-Hessian estimate costs
 nothing, and scipy's L-BFGS-B (Fortran, BLAS on 5-vectors) measured 5x slower on 2 shared cores for
 the same optimum. Besiroglu et al. 2024 (arXiv 2404.10102, section 2) found that Hoffmann et al.'s
 optimiser stopped early; the tolerance here is tight (gtol 1e-12) so it runs to convergence.
+
+A fit whose exponent ends outside [MIN_EXPONENT, MAX_EXPONENT] is not a power law the rungs determine
+(an exponent near 0 is a flat term whose coefficient absorbs E; one far above the published 0.07-0.5,
+Kaplan et al. 2020 section 1.2 and Besiroglu et al. 2024 table 1, is a step between two rungs): its
+prediction is withheld (`law_problems`), in the report and the audit alike.
 
 The prediction interval is a percentile bootstrap over rungs (Efron & Tibshirani 1993, ch. 13): the
 rungs are resampled with replacement, each resample is refitted (from the full fit's best starting
@@ -34,7 +42,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022, appendix D.2
-GRID_ALPHA = (0.0, 0.5, 1.0, 1.5, 2.0)
+GRID_ALPHA = (0.05, 0.5, 1.0, 1.5, 2.0)  # Hoffmann et al.'s 0 is log(0) here: the nearest positive start
 GRID_BETA = GRID_ALPHA
 GRID_E = (-1.0, -0.5, 0.0, 0.5, 1.0)
 GRID_A = (0.0, 5.0, 10.0, 15.0, 20.0, 25.0)
@@ -43,6 +51,8 @@ DEFAULT_STARTS = 6
 DEFAULT_BOOTSTRAP = 200
 LOG_FLOAT_MAX = math.log(sys.float_info.max)  # ~709.78: exp() of more overflows
 INTERVAL = (2.5, 97.5)  # percentiles of the bootstrap predictions: a 95% interval
+MIN_EXPONENT = 0.01  # below: the term is flat over any ladder (a 1000x range changes it by < 7%)
+MAX_EXPONENT = 2.5  # above: 5x Kaplan/Hoffmann/Besiroglu's largest published exponent, past the grid's 2
 
 
 @dataclass(frozen=True)
@@ -89,13 +99,31 @@ class LawFit:
         return asdict(self)
 
 
+def law_problems(fit: LawFit) -> list[str]:
+    """Why a fit's law is not determined by its rungs (empty: usable): an exponent outside
+    [MIN_EXPONENT, MAX_EXPONENT]."""
+    out = []
+    for name, value, axis in (("alpha", fit.alpha, "N"), ("beta", fit.beta, "D")):
+        if value < MIN_EXPONENT:
+            out.append(f"{name} = {value:.3g} < {MIN_EXPONENT}: the loss does not fall with {axis} on these rungs")
+        elif value > MAX_EXPONENT:
+            out.append(
+                f"{name} = {value:.3g} > {MAX_EXPONENT}: a step between rungs, not a power law in {axis} "
+                "(more rungs along it are needed)"
+            )
+    return out
+
+
 def _as_theta(fit: LawFit) -> np.ndarray:
-    return np.array([*np.log(np.maximum([fit.A, fit.B, fit.E], 1e-300)), fit.alpha, fit.beta])
+    logs = np.log(np.maximum([fit.A, fit.B, fit.E, fit.alpha, fit.beta], 1e-300))
+    return np.array(logs)
 
 
 def _objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> tuple[float, np.ndarray]:
-    """Summed Huber loss of the log-loss residuals and its gradient in (a, b, e, alpha, beta)."""
-    a, b, e, alpha, beta = theta
+    """Summed Huber loss of the log-loss residuals and its gradient in (a, b, e, p, q), alpha = exp(p),
+    beta = exp(q)."""
+    a, b, e, p, q = theta
+    alpha, beta = math.exp(min(p, LOG_FLOAT_MAX)), math.exp(min(q, LOG_FLOAT_MAX))
     u = np.stack([a - alpha * log_n, b - beta * log_d, np.full_like(log_n, e)])
     top = u.max(axis=0)
     w = np.exp(u - top)
@@ -111,22 +139,23 @@ def _objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: n
             (h * w[0]).sum(),
             (h * w[1]).sum(),
             (h * w[2]).sum(),
-            -(h * w[0] * log_n).sum(),
-            -(h * w[1] * log_d).sum(),
+            -(h * w[0] * log_n).sum() * alpha,  # d/dp = d/dalpha * alpha
+            -(h * w[1] * log_d).sum() * beta,
         ]
     )
     return float(value), grad
 
 
 def _grid() -> np.ndarray:
-    """Hoffmann et al.'s initialisation grid as rows of (a, b, e, alpha, beta)."""
-    rows = itertools.product(GRID_A, GRID_B, GRID_E, GRID_ALPHA, GRID_BETA)
+    """Hoffmann et al.'s initialisation grid as rows of (a, b, e, log alpha, log beta)."""
+    rows = itertools.product(GRID_A, GRID_B, GRID_E, np.log(GRID_ALPHA), np.log(GRID_BETA))
     return np.array(list(rows), dtype=float)
 
 
 def _grid_objectives(grid: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> np.ndarray:
     """The Huber objective at every grid row at once (rows x points)."""
-    a, b, e, alpha, beta = (grid[:, i : i + 1] for i in range(5))
+    a, b, e, p, q = (grid[:, i : i + 1] for i in range(5))
+    alpha, beta = np.exp(p), np.exp(q)
     u1 = a - alpha * log_n[None, :]
     u2 = b - beta * log_d[None, :]
     u3 = np.broadcast_to(e, u1.shape)
@@ -154,16 +183,22 @@ def _minimise(
         # a, b, e past log(float max) ~709.78 have no double A, B, E: BFGS runs off along the ridge b, beta
         # -> inf (B / D^beta a step in D) on series a few rungs barely constrain (specs/demo-ladder.yaml's
         # arithmetic reached b = 7,621); such a start is dropped like a non-finite one.
-        if np.all(np.isfinite(res.x)) and np.all(res.x[:3] < LOG_FLOAT_MAX):
+        if np.all(np.isfinite(res.x)) and np.all(res.x[:3] < LOG_FLOAT_MAX) and np.all(res.x[3:] < LOG_FLOAT_MAX):
             out.append((float(res.fun), res.x))
     out.sort(key=lambda item: item[0])
     return out
 
 
 def _law(theta: np.ndarray, objective: float, points: int) -> LawFit:
-    a, b, e, alpha, beta = (float(x) for x in theta)
+    a, b, e, p, q = (float(x) for x in theta)
     return LawFit(
-        E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=alpha, beta=beta, objective=objective, points=points
+        E=math.exp(e),
+        A=math.exp(a),
+        B=math.exp(b),
+        alpha=math.exp(p),
+        beta=math.exp(q),
+        objective=objective,
+        points=points,
     )
 
 

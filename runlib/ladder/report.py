@@ -97,12 +97,19 @@ def ladder_blocks(run: Any) -> list[Block]:
             )
         )
     blocks.append(Table(("rung", "N (non-emb.)", "tokens", "FLOPs", "measured loss", "fit's loss", "role"), rows))
-    text = (
-        f"Predicted held-out loss of this run (N = {format_count(target['params'])}, D = "
-        f"{format_count(target['tokens'])} tokens): {_f(prediction['value'])}, 95% bootstrap interval "
-        f"[{_f(prediction['low'])}, {_f(prediction['high'])}] ({prediction['resamples']} resamples of the "
-        "fitted rungs; the interval does not include the error of extrapolating the law)."
-    )
+    problems = overall.get("problems", [])
+    where = f"(N = {format_count(target['params'])}, D = {format_count(target['tokens'])} tokens)"
+    if problems:
+        text = (
+            f"No prediction of this run's held-out loss {where}: the fit's law is not determined by the rungs "
+            f"({'; '.join(problems)}). Add rungs along that axis (ladder.widths or ladder.tokens_per_param)."
+        )
+    else:
+        text = (
+            f"Predicted held-out loss of this run {where}: {_f(prediction['value'])}, 95% bootstrap interval "
+            f"[{_f(prediction['low'])}, {_f(prediction['high'])}] ({prediction['resamples']} resamples of the "
+            "fitted rungs; the interval does not include the error of extrapolating the law)."
+        )
     held = [r for r in overall["rungs"] if r["held_out"] and r["measured"] is not None]
     for r in held:
         error = (r["predicted"] - r["measured"]) / r["measured"] * 100
@@ -125,11 +132,12 @@ def ladder_blocks(run: Any) -> list[Block]:
                 _f(law["alpha"], ".3f"),
                 f"{law['B']:.3g}",
                 _f(law["beta"], ".3f"),
-                _f(p["value"]),
-                f"[{_f(p['low'])}, {_f(p['high'])}]",
+                "withheld" if fit.get("problems") else _f(p["value"]),
+                "; ".join(fit.get("problems", [])) or f"[{_f(p['low'])}, {_f(p['high'])}]",
             )
         )
-    blocks.append(Table(("series", "E", "A", "alpha", "B", "beta", "predicted", "95% interval"), fit_rows))
+    header = ("series", "E", "A", "alpha", "B", "beta", "predicted", "95% interval (or why withheld)")
+    blocks.append(Table(header, fit_rows))
     if data.get("skipped"):
         blocks.append(Para("Rungs left out: " + "; ".join(data["skipped"]) + "."))
     blocks.append(Image(PLOT, "Scaling ladder", CAPTION))
@@ -169,7 +177,7 @@ def plot_ladder(run: Any, path: Path) -> Path:
         keep = [(c, y) for c, y in zip(grid, frontier, strict=True) if math.isfinite(y)]
         if keep:
             ax.plot(*zip(*keep, strict=True), color="black", lw=1.4, label="fitted frontier")
-        if math.isfinite(pred["value"]):
+        if math.isfinite(pred["value"]) and not overall.get("problems"):
             err = None
             if math.isfinite(pred["low"]) and math.isfinite(pred["high"]):
                 err = [[max(pred["value"] - pred["low"], 0)], [max(pred["high"] - pred["value"], 0)]]

@@ -2,8 +2,9 @@
 
     fit_ladder(config, eval_dirs, out_dir) -> summary; writes out_dir/fit.json
 
-fit.json: {"fits": {series: {"law": {E, A, B, alpha, beta, objective, points}, "prediction": {value, low,
-high, resamples}, "rungs": [{name, params, tokens, flops, measured, predicted, held_out}]}}, "target":
+fit.json: {"fits": {series: {"law": {E, A, B, alpha, beta, objective, points}, "problems": [why the law is
+not determined by the rungs; a prediction is withheld when there is one], "prediction": {value, low, high,
+resamples}, "rungs": [{name, params, tokens, flops, measured, predicted, held_out}]}}, "target":
 {...}, "interval_percentiles", "huber_delta", "skipped"}. A series is a source's held-out loss, or
 "overall": the held-out loss pooled over every source's held-out tokens (total nats / total tokens).
 """
@@ -33,7 +34,7 @@ def rung_losses(eval_data: dict[str, Any]) -> dict[str, float]:
 
 def fit_series(config: FitLadderConfig, losses: dict[str, dict[str, float]], series: str) -> dict[str, Any]:
     """One series' fit on the fitted rungs, its prediction at the target and at every rung."""
-    from runlib.ladder.fit import bootstrap_predictions, fit_law
+    from runlib.ladder.fit import bootstrap_predictions, fit_law, law_problems
 
     fitted = [r for r in config.rungs if not r.held_out and series in losses.get(r.name, {})]
     n = [r.params for r in fitted]
@@ -58,7 +59,7 @@ def fit_series(config: FitLadderConfig, losses: dict[str, dict[str, float]], ser
                 "predicted": best.loss(r.params, r.tokens),
             }
         )
-    return {"law": best.as_dict(), "prediction": prediction.__dict__, "rungs": rungs}
+    return {"law": best.as_dict(), "problems": law_problems(best), "prediction": prediction.__dict__, "rungs": rungs}
 
 
 def fit_ladder(config: FitLadderConfig, eval_dirs: dict[str, Path], out_dir: Path) -> dict[str, Any]:
@@ -77,8 +78,12 @@ def fit_ladder(config: FitLadderConfig, eval_dirs: dict[str, Path], out_dir: Pat
     }
     (Path(out_dir) / "fit.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     overall = fits[OVERALL]
-    counts: dict[str, Any] = {"predicted_loss": overall["prediction"]["value"], "rungs": len(config.rungs)}
-    counts.update({f"{s}_predicted_loss": f["prediction"]["value"] for s, f in fits.items() if s != OVERALL})
+    counts: dict[str, Any] = {"rungs": len(config.rungs)}
+    if not overall["problems"]:  # a law the rungs do not determine predicts nothing (runlib.ladder.fit)
+        counts["predicted_loss"] = overall["prediction"]["value"]
+    counts.update(
+        {f"{s}_predicted_loss": f["prediction"]["value"] for s, f in fits.items() if s != OVERALL and not f["problems"]}
+    )
     for r in overall["rungs"]:
         if r["held_out"] and r["measured"] is not None:
             counts[f"heldout_rung_{r['name']}_error"] = r["predicted"] - r["measured"]

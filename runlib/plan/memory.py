@@ -15,7 +15,12 @@ last the output head, or with tied embeddings Megatron's copy of it) over the te
 
 Pipeline: the stages' layers as parallelism.pipeline_first/last_stage_layers state them (else an even
 split, the larger share first); a 1F1B schedule keeps p - i micro-batches in flight on stage i
-(Narayanan et al. 2021, arXiv 2104.04473), at most grad_accum.
+(Narayanan et al. 2021, arXiv 2104.04473), at most grad_accum. The first, the second (the fullest
+middle stage) and the last stage are evaluated. A stage that is not the last keeps each in-flight
+micro-batch's output for its backward and a buffer to receive the output's gradient in, each
+s x b x h / t (torch.distributed.pipelining stage.py: fwd_cache and the per-micro-batch grad_recv_info
+buffers, pytorch/pytorch @ cf30153c4c131c8164ee7798e5022d810682e2cb; DeepSpeed's pipe engine keeps the
+outputs partitioned over the tensor ranks, deepspeed/runtime/pipe/engine.py @ 56c5223).
 
 Activations per layer (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, re-derived for gated MLPs,
 grouped-query attention and no dropout; with dropout the function reproduces Table 2 exactly), in
@@ -30,7 +35,12 @@ holds one layer's activations more (their gradients). Context parallelism divide
 Logits: LOGIT_BYTES per value of the micro-batch's s x V logits over t, on the last stage.
 Buffers: FSDP's gathered 16-bit layers (two) and one layer's unsharded gradient, plus the root group
 (embedding, head) held through the pass; under a pipeline, the stage's gathered weights and unsharded
-gradients for the whole step. Fragmentation: FRAGMENTATION of the transient parts. Plus the runtime
+gradients for the whole step; the pipeline's buffers; with parallelism.grad_accumulation separate_buffer
+(DeepSpeed's BF16_Optimizer) the compute-dtype gradients kept on the parameters beside the accumulator.
+Tensor parallelism with sequence parallelism keeps the attention and MLP inputs all-gathered
+(parallelism.sequence_parallel_saves: gathered, DTensor as runlib's trainer and torchtitan) or sharded
+(Megatron-LM, Korthikanti's accounting). With an embedding norm the first stage keeps its input per
+micro-batch in flight (it runs outside the recomputed layers). Fragmentation: FRAGMENTATION of the transient parts. Plus the runtime
 overhead of the device (CUDA context, communication buffers).
 
 CPU (hardware.accelerator "cpu": a device is one core running one training process, and what is
@@ -170,21 +180,28 @@ def activation_bytes_per_layer(
     sequence_parallel: bool = True,
     selective: bool = False,
     dropout: bool = False,
+    gathered_inputs: bool = False,
 ) -> float:
     """Bytes one layer keeps for its backward (module docstring: Activations). `dropout` adds
     Korthikanti's dropout masks and outputs (no spec field: runlib trains without dropout); it is
-    there to reproduce the paper's Table 2."""
+    there to reproduce the paper's Table 2. `gathered_inputs` (parallelism.sequence_parallel_saves:
+    gathered): with sequence parallelism the attention and MLP inputs are kept all-gathered, s x b x h
+    on every tensor rank, not sharded as in Korthikanti's accounting."""
     s, b, h, f = seq_len / context, micro_batch, model.d_model, model.d_ff
     a, kv, hd = model.heads, kv_heads(model), head_dim(model)
     # norm inputs (2h), attention input (h), MLP input (h): replicated on the tensor ranks without SP
     outside = s * b * (4 * h * act_bytes + (2 * h if dropout else 0))
+    # DTensor's PrepareModuleInput(desired_input_layouts=Replicate()) hands wq/wk/wv and w1/w3 the
+    # all-gathered input, which the matmuls save (runlib/model/parallelize.py apply_tensor_parallel;
+    # torchtitan torchtitan/parallelisms/parallelize_llama.py @ 9dec370ad26b5f8e9a7333a0e36165018262644b)
+    gathered = s * b * 2 * h * act_bytes if gathered_inputs else 0.0
     mlp_hidden = 4 * f if model.activation == "swiglu" else 2 * f  # SwiGLU: gate, up, silu(gate), product
     inside = s * b * act_bytes * (a * hd + 2 * kv * hd + a * hd + mlp_hidden)  # q, k, v, attention out, MLP
     if attention_kernel == "eager" and not selective:
         # the softmax output (a x s x s_keys per sequence), with dropout its mask (1 byte) and output
         inside += a * s * seq_len * b * (act_bytes + (1 + act_bytes if dropout else 0))
     split = sequence_parallel and tensor > 1
-    return inside / tensor + (outside / tensor if split else outside)
+    return inside / tensor + ((outside - gathered) / tensor + gathered if split else outside)
 
 
 def op_selective_bytes_per_layer(
@@ -228,6 +245,15 @@ def cpu_activation_bytes_per_layer(
     )
     mask = 0 if selective else b * s * seq_len  # the additive document mask [b, 1, s, s], keys over the whole row
     return (values / tensor + mask) * act_bytes
+
+
+def pipeline_buffer_bytes(stage_output_bytes: float, in_flight: int, pipeline: int, last: bool) -> float:
+    """Pipeline send/receive buffers of a stage that is not the last (module docstring: Pipeline):
+    each in-flight micro-batch's stage output, kept for its backward, and the buffer the output's
+    gradient is received into. stage_output_bytes: one micro-batch's output on this device."""
+    if pipeline <= 1 or last:
+        return 0.0
+    return (in_flight + 1) * stage_output_bytes
 
 
 def shard_degree(sharding: str, data_parallel: int, nodes: int) -> int:
@@ -279,7 +305,9 @@ def phase_memory(
     token_table = params.embedding - _head_params(model, vocab_rows)  # token (and position) tables
     head = vocab_rows * model.d_model
     candidates = []
-    for i in sorted({0, len(stages) - 1}):
+    # the first stage holds the most micro-batches in flight, the second the most among the middle
+    # stages (all as many layers, fewer in flight further on), the last the logits
+    for i in sorted({0, min(1, len(stages) - 1), len(stages) - 1}):
         stage_params = stages[i] * params.per_layer
         if i == 0:
             stage_params += token_table
@@ -356,10 +384,18 @@ def _device_memory(
         # the layer before its reduce-scatter, and the root group (embedding, head) for the whole pass
         root = stage_params - stage_layers * params.per_layer
         buffers = (params.per_layer * (2 * weights_b + grads_b) + root * weights_b) / t
+    # parallelism.grad_accumulation separate_buffer, DeepSpeed's BF16_Optimizer: the accumulator is an fp32
+    # gradient of every parameter (deepspeed/runtime/bf16_optimizer.py fp32_groups_gradients_flat, the
+    # `gradients` above), and each backward's compute-dtype gradients stay on the parameters beside it,
+    # not sharded (update_hp_grads(clear_lp_grads=False) in deepspeed/runtime/pipe/engine.py;
+    # deepspeedai/DeepSpeed @ 56c522386878df2513ccb548de76b50191ae3af7)
+    grad_buffer = n_local * weights_b if par.grad_accumulation == "separate_buffer" else 0.0
+    buffers += grad_buffer
 
     act_bytes = 4 if precision.compute == "fp32" else 2
     s, b = settings.seq_len / c, settings.micro_batch
     sp = par.sequence_parallel and t > 1
+    gathered = par.sequence_parallel_saves == "gathered"
     per_layer = activation_bytes_per_layer(
         model,
         settings.seq_len,
@@ -370,6 +406,7 @@ def _device_memory(
         attention_kernel=par.attention_kernel,
         sequence_parallel=par.sequence_parallel,
         selective=par.activation_checkpointing == "selective",
+        gathered_inputs=gathered,
     )
     # the backward of the last layer holds, beside what is saved, gradients of the same tensors: one
     # layer's activations more (under full recompute: the layer recomputed, and its gradients)
@@ -381,9 +418,17 @@ def _device_memory(
         activations = stage_layers * in_flight * kept + 2 * per_layer
     else:
         activations = stage_layers * in_flight * per_layer + per_layer
+    if stage == 0 and model.embedding_norm:
+        # the embedding norm sits outside the recomputed blocks and keeps its input, the embedding's
+        # output, for each micro-batch in flight (deepspeed/runtime/pipe/module.py _is_checkpointable @
+        # 56c522386878df2513ccb548de76b50191ae3af7: a GPTModelPipe checkpoints only its
+        # ParallelTransformerLayerPipe layers; the embedding and its norm run outside)
+        activations += in_flight * s * b * model.d_model * act_bytes / (t if sp else 1)
     logit_bytes = LOGIT_BYTES
     logit_mem = logit_bytes * s * b * vocab_rows / t if logits else 0.0
-    fragmentation = FRAGMENTATION * (activations + logit_mem + buffers)
+    pipe_buffers = pipeline_buffer_bytes(s * b * model.d_model * act_bytes / t, in_flight, par.pipeline, last=logits)
+    buffers += pipe_buffers
+    fragmentation = FRAGMENTATION * (activations + logit_mem + buffers - grad_buffer)
     assumptions = (
         ("stage", stage),
         ("stage_layers", stage_layers),
@@ -393,10 +438,14 @@ def _device_memory(
         ("state_shard_ranks", ranks if shard_optim else 1),
         ("attention_kernel", par.attention_kernel),
         ("sequence_parallel", sp),
+        ("sequence_parallel_saves", par.sequence_parallel_saves if sp else "n/a"),
         ("recompute", par.activation_checkpointing),
         ("activation_bytes_per_layer", per_layer),
         ("logit_bytes_per_value", logit_bytes),
         ("fragmentation_factor", FRAGMENTATION),
+        ("pipeline_buffer_bytes", pipe_buffers),
+        ("grad_accumulation", par.grad_accumulation),
+        ("param_grad_copy_bytes", grad_buffer),
     )
     return MemoryBreakdown(
         weights,

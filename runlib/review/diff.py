@@ -262,17 +262,22 @@ def _one_source(spec: Any, name: str) -> Any:
     return spec.model_copy(update={"data": data})
 
 
-def stage_reruns(graph_a: Any, graph_b: Any, plan_b: Plan) -> list[StageRerun]:
-    """B's stage instances whose key A's graph lacks, in B's graph order."""
+def stage_reruns(graph_a: Any, graph_b: Any, spec_b: Any) -> list[StageRerun]:
+    """B's stage instances whose key A's graph lacks, in B's graph order; a training stage carries the
+    estimated device-hours of its own run (a ladder rung's or a branch's plan, not the target's)."""
     keys_a = {(n.stage, n.key) for n in graph_a.nodes}
     before = {n.instance: n.key for n in graph_a.nodes}
+    plans = None
     reruns = []
     for node in graph_b.nodes:
         if (node.stage, node.key) in keys_a:
             continue
         hours = None
         if node.stage == "train_phase":
-            hours = plan_b.phases[node.params["phase"]].hours * plan_b.devices
+            from runlib.workflow.train_plans import node_device_hours, train_plans
+
+            plans = plans if plans is not None else train_plans(spec_b)
+            hours = node_device_hours(node, plans)
         reruns.append(StageRerun(node.stage, node.instance, node.key, before.get(node.instance), hours))
     return reruns
 
@@ -293,7 +298,7 @@ def diff_loaded(a: LoadedSpec, b: LoadedSpec) -> SpecDiff:
         plan=plan_rows(result_a.plan, result_b.plan),
         appeared=appeared,
         disappeared=disappeared,
-        reruns=stage_reruns(graph_a, graph_b, result_b.plan),
+        reruns=stage_reruns(graph_a, graph_b, b.spec),
         stages_b=len(graph_b.nodes),
         hours_unit="core-hours" if result_b.plan.accelerator.key == "cpu" else "GPU-hours",
         placeholder_sources=sorted(set(missing_a) | set(missing_b)),

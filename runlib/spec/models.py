@@ -393,6 +393,10 @@ class ParallelismSpec(SpecModel):
     """Transformer layers on the first pipeline stage when the split is uneven (Megatron-LM --decoder-first-pipeline-num-layers; e.g. Llama 3.1 405B: 126 layers over 16 stages, 7 on the first and last); the other stages share the rest evenly (planning only: read by the audit, not by any stage)."""
     pipeline_last_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
     """Transformer layers on the last pipeline stage when the split is uneven (Megatron-LM --decoder-last-pipeline-num-layers) (planning only: read by the audit, not by any stage)."""
+    sequence_parallel_saves: Literal["gathered", "sharded"] = Field("gathered", json_schema_extra=PLANNING_ONLY)
+    """With sequence parallelism, what the attention and MLP blocks keep of their input for the backward: gathered (the all-gathered input, s x b x h on every tensor rank: DTensor's PrepareModuleInput + ColwiseParallel, as runlib's trainer and torchtitan apply them); sharded (the sequence-sharded input, all-gathered again in the backward: Megatron-LM, Korthikanti et al. 2022 section 4.2.2), for the memory model (planning only: read by the audit, not by any stage)."""
+    grad_accumulation: Literal["in_place", "separate_buffer"] = Field("in_place", json_schema_extra=PLANNING_ONLY)
+    """Where the micro-batches' gradients add up: in_place (the gradients are the accumulator, in precision.grads' dtype: runlib's trainer, FSDP, Megatron-LM's main_grad); separate_buffer (each backward leaves the gradients on the parameters in the compute dtype, and they are added into a separate buffer in precision.grads' dtype; both stay allocated, the compute-dtype copy not sharded: DeepSpeed's BF16_Optimizer for bf16 with ZeRO stage 0/1, as BLOOM trained, 2 bytes per parameter more), for the memory model (planning only: read by the audit, not by any stage)."""
 
 
 class ParallelismOverride(SpecModel):
@@ -416,6 +420,8 @@ class ParallelismOverride(SpecModel):
     """Layers on the first pipeline stage in this phase (planning only: read by the audit, not by any stage)."""
     pipeline_last_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
     """Layers on the last pipeline stage in this phase (planning only: read by the audit, not by any stage)."""
+    sequence_parallel_saves: Literal["gathered", "sharded"] | None = Field(None, json_schema_extra=PLANNING_ONLY)
+    """What the attention and MLP blocks keep of their sequence-parallel input in this phase (planning only: read by the audit, not by any stage)."""
 
 
 class RampStage(SpecModel):

@@ -34,7 +34,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -343,16 +343,21 @@ def build_span_ms(manifests: Iterable[Manifest]) -> tuple[int, int] | None:
 
 
 def parent_summary(
-    manifests: dict[str, Manifest], evals: dict[int, dict[str, Any]], planned_device_hours: float | None
+    manifests: dict[str, Manifest],
+    evals: dict[int, dict[str, Any]],
+    planned_device_hours: float | None,
+    run_instances: Collection[str] | None = None,
 ) -> list[tuple[str, float, int]]:
     """The parent's summary metrics as (name, value, step), from the built artifacts of the run (pure):
     manifests by node instance; evals: eval.json by phase index.
     - heldout/<source>/<loss|bits_per_byte>: the latest evaluated phase's (step = its phase index; the
       same names as the eval_phase children, so MLflow compares them across runs);
-    - train/tokens: tokens trained (the furthest phase built);
+    - train/tokens: tokens trained (the furthest phase built) by the spec's own run: `run_instances`, the
+      train_phase instances that are not a ladder rung's or a branch's (None: every train_phase);
     - run/wall_seconds: from the first build's start to the last one's end (the parent's span);
     - train/device_hours: measured, each train_phase's wall seconds x its processes / 3600 (core-hours on
-      a CPU run: tag runlib.accelerator says which); plan/device_hours: the plan's estimate beside it."""
+      a CPU run: tag runlib.accelerator says which), rungs and branches included; plan/device_hours: the
+      plan's estimate of the same stages beside it."""
     points: list[tuple[str, float, int]] = []
     if evals:
         phase = max(evals)
@@ -361,7 +366,10 @@ def parent_summary(
                 if isinstance(values, dict) and _is_number(values.get(k)):
                     points.append((metric_name("heldout", source, k), float(values[k]), phase))
     trains = [m for m in manifests.values() if m.stage == "train_phase"]
-    tokens = [m.counts.get("tokens") for m in trains if _is_number(m.counts.get("tokens"))]
+    own = [
+        m for i, m in manifests.items() if m.stage == "train_phase" and (run_instances is None or i in run_instances)
+    ]
+    tokens = [m.counts.get("tokens") for m in own if _is_number(m.counts.get("tokens"))]
     if tokens:
         points.append(("train/tokens", float(max(tokens)), 0))
     span = build_span_ms(manifests.values())
@@ -385,6 +393,7 @@ def update_parent(
     manifests: dict[str, Manifest],
     evals: dict[int, dict[str, Any]],
     planned_device_hours: float | None,
+    run_instances: Collection[str] | None = None,
 ) -> int:
     """Log the parent's summary metrics that changed and move its end time to the last build's end; the
     number of metrics logged (0 when nothing changed: a repeated resync logs nothing)."""
@@ -392,7 +401,7 @@ def update_parent(
     current = run.data.metrics
     points = [
         (k, v, step)
-        for k, v, step in parent_summary(manifests, evals, planned_device_hours)
+        for k, v, step in parent_summary(manifests, evals, planned_device_hours, run_instances)
         if k not in current or current[k] != v
     ]
     span = build_span_ms(manifests.values())

@@ -93,8 +93,8 @@ def resync(spec_path: str | Path) -> list[Resynced]:
 
 def _update_parent(spec, graph, manifests: dict, parent: tuple) -> int:
     """The parent's summary metrics and end time (mlflow_track.update_parent) from the built artifacts."""
-    from runlib.plan import derive
     from runlib.track import mlflow_track
+    from runlib.workflow.train_plans import node_device_hours, train_plans
 
     evals = {}
     for node in graph.of("eval_phase"):
@@ -104,7 +104,11 @@ def _update_parent(spec, graph, manifests: dict, parent: tuple) -> int:
         if data is not None:
             evals[int(node.params.get("phase", 0))] = data
     client, _, parent_id = parent
-    return mlflow_track.update_parent(client, parent_id, manifests, evals, derive(spec).gpu_hours)
+    trains = graph.of("train_phase")
+    plans = train_plans(spec)
+    planned = sum(node_device_hours(n, plans) for n in trains)  # rungs and branches cost hours too
+    own = {n.instance for n in trains if "rung" not in n.params and "branch" not in n.params}
+    return mlflow_track.update_parent(client, parent_id, manifests, evals, planned, own)
 
 
 def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:

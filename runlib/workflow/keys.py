@@ -26,7 +26,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "tokenize": 3,
     "train_phase": 3,
     "eval_phase": 4,
-    "fit_ladder": 1,
+    "fit_ladder": 2,
 }
 
 

@@ -61,8 +61,10 @@ def measured_tokens(spec: RunSpec, graph: Any = None) -> dict[str, int]:
 
 def ladder_prediction(spec: RunSpec, graph: Any = None) -> dict[str, Any] | None:
     """The pooled held-out loss the spec's built fit_ladder artifact predicts for the spec's own run:
-    {loss, low, high, resamples, source: "fit_ladder <key>"}; None without a ladder or while the fit
-    of this spec's rungs (its key: the rungs' configs and data) is not built."""
+    {loss, low, high, resamples, source: "fit_ladder <key>", withheld}; None without a ladder or while the
+    fit of this spec's rungs (its key: the rungs' configs and data) is not built. `withheld`: why the
+    prediction is not to be used (its law is not determined by the rungs: runlib.ladder.fit.law_problems),
+    or None."""
     from runlib.workflow.settings import artifacts_dir
 
     if spec.ladder is None or not (artifacts_dir() / "fit_ladder").is_dir():
@@ -79,13 +81,16 @@ def ladder_prediction(spec: RunSpec, graph: Any = None) -> dict[str, Any] | None
         if find_manifest(node.dir) is None or not fit_json.exists():
             continue  # the manifest is written last: without it the fit is not (fully) built
         try:
-            prediction = json.loads(fit_json.read_text())["fits"][OVERALL]["prediction"]
+            overall = json.loads(fit_json.read_text())["fits"][OVERALL]
+            prediction = overall["prediction"]
+            problems = [str(p) for p in overall.get("problems", [])]
             return {
                 "loss": float(prediction["value"]),
                 "low": float(prediction["low"]),
                 "high": float(prediction["high"]),
                 "resamples": int(prediction["resamples"]),
                 "source": f"fit_ladder {node.key}",
+                "withheld": "; ".join(problems) or None,
             }
         except (ValueError, KeyError, TypeError) as exc:
             raise UserError(

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from runlib.ladder.fit import LawFit, bootstrap_predictions, fit_law
+from runlib.ladder.fit import MAX_EXPONENT, MIN_EXPONENT, LawFit, bootstrap_predictions, fit_law, law_problems
 
 # Besiroglu et al. 2024's refit of Chinchilla (arXiv 2404.10102): a law with published magnitudes
 TRUE = LawFit(E=1.8172, A=482.01, B=2085.43, alpha=0.3478, beta=0.3658, objective=0.0, points=0)
@@ -78,3 +78,39 @@ def test_starts_that_run_off_past_float_range_are_dropped():
     for fit in (best, *others):
         assert all(math.isfinite(x) for x in (fit.A, fit.B, fit.E))
     assert abs(best.loss(54000, 215040) - 2.7307) < 0.05
+
+
+# the overall held-out losses of the session-4 demo ladder (5 fitted rungs, widths 32/48/64 x 4 and 8
+# tokens per parameter less w64 x 8): an unconstrained fit gave alpha = -0.031 (E = 0) and predicted the
+# held-out rung 6.8% high
+SHORT_LADDER = (
+    [12384, 12384, 54000, 54000, 98624],
+    [49152, 100352, 215040, 432128, 393216],
+    [6.4563, 5.9944, 5.7827, 5.4788, 5.3951],
+)
+
+
+def test_exponents_stay_positive_and_an_undetermined_law_is_flagged():
+    best, others = fit_law(*SHORT_LADDER)
+    assert all(f.alpha > 0 and f.beta > 0 for f in (best, *others))
+    problems = law_problems(best)  # 5 points for 5 parameters: a step, not a law
+    assert problems and any("alpha" in p or "beta" in p for p in problems)
+    assert law_problems(TRUE) == []
+
+
+@pytest.mark.parametrize(
+    ("alpha", "beta", "flag"),
+    [
+        (0.35, 0.37, None),
+        (MIN_EXPONENT / 2, 0.37, "alpha"),
+        (0.35, MAX_EXPONENT * 2, "beta"),
+        (MIN_EXPONENT, MAX_EXPONENT, None),  # the bounds themselves are usable
+    ],
+)
+def test_law_problems_bounds(alpha, beta, flag):
+    law = LawFit(E=1.8, A=482.0, B=2085.0, alpha=alpha, beta=beta, objective=0.0, points=0)
+    problems = law_problems(law)
+    if flag is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problems[0].startswith(flag)

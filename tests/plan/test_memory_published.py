@@ -27,6 +27,8 @@ from runlib.spec import validate_data
 from runlib.spec.models import ModelSpec
 
 TORCHTITAN = "pytorch/torchtitan docs/performance.md @ eaea6f6a2fa940f03a10906be1df3489cf30af85"
+# the torchtitan commit the performance runs used (performance.md, "Versions used for performance testing")
+TORCHTITAN_RUN = "9dec370ad26b5f8e9a7333a0e36165018262644b"
 BLOOM = (
     "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @ 9e64edec2ad1fb9263bf39ba616a84ff64b4d947"
 )
@@ -50,7 +52,8 @@ BASE: dict[str, Any] = {
 LLAMA31_8B = {"layers": 32, "d_model": 4096, "heads": 32, "kv_heads": 8, "d_ff": 14336, "vocab_size": 128256}
 LLAMA31_70B = {"layers": 80, "d_model": 8192, "heads": 64, "kv_heads": 8, "d_ff": 28672, "vocab_size": 128256}
 LLAMA31_405B = {"layers": 126, "d_model": 16384, "heads": 128, "kv_heads": 8, "d_ff": 53248, "vocab_size": 128256}
-# BLOOM 176B (tr11-176B-ml.slurm: NHIDDEN 14336, NLAYERS 70, NHEADS 112, seq 2048; 250,880 rows, tied)
+# BLOOM 176B (tr11-176B-ml.slurm: NHIDDEN 14336, NLAYERS 70, NHEADS 112, seq 2048, --embed-layernorm,
+# --position-embedding-type alibi; 250,880 rows, tied)
 BLOOM_176B = {
     "layers": 70,
     "d_model": 14336,
@@ -60,7 +63,8 @@ BLOOM_176B = {
     "activation": "gelu",
     "norm": "layernorm",
     "bias": True,
-    "position": "learned",
+    "position": "alibi",
+    "embedding_norm": True,
     "tie_embeddings": True,
     "seq_len": 2048,
 }
@@ -145,9 +149,10 @@ ROWS = [
         },
         71.9,
         "reserved",
-        0.25,
-        "22% under: what the model leaves out of torchtitan's Float8 training (scaled fp8 copies of each "
-        "linear's inputs kept for the backward) and torch.compile's buffers is not modelled",
+        0.15,
+        "torchtitan's tensor parallelism keeps the all-gathered attention and MLP inputs "
+        "(parallelism.sequence_parallel_saves: gathered, the default); Float8 and torch.compile are not "
+        "modelled: under full recompute Float8's fp8 copies live only in the layer being recomputed",
     ),
     Row(
         "torchtitan 405B FSDP8 TP8 PP8 1F1B full",
@@ -160,17 +165,20 @@ ROWS = [
             "parallelism.pipeline": 8,
             "parallelism.sharding": "fsdp",
             "parallelism.activation_checkpointing": "full",
-            "batch.micro_batch": 1,
-            "batch.grad_accum": 32,
+            # local batch 32 split into pipeline_parallel_microbatches, by default the pipeline degree:
+            # 8 micro-batches of 4 (torchtitan/parallelisms/pipelining_utils.py build_pipeline_schedule
+            # @ TORCHTITAN_RUN); 126 layers split 15 + 6 x 16 + 15 (generate_split_points, same file)
+            "batch.micro_batch": 4,
+            "batch.grad_accum": 8,
             "parallelism.pipeline_first_stage_layers": 15,
             "parallelism.pipeline_last_stage_layers": 15,
         },
         82.5,
         "reserved",
-        0.35,
-        "31% under: torchtitan reports the maximum over all 512 GPUs of a 405B run under Float8, AsyncTP and "
-        "torch.compile; beyond the gathered stage weights and unsharded gradients FSDP keeps under a pipeline "
-        "(modelled), the pipeline schedule's send/receive buffers and Float8's copies are not modelled",
+        0.15,
+        "the maximum over all 512 GPUs (performance.md footnote 1): the first stage, 8 micro-batches in "
+        "flight, its gathered weights and unsharded gradients, pipeline send/receive buffers; Float8, AsyncTP "
+        "and torch.compile are not modelled",
     ),
     Row(
         "BLOOM 176B TP4 PP12 DP8 mbs2 ZeRO-1",
@@ -189,14 +197,20 @@ ROWS = [
             "parallelism.pipeline_last_stage_layers": 5,
             "batch.micro_batch": 2,
             "batch.grad_accum": 128,
+            # DeepSpeed's BF16_Optimizer: an unsharded fp32 gradient buffer, the bf16 gradients kept on the
+            # parameters beside it ("BF16 optimizer ... accumulate gradients in fp32 ... 4bytes x params and
+            # it's not sharded across gpus", chronicles-prequel.md 'Rebalancing layers')
+            "parallelism.grad_accumulation": "separate_buffer",
         },
         59.0,
         "device",
-        0.40,
-        "34% under: DeepSpeed's BF16_Optimizer keeps the bf16 gradients beside its unsharded fp32 accumulation "
-        "buffer (tr11-176B-ml/README.md: 'accumulates grads in fp32 ... 4 bytes * params of additional memory'): "
-        "7.4 GiB the spec's precision fields cannot state; DeepSpeed's ZeRO-1 reduce/all-gather buckets "
-        "(5e8 elements each by default) are not modelled either",
+        0.25,
+        "19% under. Modelled: BF16_Optimizer's fp32 gradient buffer, the embedding LayerNorm's inputs kept "
+        "outside the checkpointed layers, pipeline output buffers. Not modelled: DeepSpeed's gradient "
+        "all-reduce bucket (MEMORY_OPT_ALLREDUCE_SIZE, 5e8 fp32 elements = 1.9 GiB, allocated after the "
+        "backward: it raises nvidia-smi's reading through the caching allocator but is not live at the "
+        "activation peak), NCCL's buffers of the TP, PP and DP communicators beyond the 1 GiB runtime "
+        "overhead; and 'Mem' is read off nvidia-smi (MiB) and written as GB",
     ),
     *[
         Row(

@@ -134,3 +134,38 @@ def test_diff_and_shrink_do_not_import_heavy_modules(tmp_path):
     env = {**os.environ, "RUNLIB_WORK_DIR": str(tmp_path / "work")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+LADDER = ROOT / "specs" / "demo-ladder.yaml"
+BRANCHES = ROOT / "specs" / "variants" / "demo-branches.yaml"
+
+
+def test_rung_and_branch_reruns_carry_their_own_hours(tmp_path):
+    from runlib.ladder.rungs import ladder_rungs
+    from runlib.workflow.configs import branch_specs, without_branches
+
+    # a ladder: the rungs rerun, each with its own plan's hours (not the 1.3M-parameter target's)
+    b = edited(tmp_path, "ladder-b.yaml", "lr: 4.0e-3", "lr: 3.0e-3", base=LADDER)
+    d = diff_files(LADDER, b)
+    spec = load_spec(b).spec
+    rungs = {r.name: r.plan for r in ladder_rungs(spec, derive(spec)).rungs}
+    trains = [r for r in d.reruns if r.stage == "train_phase"]
+    assert len(trains) == 2 * len(rungs)
+    for r in trains:
+        rung, phase = r.instance.removeprefix("train_phase ").split("/")
+        plan = rungs[rung]
+        (own,) = [p for p in plan.phases if p.name == phase]
+        assert r.device_hours == pytest.approx(own.hours * plan.devices)
+    target = derive(spec)
+    assert max(r.device_hours for r in trains) < target.phases[0].hours * target.devices
+    # branches: only the branched phase reruns, each branch by its own tokens
+    c = edited(tmp_path, "branches-b.yaml", "tokens: 12%, decay: 12%", "tokens: 10%, decay: 10%", base=BRANCHES)
+    d = diff_files(BRANCHES, c)
+    spec = load_spec(c).spec
+    plans = {name: derive(s) for name, s in branch_specs(spec, derive(without_branches(spec))).items()}
+    trains = {r.instance: r.device_hours for r in d.reruns if r.stage == "train_phase"}
+    last = spec.phases[-1].name
+    plan = plans["long-decay"]
+    assert trains == {f"train_phase {last}@long-decay": pytest.approx(plan.phases[-1].hours * plan.devices)}
+    base = derive(without_branches(spec))
+    assert trains[f"train_phase {last}@long-decay"] != pytest.approx(base.phases[-1].hours * base.devices)

@@ -153,6 +153,31 @@ def test_data_dag_end_to_end(workdir):
         ).fetchone()[0]
     assert children == len(graph.nodes)  # one per artifact: the rebuilt tokenizer (same key) adds none
 
+    # an anneal branch (phases[-1].branches): the prefix and the anneal as written are reused; the branch
+    # alone trains, from the long phase's checkpoint, is evaluated, and the report compares the two
+    branched = edited(
+        workdir,
+        "branched.yaml",
+        "tokens: 10%, mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}}",
+        "tokens: 10%, mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}, "
+        "branches: [{name: code-heavy, mixture: {docs: 0.2, code: 0.7, arithmetic: 0.1}}]}",
+    )
+    built = snakemake(workdir, branched, "--cores", "2")
+    assert built.returncode == 0, built.stderr[-3000:]
+    ran = jobs_run(built)
+    assert ran.count("train_phase") == 1 and ran.count("eval_phase") == 1, ran
+    branch_graph = build_graph(load_spec(branched).spec)
+    branch = branch_graph.branch_nodes("train_phase")["code-heavy"]
+    assert branch.inputs["previous"] == graph.find("train_phase", phase=2).key  # the long phase's end
+    assert branch.key != last_train.key and branch_graph.phase_node("train_phase", 3).key == last_train.key
+    branch_records = [json.loads(x) for x in (branch.dir / "metrics.jsonl").read_text().splitlines()]
+    assert branch_records[-1]["tokens"] == records[-1]["tokens"]  # the same length, another mixture
+    branch_eval = json.loads((branch_graph.branch_nodes("eval_phase")["code-heavy"].dir / "eval.json").read_text())
+    assert set(branch_eval["heldout"]) == set(spec.data.sources)
+    assert branch_eval["heldout"]["code"]["loss"] != results[-1]["heldout"]["code"]["loss"]
+    report = (workdir / "reports" / "tiny" / "run" / "report.html").read_text()
+    assert "Branches" in report and "anneal@code-heavy" in report
+
 
 def test_gate_refuses_a_spec_with_audit_errors(workdir):
     bad = edited(workdir, "fp16.yaml", "precision: {compute: fp32}", "precision: {compute: fp16}")

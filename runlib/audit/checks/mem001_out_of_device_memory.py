@@ -44,7 +44,7 @@ LABELS = {
     "optimizer_states": "optimizer states",
     "activations": "activations",
     "logits": "logits",
-    "buffers": "FSDP buffers",
+    "buffers": "buffers (FSDP gathers, pipeline, gradient copies)",
     "runtime_overhead": "runtime overhead",
 }
 SHARDING_ORDER = ("none", "zero1", "zero2", "fsdp")

@@ -154,7 +154,8 @@ def derived(plan: Plan) -> dict[str, Any]:
 
 def ladder_prediction(result: AuditResult) -> dict[str, Any] | None:
     """The held-out loss the spec's built fit_ladder artifact predicts for this run ({loss, low, high,
-    resamples, source: "fit_ladder <key>"}), or None: no ladder, or its fit not built here."""
+    resamples, source: "fit_ladder <key>", withheld: why not to use it, or None}), or None: no ladder, or
+    its fit not built here."""
     p = result.ladder_prediction
     return None if p is None else {k: _num(v) if isinstance(v, float) else v for k, v in p.items()}
 

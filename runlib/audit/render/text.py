@@ -26,6 +26,8 @@ def ladder_lines(result: AuditResult) -> list[str]:
     p = result.ladder_prediction
     if p is None:
         return []
+    if p.get("withheld"):
+        return [f"  ladder      no prediction: the fit's law is not determined by the rungs ({p['withheld']})"]
     return [f"  ladder      loss {p['loss']:.3f} [{p['low']:.3f}, {p['high']:.3f}] predicted ({p['source']})"]
 
 
