@@ -265,6 +265,8 @@ def _one_source(spec: Any, name: str) -> Any:
 def stage_reruns(graph_a: Any, graph_b: Any, spec_b: Any) -> list[StageRerun]:
     """B's stage instances whose key A's graph lacks, in B's graph order; a training stage carries the
     estimated device-hours of its own run (a ladder rung's or a branch's plan, not the target's)."""
+    from runlib.workflow.train_plans import node_device_hours, train_plans
+
     keys_a = {(n.stage, n.key) for n in graph_a.nodes}
     before = {n.instance: n.key for n in graph_a.nodes}
     plans = None
@@ -274,8 +276,6 @@ def stage_reruns(graph_a: Any, graph_b: Any, spec_b: Any) -> list[StageRerun]:
             continue
         hours = None
         if node.stage == "train_phase":
-            from runlib.workflow.train_plans import node_device_hours, train_plans
-
             plans = plans if plans is not None else train_plans(spec_b)
             hours = node_device_hours(node, plans)
         reruns.append(StageRerun(node.stage, node.instance, node.key, before.get(node.instance), hours))

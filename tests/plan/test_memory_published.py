@@ -27,7 +27,7 @@ from runlib.spec import validate_data
 from runlib.spec.models import ModelSpec
 
 TORCHTITAN = "pytorch/torchtitan docs/performance.md @ eaea6f6a2fa940f03a10906be1df3489cf30af85"
-# the torchtitan commit the performance runs used (performance.md, "Versions used for performance testing")
+# the torchtitan commit the performance runs used (pytorch/torchtitan docs/performance.md, "Versions used for performance testing")
 TORCHTITAN_RUN = "9dec370ad26b5f8e9a7333a0e36165018262644b"
 BLOOM = (
     "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @ 9e64edec2ad1fb9263bf39ba616a84ff64b4d947"
@@ -176,7 +176,7 @@ ROWS = [
         82.5,
         "reserved",
         0.15,
-        "the maximum over all 512 GPUs (performance.md footnote 1): the first stage, 8 micro-batches in "
+        "the maximum over all 512 GPUs (torchtitan docs/performance.md, footnote 1): the first stage, 8 micro-batches in "
         "flight, its gathered weights and unsharded gradients, pipeline send/receive buffers; Float8, AsyncTP "
         "and torch.compile are not modelled",
     ),
