@@ -36,7 +36,9 @@ Logits: LOGIT_BYTES per value of the micro-batch's s x V logits over t, on the l
 Buffers: FSDP's gathered 16-bit layers (two) and one layer's unsharded gradient, plus the root group
 (embedding, head) held through the pass; under a pipeline, the stage's gathered weights and unsharded
 gradients for the whole step; the pipeline's buffers; with parallelism.grad_accumulation separate_buffer
-(DeepSpeed's BF16_Optimizer) the compute-dtype gradients kept on the parameters beside the accumulator.
+(DeepSpeed's BF16_Optimizer) the compute-dtype gradients kept on the parameters beside the accumulator, and its engine's flattened
+all-reduce bucket after the backward, which the caching allocator keeps reserved (`allocator_cache`:
+what the device reports, not what runs out).
 Tensor parallelism with sequence parallelism keeps the attention and MLP inputs all-gathered
 (parallelism.sequence_parallel_saves: gathered, DTensor as runlib's trainer and torchtitan) or sharded
 (Megatron-LM, Korthikanti's accounting). With an embedding norm the first stage keeps its input per
@@ -101,6 +103,13 @@ HELDOUT_BATCH = 8  # windows per held-out forward (runlib.eval.heldout.heldout_m
 # memory) within their tolerances (tests/plan/test_memory_published.py); model states are allocated once
 # in large blocks and are not counted.
 FRAGMENTATION = 0.10
+# DeepSpeed's data-parallel gradient all-reduce outside ZeRO-2/3 (engine.buffered_allreduce_fallback ->
+# allreduce_no_retain -> allreduce_bucket, deepspeed/runtime/engine.py @ 56c522386878df2513ccb548de76b50191ae3af7):
+# the gradients go in buckets closed once they pass MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements; each bucket is
+# flattened (a copy in the gradients' fp32) and cast to the 16-bit communication dtype
+# (engine.communication_data_type: bf16 or fp16 under 16-bit training) before the all-reduce.
+DEEPSPEED_ALLREDUCE_BUCKET_ELEMENTS = 500_000_000
+DEEPSPEED_ALLREDUCE_BYTES_PER_ELEMENT = 4 + 2
 # bytes per logit at the step's peak, the loss computed in fp32 (runlib/train/accumulate.py token_losses,
 # torchtitan, Megatron's vocab-parallel cross entropy): the fp32 logits and their gradient. The 16-bit
 # lm_head output before the cast is transient on GPU frameworks that free it (torchtitan `del pred`;
@@ -120,6 +129,11 @@ class MemoryBreakdown:
     buffers: float
     runtime_overhead: float
     fragmentation: float = 0.0
+    # bytes the caching allocator keeps reserved beyond the live peak (not in `total`): blocks allocated
+    # after the activations are freed, in sizes the freed blocks cannot serve, so new segments are reserved.
+    # What the device reports (nvidia-smi) is total + allocator_cache; what runs out of memory is `total`
+    # (on a failed allocation the allocator frees its cached blocks and retries)
+    allocator_cache: float = 0.0
     # the model's assumptions for this figure, shown in the plan's JSON: name -> value (hashable pairs)
     assumptions: tuple[tuple[str, object], ...] = ()
 
@@ -136,6 +150,11 @@ class MemoryBreakdown:
             + self.runtime_overhead
             + self.fragmentation
         )
+
+    @property
+    def device_reported(self) -> float:
+        """What the device reports in use (nvidia-smi): the live peak and the allocator's cache beyond it."""
+        return self.total + self.allocator_cache
 
     @property
     def model_states(self) -> float:
@@ -391,6 +410,13 @@ def _device_memory(
     # deepspeedai/DeepSpeed @ 56c522386878df2513ccb548de76b50191ae3af7)
     grad_buffer = n_local * weights_b if par.grad_accumulation == "separate_buffer" else 0.0
     buffers += grad_buffer
+    # separate_buffer is DeepSpeed's BF16_Optimizer, whose engine all-reduces the fp32 gradients in flattened
+    # buckets after the backward (DEEPSPEED_ALLREDUCE_*): held by the allocator, not live at the peak
+    allreduce_bucket = (
+        min(n_local, DEEPSPEED_ALLREDUCE_BUCKET_ELEMENTS) * DEEPSPEED_ALLREDUCE_BYTES_PER_ELEMENT
+        if par.grad_accumulation == "separate_buffer" and settings.data_parallel > 1
+        else 0.0
+    )
 
     act_bytes = 4 if precision.compute == "fp32" else 2
     s, b = settings.seq_len / c, settings.micro_batch
@@ -446,6 +472,7 @@ def _device_memory(
         ("pipeline_buffer_bytes", pipe_buffers),
         ("grad_accumulation", par.grad_accumulation),
         ("param_grad_copy_bytes", grad_buffer),
+        ("allreduce_bucket_bytes", allreduce_bucket),
     )
     return MemoryBreakdown(
         weights,
@@ -457,6 +484,7 @@ def _device_memory(
         buffers,
         runtime_overhead_gib * GIB,
         fragmentation,
+        allreduce_bucket,
         assumptions,
     )
 

@@ -191,3 +191,29 @@ def test_cpu_run_counts_core_hours_in_every_view() -> None:
     assert json_view.to_dict(cpu)["derived"]["device_hours_unit"] == "core-hours"
     gpu = report.render_markdown(report.build_blocks(patched({})))
     assert "| GPU-hours |" in gpu and "ore-hours" not in gpu
+
+
+def test_text_view_shows_the_memory_parts_and_their_assumptions() -> None:
+    from runlib.audit.render import json_view, text
+
+    pp = patched(
+        {
+            "parallelism.pipeline": 2,
+            "parallelism.sharding": "zero1",
+            "parallelism.grad_accumulation": "separate_buffer",
+            "parallelism.attention_kernel": "eager",
+            "hardware.devices_per_node": 8,
+        }
+    )
+    lines = text.render(pp).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  memory "))
+    block = " ".join(line.strip() for line in lines[start : start + 12] if line.startswith(("  memory ", " " * 14)))
+    mem = max(pp.plan.phases, key=lambda p: p.memory.total).memory
+    assert f"= {mem.total / 2**30:.3g}" in block
+    assert "pipeline stage" in block and "eager attention" in block and "separate buffer" in block
+    assert "allocator cache" in block and f"{mem.device_reported / 2**30:.3g}" in block
+    phase = json_view.to_dict(pp)["derived"]["phases"][0]
+    assert phase["memory_device_reported_bytes"] > phase["memory_bytes_per_device"]
+    assert phase["memory_assumptions"]["allreduce_bucket_bytes"] > 0
+    plain = text.render(patched({}))
+    assert "allocator cache" not in plain and "  memory " in plain

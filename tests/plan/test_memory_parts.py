@@ -103,3 +103,23 @@ def test_embedding_norm_inputs_kept_per_micro_batch_in_flight():
     _, normed = _memory({**pp, "model.embedding_norm": True})
     assert plain.assumptions_dict()["stage"] == normed.assumptions_dict()["stage"] == 0
     assert math.isclose(normed.activations - plain.activations, 4 * 2048 * 1 * 1024 * 2)  # 4 in flight
+
+
+def test_deepspeed_allreduce_bucket_is_reported_by_the_device_not_in_the_peak():
+    zero1 = {"parallelism.sharding": "zero1", "hardware.nodes": 2}
+    spec, in_place = _memory(zero1)
+    _, separate = _memory({**zero1, "parallelism.grad_accumulation": "separate_buffer"})
+    params = derive(spec).params.total  # ~0.13B: under 5e8 elements, so the bucket is every gradient
+    assert in_place.allocator_cache == 0.0 and in_place.device_reported == in_place.total
+    assert math.isclose(separate.allocator_cache, params * (4 + 2))  # the fp32 flat copy and its 16-bit cast
+    assert math.isclose(separate.device_reported - separate.total, separate.allocator_cache)
+    assert separate.assumptions_dict()["allreduce_bucket_bytes"] == separate.allocator_cache
+    # one data-parallel rank all-reduces nothing
+    _, alone = _memory({"hardware.devices_per_node": 1, "parallelism.grad_accumulation": "separate_buffer"})
+    assert alone.allocator_cache == 0.0
+
+
+def test_deepspeed_allreduce_bucket_is_capped_at_5e8_elements():
+    big = {"model.layers": 48, "model.d_model": 4096, "model.d_ff": 16384, "model.heads": 32}
+    _, mem = _memory({**big, "parallelism.sharding": "zero1", "parallelism.grad_accumulation": "separate_buffer"})
+    assert mem.allocator_cache == 5e8 * 6

@@ -8,7 +8,8 @@ the reason. On failure the test prints the whole table of ratios.
 What is compared:
   reserved  torch.cuda.max_memory_reserved (torchtitan's "Memory(GiB)"): the model's total less its
             runtime overhead (the CUDA context and NCCL's buffers are outside the caching allocator)
-  device    memory the device reports in use (BigScience's "Mem"): the model's total
+  device    memory the device reports in use (BigScience's "Mem", read off nvidia-smi): the model's total
+            and the caching allocator's reservation beyond the live peak (MemoryBreakdown.device_reported)
   states    model states only (weights, master, gradients, optimizer): the ZeRO paper's Fig. 1
 """
 
@@ -180,38 +181,44 @@ ROWS = [
         "flight, its gathered weights and unsharded gradients, pipeline send/receive buffers; Float8, AsyncTP "
         "and torch.compile are not modelled",
     ),
-    Row(
-        "BLOOM 176B TP4 PP12 DP8 mbs2 ZeRO-1",
-        BLOOM + " ('Rebalancing layers', NHIDDEN=14336 NLAYERS=70 NHEADS=112 row, 02-28)",
-        {
-            **_model(BLOOM_176B, 2048),
-            "hardware.accelerator": "a100-80gb",
-            "hardware.nodes": 48,
-            "parallelism.tensor": 4,
-            "parallelism.pipeline": 12,
-            "parallelism.sharding": "zero1",
-            "parallelism.activation_checkpointing": "full",
-            "parallelism.sequence_parallel": False,
-            "parallelism.attention_kernel": "eager",
-            "parallelism.pipeline_first_stage_layers": 5,
-            "parallelism.pipeline_last_stage_layers": 5,
-            "batch.micro_batch": 2,
-            "batch.grad_accum": 128,
-            # DeepSpeed's BF16_Optimizer: an unsharded fp32 gradient buffer, the bf16 gradients kept on the
-            # parameters beside it ("BF16 optimizer ... accumulate gradients in fp32 ... 4bytes x params and
-            # it's not sharded across gpus", chronicles-prequel.md 'Rebalancing layers')
-            "parallelism.grad_accumulation": "separate_buffer",
-        },
-        59.0,
-        "device",
-        0.25,
-        "19% under. Modelled: BF16_Optimizer's fp32 gradient buffer, the embedding LayerNorm's inputs kept "
-        "outside the checkpointed layers, pipeline output buffers. Not modelled: DeepSpeed's gradient "
-        "all-reduce bucket (MEMORY_OPT_ALLREDUCE_SIZE, 5e8 fp32 elements = 1.9 GiB, allocated after the "
-        "backward: it raises nvidia-smi's reading through the caching allocator but is not live at the "
-        "activation peak), NCCL's buffers of the TP, PP and DP communicators beyond the 1 GiB runtime "
-        "overhead; and 'Mem' is read off nvidia-smi (MiB) and written as GB",
-    ),
+    *[
+        Row(
+            f"BLOOM 176B TP{tp} PP12 DP{dp} mbs2 ZeRO-1 a{heads}",
+            BLOOM + f" ('Rebalancing layers', NHIDDEN=14336 NLAYERS=70 table, NHEADS={heads} row, 02-28)",
+            {
+                **_model(BLOOM_176B, 2048),
+                "model.heads": heads,
+                "hardware.accelerator": "a100-80gb",
+                "hardware.nodes": 48,
+                "parallelism.tensor": tp,
+                "parallelism.pipeline": 12,
+                "parallelism.sharding": "zero1",
+                "parallelism.activation_checkpointing": "full",
+                "parallelism.sequence_parallel": False,
+                "parallelism.attention_kernel": "eager",
+                # --pp-partition-method 'type:transformer|embedding': each embedding takes a stage slot, so
+                # 70 layers + 2 embeddings = 72 = 12 x 6 and the first and last stages hold 5 layers
+                "parallelism.pipeline_first_stage_layers": 5,
+                "parallelism.pipeline_last_stage_layers": 5,
+                "batch.micro_batch": 2,
+                "batch.grad_accum": 2048 // (2 * dp),
+                # DeepSpeed's BF16_Optimizer: an unsharded fp32 gradient buffer, the bf16 gradients kept on the
+                # parameters beside it ("BF16 optimizer ... accumulate gradients in fp32 ... 4bytes x params and
+                # it's not sharded across gpus", same section)
+                "parallelism.grad_accumulation": "separate_buffer",
+            },
+            # 'Mem' is nvidia-smi's reading (MiB) on the first node, written in thousands: 59GB is 59,000-59,999
+            # MiB, taken at the middle
+            (gb * 1000 + 500) / 1024,
+            "device",
+            0.15,
+            "the first pipeline stage (the first node: DeepSpeed's PipeModelDataParallelTopology puts pipe "
+            "outermost); nvidia-smi shows the caching allocator's reservation, so the DeepSpeed all-reduce "
+            "bucket (allocator_cache) counts. Not modelled: NCCL's buffers of the TP, PP and DP communicators "
+            "beyond the 1 GiB runtime overhead",
+        )
+        for tp, dp, heads, gb in ((4, 8, 112, 59), (8, 4, 64, 40))
+    ],
     *[
         Row(
             f"ZeRO Fig.1 7.5B x64 {label}",
@@ -255,7 +262,7 @@ def _estimate(row: Row) -> tuple[float, float]:
     if row.compare == "states":
         measured *= plan.params.total / 7.5e9  # Fig. 1 is for 7.5B parameters: per parameter, scaled
         return mem.model_states / GIB, measured
-    total = mem.total - (mem.runtime_overhead if row.compare == "reserved" else 0.0)
+    total = mem.device_reported if row.compare == "device" else mem.total - mem.runtime_overhead
     return total / GIB, measured
 
 

@@ -74,6 +74,7 @@ def derived(plan: Plan) -> dict[str, Any]:
                 "flops_per_token": _num(p.flops_per_token),
                 "hours": _num(p.hours),
                 "memory_bytes_per_device": _num(p.memory.total),
+                "memory_device_reported_bytes": _num(p.memory.device_reported),
                 "memory_breakdown_bytes": {k: _num(v) for k, v in p.memory.as_dict().items()},
                 "memory_assumptions": {
                     k: _num(v) if isinstance(v, float) else v for k, v in p.memory.assumptions_dict().items()

@@ -7,7 +7,7 @@ import textwrap
 from runlib.audit import AuditResult
 from runlib.audit.registry import SEVERITIES
 from runlib.audit.render.json_view import device_hours_unit
-from runlib.plan.memory import GIB
+from runlib.plan.memory import GIB, MIB
 from runlib.spec.units import format_count
 
 WIDTH = 80
@@ -31,6 +31,64 @@ def ladder_lines(result: AuditResult) -> list[str]:
     return [f"  ladder      loss {p['loss']:.3f} [{p['low']:.3f}, {p['high']:.3f}] predicted ({p['source']})"]
 
 
+PART_LABELS = {
+    "weights": "weights",
+    "master_weights": "master",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer",
+    "activations": "activations",
+    "logits": "logits",
+    "buffers": "buffers",
+    "runtime_overhead": "runtime",
+    "fragmentation": "fragmentation",
+}
+
+
+def _assumption_words(a: dict) -> list[str]:
+    """The memory model's assumptions (MemoryBreakdown.assumptions) in words; [] for the CPU model."""
+    if not a:
+        return []
+    n = a["in_flight_micro_batches"]
+    words = []
+    if a["pipeline_schedule"] != "none":
+        words.append(
+            f"pipeline stage {a['stage']} ({a['stage_layers']} layers, {n} micro-batch{'es' if n != 1 else ''} "
+            f"in flight, {a['pipeline_schedule']})"
+        )
+    words += [
+        f"states sharded over {a['state_shard_ranks']} ranks",
+        f"{a['attention_kernel']} attention",
+        f"sequence parallel ({a['sequence_parallel_saves']} inputs)"
+        if a["sequence_parallel"]
+        else "no sequence parallel",
+        f"recompute {a['recompute']}",
+        f"gradients accumulated {a['grad_accumulation'].replace('_', ' ')}",
+        f"fragmentation {a['fragmentation_factor']:.0%} of the transient parts",
+    ]
+    return words
+
+
+def memory_lines(result: AuditResult) -> list[str]:
+    """The largest phase's memory per device as its named parts, and the assumptions behind them."""
+    plan = result.plan
+    if not plan.phases:
+        return []
+    ph = max(plan.phases, key=lambda p: p.memory.total)
+    mem = ph.memory
+    unit, scale = ("GiB", GIB) if mem.total >= GIB else ("MiB", MIB)
+    parts = ", ".join(f"{PART_LABELS[k]} {v / scale:.3g}" for k, v in mem.as_dict().items() if v > 0)
+    text = f"{ph.name} (the largest), {unit} per device: {parts} = {mem.total / scale:.3g}"
+    if mem.allocator_cache > 0:
+        text += (
+            f"; the device would report {mem.device_reported / scale:.3g} "
+            f"(allocator cache {mem.allocator_cache / scale:.3g} beyond the peak)"
+        )
+    words = _assumption_words(mem.assumptions_dict())
+    if words:
+        text += "; assumes " + ", ".join(words)
+    return textwrap.wrap(text, WIDTH, initial_indent="  memory      ", subsequent_indent=" " * 14)
+
+
 def derived_lines(result: AuditResult) -> list[str]:
     plan, spec = result.plan, result.spec
     p = plan.params
@@ -47,6 +105,7 @@ def derived_lines(result: AuditResult) -> list[str]:
         f"  references  batch {format_count(plan.references.optimal_batch_tokens)} tokens, "
         f"lr {plan.references.optimal_lr:.2g} (DeepSeek fit)",
         *ladder_lines(result),
+        *memory_lines(result),
         "",
         f"  {'phase':<12} {'tokens':>7} {'steps':>8} {'tok/step':>8} {'seq':>6} {'lr':>13} {'GiB/dev':>8}",
     ]
