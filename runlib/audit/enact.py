@@ -278,6 +278,24 @@ def precision_field_refusals(precision: Any) -> list[Refusal]:
     ]
 
 
+def batch_refusals(batch: Any) -> list[Refusal]:
+    """Batch values the trainer cannot enact (pure; RUN010): a ramp stage's own micro-batch."""
+    return [
+        Refusal(
+            "RUN010",
+            f"batch.ramp[{i}].micro_batch",
+            stage.micro_batch,
+            f"ramp stage {i}'s micro_batch {stage.micro_batch} is not enacted: runlib's trainer splits every "
+            f"step into micro-batches of batch.micro_batch ({batch.micro_batch}) and lets the ramp change only "
+            "how many it accumulates (runlib.train.loop), so the run would hold other activations than planned",
+            f"drop it (a ramp stage's global batch must then be a multiple of micro_batch {batch.micro_batch} x dp), "
+            "or train that stretch as a phase of its own with phases[].batch.micro_batch",
+        )
+        for i, stage in enumerate(batch.ramp or [])
+        if stage.micro_batch is not None and stage.micro_batch != batch.micro_batch
+    ]
+
+
 def train_config_refusals(config: Any) -> list[Refusal]:
     """The refusals of one training phase's stage config (runlib.train.config.TrainPhaseConfig, read
     duck-typed: accelerator, seq_len, model, parallel, precision, optimizer): the trainer's last guard."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from runlib.plan import flops as F
 from runlib.plan import scaling
@@ -12,7 +12,14 @@ from runlib.plan.hardware import Accelerator, resolve
 from runlib.plan.memory import MemoryBreakdown, phase_memory, state_bytes_per_param
 from runlib.plan.params import ParamCounts, count_params, head_dim
 from runlib.plan.schedule import Schedule, build_schedule
-from runlib.plan.timeline import PhaseSpan, build_timeline, step_at_tokens, tokens_at_step
+from runlib.plan.timeline import (
+    PhaseSpan,
+    build_timeline,
+    ramp_micro_batches,
+    ramp_points,
+    step_at_tokens,
+    tokens_at_step,
+)
 from runlib.spec.models import RunSpec
 from runlib.spec.units import Duration
 
@@ -138,6 +145,21 @@ def vocab_rows(spec: RunSpec, max_tensor: int = 1) -> int:
     return math.ceil(tokenizer_ids(spec) / multiple) * multiple
 
 
+def _largest_micro_batch(
+    s: PhaseSettings, span: PhaseSpan, ramp_micro: list[tuple[float, int]], thresholds: list[float]
+) -> PhaseSettings:
+    """The phase's settings at its largest micro-batch: a ramp stage with its own micro_batch
+    (batch.ramp[].micro_batch) that covers part of the phase may hold more activations than the steady one."""
+    if not ramp_micro or s.batch_overridden:
+        return s
+    largest = s.micro_batch
+    for start, micro in ramp_micro:
+        end = next((t for t in thresholds if t > start), math.inf)
+        if span.start_tokens < end and span.end_tokens > start:
+            largest = max(largest, micro)
+    return s if largest == s.micro_batch else replace(s, micro_batch=largest)
+
+
 def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan:
     """measured_tokens: training tokens per source counted in tokenized shards; they replace `tokens`."""
     measured_tokens = measured_tokens or {}
@@ -175,6 +197,8 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     relative = spec.model.position == "relative"  # one more score matmul per layer (flops.py)
     phases: list[PhasePlan] = []
     used: dict[str, float] = {name: 0.0 for name in spec.data.sources}
+    ramp_micro = ramp_micro_batches(spec)
+    thresholds = sorted(t for t, _ in ramp_points(spec)) if ramp_micro else []
     for s, span in zip(settings, spans, strict=False):
         per_token = F.flops_per_token(params.matmul, spec.model.layers, attn_width, s.seq_len, relative)
         weights_total = sum(s.phase.mixture.values()) or 1.0
@@ -199,7 +223,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                     spec.precision,
                     params,
                     rows,
-                    s,
+                    _largest_micro_batch(s, span, ramp_micro, thresholds),
                     accelerator.runtime_overhead_gib,
                     nodes=spec.hardware.nodes,
                     accelerator=spec.hardware.accelerator,

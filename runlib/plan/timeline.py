@@ -119,6 +119,18 @@ def ramp_points(spec: RunSpec) -> list[tuple[float, object]]:
     return points
 
 
+def ramp_micro_batches(spec: RunSpec) -> list[tuple[float, int]]:
+    """(threshold tokens, micro-batch) of the ramp stages that state batch.ramp[].micro_batch, as ramp_points
+    places them."""
+    if spec.batch.linear_ramp is not None or not spec.batch.ramp:
+        return []
+    return [
+        (threshold, stage.micro_batch)
+        for (threshold, _), stage in zip(ramp_points(spec), spec.batch.ramp, strict=True)
+        if stage.micro_batch is not None
+    ]
+
+
 def _tokens_per_step_at(
     position: float, settings: PhaseSettings, ramp: list[tuple[float, object]]
 ) -> tuple[int, float]:

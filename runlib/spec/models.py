@@ -429,6 +429,8 @@ class RampStage(SpecModel):
     """Tokens seen from which this global batch applies ('<count> tokens' or '<p>%')."""
     global_batch: BatchSizeField
     """Global batch from then on."""
+    micro_batch: int | None = Field(None, ge=1, le=MAX_MICRO)
+    """Sequences per data-parallel rank per micro-step from then on (default batch.micro_batch): a ramp that starts below micro_batch x dp sequences needs a smaller micro-batch early (GPT-3's 32K-token start, Brown et al. 2020 section 2.3). Read by the memory plan (the phase's estimate) and BATCH002; the trainer keeps batch.micro_batch throughout and refuses another value (RUN010)."""
 
 
 class LinearRamp(SpecModel):

@@ -123,3 +123,12 @@ def test_deepspeed_allreduce_bucket_is_capped_at_5e8_elements():
     big = {"model.layers": 48, "model.d_model": 4096, "model.d_ff": 16384, "model.heads": 32}
     _, mem = _memory({**big, "parallelism.sharding": "zero1", "parallelism.grad_accumulation": "separate_buffer"})
     assert mem.allocator_cache == 5e8 * 6
+
+
+def test_a_ramp_stage_with_a_larger_micro_batch_sizes_the_phase_it_covers():
+    ramp = [{"after": "0 tokens", "global_batch": 16}, {"after": "50%", "global_batch": 32}]
+    _, steady = _memory({"batch.ramp": ramp, "batch.micro_batch": 2})
+    _, larger = _memory({"batch.ramp": [ramp[0], {**ramp[1], "micro_batch": 4}], "batch.micro_batch": 2})
+    _, smaller = _memory({"batch.ramp": [{**ramp[0], "micro_batch": 1}, ramp[1]], "batch.micro_batch": 2})
+    assert larger.activations > steady.activations  # the stage's 4 sequences per micro-step, not 2
+    assert smaller.activations == steady.activations  # the phase also runs at 2: the larger one counts

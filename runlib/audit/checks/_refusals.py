@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from runlib.audit.checks._shared import overrides_parallelism, who
-from runlib.audit.enact import (  # noqa: F401 (model_refusals, precision_field_refusals: RUN008, RUN009)
+from runlib.audit.enact import (  # noqa: F401 (model_refusals, precision_field_refusals, batch_refusals: RUN008-010)
+    batch_refusals,
     model_refusals,
     parallelism_refusals,
     precision_field_refusals,

@@ -25,7 +25,8 @@ Preferred:
 
 How to fix:
     Use a global batch that is a multiple of micro_batch * dp * seq_len in every phase it applies
-    to (the finding gives the nearest ones), or change micro_batch or the parallel layout.
+    to (the finding gives the nearest ones), or change micro_batch or the parallel layout. A ramp
+    stage's own micro_batch (batch.ramp[].micro_batch) is the one its grad_accum divides by.
 """
 
 import math
@@ -90,9 +91,11 @@ def check(ctx: Context) -> Iterator[Finding]:
             if s.batch_overridden or p.tokens <= 0 or not (p.span.start_tokens < end and p.span.end_tokens > start):
                 continue
             seq = s.seq_len if batch.unit == "tokens" else 1
-            step = s.micro_batch * s.data_parallel * seq
+            own_micro = spec.batch.ramp[i].micro_batch if spec.batch.linear_ramp is None else None
+            micro = own_micro or s.micro_batch  # the stage's own micro-batch (batch.ramp[].micro_batch)
+            step = micro * s.data_parallel * seq
             if step > 0 and batch.amount % step:
-                groups.setdefault((step, s.micro_batch, s.data_parallel), []).append(p.name)
+                groups.setdefault((step, micro, s.data_parallel), []).append(p.name)
         for (step, micro, dp), names in groups.items():
             s = next(p.settings for p in phases if p.name == names[0])
             who = ("phase " if len(names) == 1 else "phases ") + ", ".join(repr(n) for n in names)
@@ -124,6 +127,13 @@ PASS = [
     {"batch.ramp": [{"after": "0 tokens", "global_batch": 64}, {"after": "10%", "global_batch": 128}]},
     {"phases[2].batch": {"global_batch": "512Ki tokens"}},
     {"batch.linear_ramp": {"start": "64 sequences", "increment": "64 sequences", "over": "10%"}},
+    # 32 sequences over dp 8 at the stage's own micro_batch 4: grad_accum 1
+    {
+        "batch.ramp": [
+            {"after": "0 tokens", "global_batch": 32, "micro_batch": 4},
+            {"after": "10%", "global_batch": 128},
+        ]
+    },
 ]
 FAIL = [
     case(
@@ -141,4 +151,6 @@ FAIL = [
     case({"phases[2].batch": {"global_batch": "300K tokens"}}, "error"),
     # a linear ramp (batch.linear_ramp) from 32 sequences: half of micro_batch 8 x dp 8
     case({"batch.linear_ramp": {"start": "32 sequences", "increment": "32 sequences", "over": "10%"}}, "error"),
+    # the same 32 sequences at the batch's micro_batch 8 (no micro_batch on the stage): grad_accum 0.5
+    case({"batch.ramp": [{"after": "0 tokens", "global_batch": 32}, {"after": "10%", "global_batch": 128}]}, "error"),
 ]
