@@ -36,19 +36,52 @@ class AuditResult:
 
 
 def run_checks(
-    spec: RunSpec, plan: Plan, source_map: SourceMap | None = None, select: set[str] | None = None
+    spec: RunSpec,
+    plan: Plan,
+    source_map: SourceMap | None = None,
+    select: set[str] | None = None,
+    measured_tokens: dict[str, int] | None = None,
 ) -> list[Finding]:
+    """Every check (or those in `select`) over the spec and its plan; then, where the last phase has branches,
+    each branch as the run it will be (runlib.audit.branches); the AUDIT checks last, reading all of these."""
     from runlib.audit.checks import all_checks
 
     findings: list[Finding] = []
     ctx = Context(spec, plan, source_map, prior=findings)  # one context, re-labelled per check (cheap)
+    branched = bool(spec.phases and spec.phases[-1].branches)
     for check in all_checks():
         if select is not None and check.code not in select:
             continue
+        if branched and check.code.startswith("AUDIT"):  # all_checks puts them last: they see the branches'
+            findings.extend(_branch_findings(spec, findings, source_map, select, measured_tokens))
+            branched = False
         ctx.code, ctx.severity = check.code, check.severity
         new = list(check.run(ctx))  # drained before it joins ctx.prior: a check sees the earlier ones only
         findings.extend(new)
+    if branched:  # no AUDIT check selected
+        findings.extend(_branch_findings(spec, findings, source_map, select, measured_tokens))
     return findings
+
+
+def _branch_findings(
+    spec: RunSpec,
+    base: list[Finding],
+    source_map: SourceMap | None,
+    select: set[str] | None,
+    measured_tokens: dict[str, int] | None,
+) -> list[Finding]:
+    from runlib.audit.branches import NOT_FOR_BRANCHES, branch_findings
+    from runlib.audit.checks import all_checks
+
+    # a branch's run gets every check but the AUDIT ones (its audit.ignore is the spec's, checked once) and
+    # those about the phases against the run's tokens, which a branch departs from by design
+    codes = {c.code for c in all_checks() if not c.code.startswith("AUDIT")} - NOT_FOR_BRANCHES
+    codes = codes if select is None else codes & select
+
+    def audit_run(run: RunSpec) -> list[Finding]:
+        return run_checks(run, derive(run, measured_tokens), None, codes)
+
+    return branch_findings(spec, base, audit_run, source_map)
 
 
 def audit(
@@ -60,7 +93,7 @@ def audit(
     ladder_prediction: dict | None = None,
 ) -> AuditResult:
     plan = derive(spec, measured_tokens)
-    raw = run_checks(spec, plan, source_map, select)
+    raw = run_checks(spec, plan, source_map, select, measured_tokens)
     entries = ignore_entries(spec.audit.ignore)
     kept: list[Finding] = []
     ignored: list[Ignored] = []

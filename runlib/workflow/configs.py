@@ -18,6 +18,7 @@ from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.eval.config import EvalConfig, EvalModelConfig
 from runlib.plan import Plan, derive
+from runlib.spec.branches import branch_run, without_branches
 from runlib.spec.models import RunSpec, SourceSpec
 from runlib.stageconfig import StageConfig
 from runlib.tokenizer.config import TokenizerConfig
@@ -157,21 +158,13 @@ def fit_ladder_config(spec: RunSpec, plan: Plan, ladder) -> StageConfig:
 # ---------------------------------------------------------------------------------------- branches
 
 
-def without_branches(spec: RunSpec) -> RunSpec:
-    """The spec with no phase's `branches`: the run its prefix and base phase belong to (its stage keys are
-    those of the same spec written without branches)."""
-    if not any(p.branches for p in spec.phases):
-        return spec
-    phases = [p.model_copy(update={"branches": None}) for p in spec.phases]
-    return spec.model_copy(update={"phases": phases})
-
-
 def branch_specs(spec: RunSpec, plan: Plan) -> dict[str, RunSpec]:
     """Branch name -> the run of that branch: the spec with its last phase's mixture, tokens and seq_len and
-    the schedule's decay replaced by the branch's (runlib.spec.models.PhaseBranch). `plan` is the plan of
-    the spec without branches. Monitoring intervals are pinned to the base run's, so that the branch's
-    earlier phases are the base run's exactly; an error names the branch whose settings would change an
-    earlier phase (a decay reaching back before the branched phase, a learned position table resized)."""
+    the schedule's decay replaced by the branch's (runlib.spec.branches.branch_run, the run the audit checks
+    too). `plan` is the plan of the spec without branches. Monitoring intervals are pinned to the base run's,
+    so that the branch's earlier phases are the base run's exactly; an error names the branch whose settings
+    would change an earlier phase (a decay reaching back before the branched phase, a learned position table
+    resized)."""
     for i, phase in enumerate(spec.phases[:-1]):
         if phase.branches:
             raise UserError(
@@ -198,13 +191,7 @@ def branch_specs(spec: RunSpec, plan: Plan) -> dict[str, RunSpec]:
                 f"phases[{last}].branches ({b.name}).mixture: no source named {', '.join(unknown)}; the sources "
                 f"are {', '.join(spec.data.sources)} (data.sources)"
             )
-        update: dict = {"branches": None}
-        for name in ("mixture", "tokens", "seq_len"):
-            if getattr(b, name) is not None:
-                update[name] = getattr(b, name)
-        phases = [*base.phases[:last], phase.model_copy(update=update)]
-        schedule = spec.schedule if b.decay is None else spec.schedule.model_copy(update={"decay": b.decay})
-        branch = spec.model_copy(update={"phases": phases, "schedule": schedule, "monitor": monitor})
+        branch = branch_run(spec, b).model_copy(update={"monitor": monitor})
         train = train_phase_configs(branch, derive(branch))
         for j in range(last):
             mine, theirs = train[j].model_dump(mode="json"), base_train[j].model_dump(mode="json")

@@ -7,6 +7,7 @@ Why it matters:
 
 Flagged:
     phases: [{name: foundation, mixture: {web: 0.7, code: 0.2}}]   # sums to 0.9
+    branches: [{name: code-heavy, mixture: {web: 0.5, code: 0.4}}]   # a branch of the last phase too
 
 Preferred:
     phases: [{name: foundation, mixture: {web: 0.78, code: 0.22}}]
@@ -49,8 +50,14 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
 
 
-PASS = [{}, {"phases[0].mixture": {"web": 0.3333333, "code": 0.6666667}}]
+PASS = [
+    {},
+    {"phases[0].mixture": {"web": 0.3333333, "code": 0.6666667}},
+    {"phases[3].branches": [{"name": "code-heavy", "mixture": {"web": 0.4, "code": 0.6}}]},
+]
 FAIL = [
     case({"phases[0].mixture": {"web": 0.7, "code": 0.2}}, "error"),
     case({"phases[3].mixture": {"web": 0.6, "code": 0.6}}, "error"),
+    # a branch of the last phase, audited as its own run (runlib.audit.branches)
+    case({"phases[3].branches": [{"name": "code-heavy", "mixture": {"web": 0.5, "code": 0.4}}]}, "error"),
 ]

@@ -9,6 +9,7 @@ Why it matters:
 Flagged:
     data: {sources: {web: ..., code: ...}}
     phases: [{name: foundation, mixture: {web: 0.8, cod: 0.2}}]   # no source "cod"
+    branches: [{name: books, mixture: {web: 0.5, books: 0.5}}]    # a branch of the last phase too
 
 Preferred:
     phases: [{name: foundation, mixture: {web: 0.8, code: 0.2}}]
@@ -58,9 +59,11 @@ PASS = [
     {},
     {"tokenizer.train_on": {"web": 1.0}},
     {"phases[0].mixture": {"web": 1.0}},
+    {"phases[3].branches": [{"name": "web-only", "mixture": {"web": 1.0}}]},
 ]
 FAIL = [
     case({"phases[0].mixture": {"web": 0.8, "cod": 0.2}}, "error"),
     case({"phases[3].mixture": {"web": 0.6, "books": 0.4}}, "error"),
     case({"tokenizer.train_on": {"webb": 0.8, "code": 0.2}}, "error"),
+    case({"phases[3].branches": [{"name": "books", "mixture": {"web": 0.5, "books": 0.5}}]}, "error"),
 ]

@@ -81,9 +81,12 @@ PASS = [
     {},
     {"model.rope_theta": 10500},  # bound for 2048: ~10440
     {"phases[2].seq_len": 8192, "phases[2].rope_theta": 500000},
+    {"phases[3].branches": [{"name": "short", "seq_len": 1024}]},  # a branch at a shorter context
 ]
 FAIL = [
     case({"model.rope_theta": 10000}, "warning"),  # below the bound at 2048
     case({"phases[2].rope_theta": 30000}, "warning"),  # a phase override below the bound at 4096 (~32200)
     case({"model.rope_theta": 1000000, "phases[2].rope_theta": "__delete__"}, "warning"),  # grows s, same theta
+    # a branch at 8192 on the phase's rope_theta, model.rope_theta 50000 (bound for 8192: ~100000)
+    case({"phases[3].branches": [{"name": "longer", "seq_len": 8192}]}, "warning"),
 ]
