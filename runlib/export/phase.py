@@ -1,4 +1,5 @@
-"""`runlib export SPEC --phase NAME --out DIR`: a built phase of the spec as a Hugging Face checkpoint.
+"""`runlib export SPEC --phase NAME --out DIR`: a built phase of the spec (or a branch of its last phase,
+NAME = <phase>@<branch>) as a Hugging Face checkpoint.
 
 The I/O edge of runlib.export.hf: finds the phase's train_phase artifact and the tokenizer artifact in the
 spec's graph, verifies both against their manifests (sizes and digests) before reading, and writes the
@@ -7,7 +8,6 @@ export atomically.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 from runlib.errors import UserError
@@ -22,16 +22,9 @@ def export_phase(spec_path: str, phase: str, out_dir: Path) -> Path:
     from runlib.workflow.graph import build_graph
 
     spec = load_spec(spec_path).spec
-    names = [p.name for p in spec.phases]
-    if phase not in names:
-        guess = difflib.get_close_matches(phase, names, n=1)
-        hint = f"did you mean {guess[0]!r}?" if guess else f"the phases: {', '.join(names)}"
-        raise UserError(f"{spec_path}: --phase {phase!r} is not a phase of this spec; {hint}")
     hf_architecture(spec.model)  # refuse before reading gigabytes
     graph = build_graph(spec)
-    node = graph.phase_node("train_phase", names.index(phase))
-    if node is None:
-        raise UserError(f"{spec_path}: this spec does not train its own phases (ladder.train_target: false)")
+    node = graph.named_phase_node(spec, "train_phase", phase, f"{spec_path}: --phase")
     if not node.manifest_path.exists():
         raise UserError(
             f"{spec_path}: phase {phase!r} is not built (train_phase {node.key}); "

@@ -7,6 +7,7 @@ Pure but for one thing: a file-based source's shards are the files its glob matc
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,26 @@ class StageGraph:
     def branch_nodes(self, stage: str) -> dict[str, StageNode]:
         """Branch name -> the spec's own train_phase / eval_phase node of that branch of the last phase."""
         return {n.params["branch"]: n for n in self.of(stage) if is_branch(n) and not is_rung(n)}
+
+    def named_phase_node(self, spec: RunSpec, stage: str, name: str, where: str) -> StageNode:
+        """The spec's own train_phase / eval_phase node of the phase `name`, or of a branch of the last phase
+        named '<phase>@<branch>' as its stages are (train_phase anneal@code-heavy); a UserError at `where`
+        for a name that is neither, or a spec that does not train its own phases."""
+        names = [p.name for p in spec.phases]
+        last = spec.phases[-1] if spec.phases else None
+        branches = {f"{last.name}@{b.name}": b.name for b in (last.branches or [])} if last else {}
+        if name in branches:
+            node = self.branch_nodes(stage).get(branches[name])
+        elif name in names:
+            node = self.phase_node(stage, names.index(name))
+        else:
+            known = names + list(branches)
+            guess = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {guess[0]!r}?" if guess else f"the phases: {', '.join(known)}"
+            raise UserError(f"{where}: {name!r} is not a phase of this spec (nor <phase>@<branch>); {hint}")
+        if node is None:
+            raise UserError(f"{where}: this spec does not train its own phases (ladder.train_target: false)")
+        return node
 
     def input_nodes(self, node: StageNode) -> dict[str, StageNode]:
         index = {n.key: n for n in self.nodes}

@@ -287,14 +287,7 @@ class Workflow:
 
     def export_inputs(self, wildcards) -> list[str]:
         """The stamps of the phase to export (an input function: the phase is the target's wildcard)."""
-        names = [p.name for p in self.spec.phases]
-        if wildcards.phase not in names:
-            raise UserError(
-                f"exports/{self.spec.name}/{wildcards.phase}: no phase of that name; the phases: {', '.join(names)}"
-            )
-        node = self.graph.phase_node("train_phase", names.index(wildcards.phase))
-        if node is None:
-            raise UserError(f"{self.spec_path}: this spec does not train its own phases (ladder.train_target: false)")
+        node = self.graph.named_phase_node(self.spec, "train_phase", wildcards.phase, f"exports/{self.spec.name}")
         return [self.done(node.stage, node.key), str(built_marker(node.stage, node.key))]
 
     def targets(self, *stages: str) -> list[str]:

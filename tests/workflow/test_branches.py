@@ -153,3 +153,12 @@ def test_branch_table_from_synthetic_evaluations(loaded):
 def test_audit_of_the_branches_spec_has_no_error(loaded):
     result = audit_loaded(loaded)
     assert result.count("error") == 0, [f.code for f in result.findings if f.severity == "error"]
+
+
+def test_a_branch_is_named_for_export_as_its_stages_are(loaded, graph):
+    spec = loaded.spec
+    node = graph.named_phase_node(spec, "train_phase", "anneal@long-decay", "here")
+    assert node is graph.branch_nodes("train_phase")["long-decay"]
+    assert graph.named_phase_node(spec, "train_phase", "anneal", "here") is graph.phase_node("train_phase", 3)
+    with pytest.raises(UserError, match=r"here: 'anneal@long-decy' is not a phase.*did you mean 'anneal@long-decay'"):
+        graph.named_phase_node(spec, "train_phase", "anneal@long-decy", "here")

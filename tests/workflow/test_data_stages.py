@@ -41,7 +41,7 @@ def edited(tmp_path, name: str, old: str, new: str):
     return path
 
 
-def export_and_compare(node, out):
+def export_and_compare(node, out, spec=TINY):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -49,7 +49,7 @@ def export_and_compare(node, out):
     from runlib.train import checkpoint as ckpt
 
     # the Snakemake target (rules/export.smk), which runs `runlib export`
-    proc = snakemake(out.parents[2], TINY, "--cores", "1", "exports/tiny/anneal")
+    proc = snakemake(out.parents[2], spec, "--cores", "1", f"exports/tiny/{out.name}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = node.config
     ours = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
@@ -177,6 +177,10 @@ def test_data_dag_end_to_end(workdir):
     assert branch_eval["heldout"]["code"]["loss"] != results[-1]["heldout"]["code"]["loss"]
     report = (workdir / "reports" / "tiny" / "run" / "report.html").read_text()
     assert "Branches" in report and "anneal@code-heavy" in report
+    # the branch exported as its stages are named (exports/<run>/<phase>@<branch>): the branch's own weights
+    export_and_compare(branch, workdir / "exports" / "tiny" / "anneal@code-heavy", branched)
+    provenance = json.loads((workdir / "exports" / "tiny" / "anneal@code-heavy" / "runlib_export.json").read_text())
+    assert provenance["train_phase_key"] == branch.key != last_train.key
 
 
 def test_gate_refuses_a_spec_with_audit_errors(workdir):
