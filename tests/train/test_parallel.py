@@ -5,8 +5,10 @@ tiny transformer (2 layers, d_model 64, 4 heads, 2 kv heads, vocab 256, seq 32) 
 under each layout; this process trains the same model on one process (no process group) and
 compares. Tolerances: fp32 reductions in another order change gradients by ~1e-7 relative, and
 Adam turns a gradient entry within rounding of zero into an update of up to ~lr (m / (sqrt(v) + eps)
-is then sign-like), so parameters are compared at lr 1e-4 within 1e-6 (measured: <= 8e-7; at lr
-1e-3, <= 1e-5). Muon's Newton-Schulz iteration runs in bf16 (torch.optim.Muon), so Muon runs agree to
+is then sign-like), so parameters are compared at lr 1e-4 within 5e-6 (measured: <= 8e-7 on one
+x86-64 CPU, up to 1.44e-6 under tensor parallelism on another, whose matmul kernels sum in another
+order; at lr 1e-3, <= 1e-5). A missing or doubled reduction moves parameters by ~lr = 1e-4 per update,
+and the gradient norms are compared to 1e-5 relative besides. Muon's Newton-Schulz iteration runs in bf16 (torch.optim.Muon), so Muon runs agree to
 1e-4 (measured ~1e-5).
 """
 
@@ -37,7 +39,7 @@ from tests.train import parallel_worker as w
 
 # one xdist worker runs this module (pyproject: --dist loadgroup): its launches are shared fixtures
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("parallel")]
-PARAM_TOL = 1e-6
+PARAM_TOL = 5e-6
 MUON_TOL = 1e-4
 WORKER = Path(w.__file__)
 
