@@ -14,9 +14,9 @@ from runlib.plan.params import ParamCounts, count_params, head_dim
 from runlib.plan.schedule import Schedule, build_schedule
 from runlib.plan.timeline import (
     PhaseSpan,
+    RampStretch,
     build_timeline,
-    ramp_micro_batches,
-    ramp_points,
+    ramp_stretches,
     step_at_tokens,
     tokens_at_step,
 )
@@ -145,18 +145,17 @@ def vocab_rows(spec: RunSpec, max_tensor: int = 1) -> int:
     return math.ceil(tokenizer_ids(spec) / multiple) * multiple
 
 
-def _largest_micro_batch(
-    s: PhaseSettings, span: PhaseSpan, ramp_micro: list[tuple[float, int]], thresholds: list[float]
-) -> PhaseSettings:
+def _largest_micro_batch(s: PhaseSettings, span: PhaseSpan, stretches: list[RampStretch]) -> PhaseSettings:
     """The phase's settings at its largest micro-batch: a ramp stage with its own micro_batch
     (batch.ramp[].micro_batch) that covers part of the phase may hold more activations than the steady one."""
-    if not ramp_micro or s.batch_overridden:
+    if s.batch_overridden:
         return s
-    largest = s.micro_batch
-    for start, micro in ramp_micro:
-        end = next((t for t in thresholds if t > start), math.inf)
-        if span.start_tokens < end and span.end_tokens > start:
-            largest = max(largest, micro)
+    covering = [
+        r.micro_batch
+        for r in stretches
+        if r.micro_batch is not None and span.start_tokens < r.end_tokens and span.end_tokens > r.start_tokens
+    ]
+    largest = max([s.micro_batch, *covering])
     return s if largest == s.micro_batch else replace(s, micro_batch=largest)
 
 
@@ -197,8 +196,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     relative = spec.model.position == "relative"  # one more score matmul per layer (flops.py)
     phases: list[PhasePlan] = []
     used: dict[str, float] = {name: 0.0 for name in spec.data.sources}
-    ramp_micro = ramp_micro_batches(spec)
-    thresholds = sorted(t for t, _ in ramp_points(spec)) if ramp_micro else []
+    stretches = ramp_stretches(spec)
     for s, span in zip(settings, spans, strict=False):
         per_token = F.flops_per_token(params.matmul, spec.model.layers, attn_width, s.seq_len, relative)
         weights_total = sum(s.phase.mixture.values()) or 1.0
@@ -223,7 +221,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                     spec.precision,
                     params,
                     rows,
-                    _largest_micro_batch(s, span, ramp_micro, thresholds),
+                    _largest_micro_batch(s, span, stretches),
                     accelerator.runtime_overhead_gib,
                     nodes=spec.hardware.nodes,
                     accelerator=spec.hardware.accelerator,

@@ -119,15 +119,31 @@ def ramp_points(spec: RunSpec) -> list[tuple[float, object]]:
     return points
 
 
-def ramp_micro_batches(spec: RunSpec) -> list[tuple[float, int]]:
-    """(threshold tokens, micro-batch) of the ramp stages that state batch.ramp[].micro_batch, as ramp_points
-    places them."""
-    if spec.batch.linear_ramp is not None or not spec.batch.ramp:
-        return []
+@dataclass(frozen=True, slots=True)
+class RampStretch:
+    """One ramp point and the tokens it covers: from its threshold to the next higher one (or the end)."""
+
+    index: int  # in ramp_points order (batch.ramp[index] unless the ramp is batch.linear_ramp)
+    start_tokens: float
+    end_tokens: float
+    batch: BatchSize
+    micro_batch: int | None  # batch.ramp[index].micro_batch (None: batch.micro_batch; always for a linear ramp)
+
+
+def ramp_stretches(spec: RunSpec) -> list[RampStretch]:
+    """The ramp's points (ramp_points) with the stretch of tokens each applies to and its own micro-batch."""
+    points = ramp_points(spec)
+    thresholds = sorted(t for t, _ in points)
+    stages = spec.batch.ramp if spec.batch.linear_ramp is None and spec.batch.ramp else [None] * len(points)
     return [
-        (threshold, stage.micro_batch)
-        for (threshold, _), stage in zip(ramp_points(spec), spec.batch.ramp, strict=True)
-        if stage.micro_batch is not None
+        RampStretch(
+            i,
+            start,
+            next((t for t in thresholds if t > start), math.inf),
+            batch,
+            stage.micro_batch if stage is not None else None,
+        )
+        for i, ((start, batch), stage) in enumerate(zip(points, stages, strict=True))
     ]
 
 

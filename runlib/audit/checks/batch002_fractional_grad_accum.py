@@ -33,7 +33,7 @@ import math
 from collections.abc import Iterator
 
 from runlib.audit.registry import Context, Finding, case
-from runlib.plan.timeline import ramp_points
+from runlib.plan.timeline import ramp_stretches
 from runlib.spec.units import format_count
 
 CODE = "BATCH002"
@@ -79,20 +79,19 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
 
     # ramp stages, for every phase without a batch override whose tokens the stage covers
-    points = ramp_points(spec)
-    if not points:
-        return
-    thresholds = sorted(t for t, _ in points)
-    for i, (start, batch) in enumerate(points):
-        end = next((t for t in thresholds if t > start), math.inf)
+    for r in ramp_stretches(spec):
+        batch = r.batch
         groups: dict[tuple[int, int, int], list[str]] = {}
         for p in phases:
             s = p.settings
-            if s.batch_overridden or p.tokens <= 0 or not (p.span.start_tokens < end and p.span.end_tokens > start):
+            if (
+                s.batch_overridden
+                or p.tokens <= 0
+                or not (p.span.start_tokens < r.end_tokens and p.span.end_tokens > r.start_tokens)
+            ):
                 continue
             seq = s.seq_len if batch.unit == "tokens" else 1
-            own_micro = spec.batch.ramp[i].micro_batch if spec.batch.linear_ramp is None else None
-            micro = own_micro or s.micro_batch  # the stage's own micro-batch (batch.ramp[].micro_batch)
+            micro = r.micro_batch or s.micro_batch  # the stage's own micro-batch (batch.ramp[].micro_batch)
             step = micro * s.data_parallel * seq
             if step > 0 and batch.amount % step:
                 groups.setdefault((step, micro, s.data_parallel), []).append(p.name)
@@ -104,16 +103,16 @@ def check(ctx: Context) -> Iterator[Finding]:
             if spec.batch.linear_ramp is not None:  # one finding for the whole ramp: its start or increment
                 yield ctx.finding(
                     "batch.linear_ramp",
-                    f"the linear batch ramp reaches {_size(batch.amount, batch.unit)} at {format_count(start)} tokens, "
+                    f"the linear batch ramp reaches {_size(batch.amount, batch.unit)} at {format_count(r.start_tokens)} tokens, "
                     f"which needs grad_accum {batch.amount / step:.4g} in {who}: not a multiple of {product} = "
                     f"{_size(step, batch.unit)}",
                     f"use a start and an increment that are multiples of {_size(step, batch.unit)}",
                 )
                 return
-            stage = spec.batch.ramp[i]
+            stage = spec.batch.ramp[r.index]
             yield ctx.finding(
-                f"batch.ramp[{i}].global_batch",
-                f"ramp stage {i} (from {stage.after}) needs grad_accum {batch.amount / step:.4g} in {who}: "
+                f"batch.ramp[{r.index}].global_batch",
+                f"ramp stage {r.index} (from {stage.after}) needs grad_accum {batch.amount / step:.4g} in {who}: "
                 f"{_size(batch.amount, batch.unit)} is not a multiple of {product} = {_size(step, batch.unit)}",
                 f"use {nearest}",
                 value=value,
