@@ -665,9 +665,15 @@ class SpikeSpec(SpecModel):
     persistent loss shift makes every batch a spike: without this bound skipping never ends."""
 
 
-class MonitorSpec(SpecModel):
+class MonitorSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"eval_tokens"})
+
     eval_every: DurationField | None = None
-    """Held-out loss per source at this interval."""
+    """Held-out loss per source at this interval, inside the training phase."""
+    eval_tokens: Count | None = Field(None, ge=1)
+    """Held-out tokens per source in each of those evaluations during training (default: 32Ki). Read by the
+    training phases, so editing it retrains; eval.heldout_tokens is the evaluation after each phase, and
+    editing it reruns only the evaluations and the report."""
     log_every: DurationField | None = None
     """Training metrics (loss as the mean over the interval, LR, throughput) at this interval of the run's
     tokens, the same in every phase ('<n> steps' and '<p>%' are converted to tokens on the run's timeline);
@@ -747,7 +753,8 @@ class EvalSpec(SpecModel):
     tasks: list[EvalTaskSpec] = []
     """Downstream tasks."""
     heldout_tokens: Count | None = Field(None, ge=1)
-    """Evaluate at most this many held-out tokens per source (default: all of them)."""
+    """Evaluate at most this many held-out tokens per source after each phase (default: all of them); read by
+    the eval stage only (the evaluations during training read monitor.eval_tokens)."""
 
 
 class TrackingSpec(SpecModel):

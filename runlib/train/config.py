@@ -20,7 +20,7 @@ from runlib.plan.schedule import Schedule
 from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec
 from runlib.stageconfig import StageConfig
 
-TRAINING_EVAL_TOKENS = 32 * 1024  # held-out tokens per source in an evaluation during training, at most
+TRAINING_EVAL_TOKENS = 32 * 1024  # held-out tokens per source in an evaluation during training by default
 
 
 class _Part(BaseModel):
@@ -149,8 +149,9 @@ class MonitorConfig(_Part):
     eval_every_steps: int | None
     """Held-out loss per source every this many steps (monitor.eval_every)."""
     eval_tokens: int
-    """Held-out tokens per source in each of those evaluations: eval.heldout_tokens, at most 32Ki (a
-    quick signal during training; the eval stage after the phase reads all of eval.heldout_tokens)."""
+    """Held-out tokens per source in each of those evaluations: monitor.eval_tokens, default 32Ki (a quick
+    signal during training). Not eval.heldout_tokens: that is the eval stage's, and editing the eval section
+    must rerun only the evaluations (README, "editing the eval section reruns only evaluation")."""
     spike: SpikeConfig | None
     """Loss-spike policy."""
 
@@ -280,7 +281,7 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
         keep=spec.checkpoint.keep,
         state=list(spec.checkpoint.state),
     )
-    eval_cap = min(spec.eval.heldout_tokens or TRAINING_EVAL_TOKENS, TRAINING_EVAL_TOKENS)
+    eval_tokens = int(spec.monitor.eval_tokens or TRAINING_EVAL_TOKENS)
     configs = []
     for i, phase in enumerate(plan.phases):
         s = phase.settings
@@ -294,7 +295,7 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
         monitor = MonitorConfig(
             log_every_tokens=log_every_tokens(plan, spec.monitor.log_every),
             eval_every_steps=_steps(plan, spec.monitor.eval_every),
-            eval_tokens=int(eval_cap),
+            eval_tokens=eval_tokens,
             spike=SpikeConfig(
                 zscore=spike.zscore,
                 window=spike.window,
