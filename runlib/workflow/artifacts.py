@@ -23,6 +23,23 @@ that the next run stamps without rebuilding.
 The manifest's content hash covers the output files only (not timings), so a rebuild of an unchanged key
 can be compared byte for byte. File digests are XXH3-128 (runlib.util.hashing); what verification costs
 per GB is what `runlib verify` prints.
+
+Two protections against an artifact rewritten after its build together with its manifest (a "reseal":
+new file digests, content hash and checksum, so the artifact verifies against its own record):
+- The chain (here, no key needed). A manifest records, in `input_digests`, the digest of every file of
+  every input it was built from (each input verified in full first). `verify_artifact` (so `runlib
+  verify`, and `run_stage` for a built artifact) compares them with the inputs' manifests now, and before
+  a stage builds, every artifact upstream of it is checked so (`chain_problems`). Threat it stops: a reseal
+  of an artifact that already has a consumer, by anyone, even with the key: the consumer's record no
+  longer matches, so `runlib verify` names both and the next stage refuses to run. It cannot see a reseal
+  of an artifact nothing has read yet. Files that hold measurements of the job rather than its result
+  (MEASUREMENT_FILES: a phase's throughput) are left out, so a rebuild of a deleted artifact keeps its
+  consumers valid when its result is equal.
+- The MAC (runlib.workflow.manifest): each manifest carries an HMAC-SHA256 under a key kept outside the
+  work directory (runlib.util.mac_key). Threat it stops: a reseal by anyone who can write the work
+  directory but not read the key file, including of an artifact nothing has read yet.
+Neither stops someone who holds the key and rewrites a whole chain, nor bytes crafted to collide with a
+recorded XXH3-128 digest (not collision resistant) under intact manifests.
 """
 
 from __future__ import annotations
@@ -34,6 +51,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import shutil
 import socket
 import stat
@@ -50,6 +68,7 @@ from runlib.errors import UserError
 from runlib.util.hashing import file_digest
 from runlib.workflow.manifest import (
     MANIFEST,
+    InputDigests,
     Manifest,
     ManifestError,
     find_manifest,
@@ -69,6 +88,8 @@ __all__ = [
     "Verification",
     "build_artifact",
     "build_lock",
+    "chain_problems",
+    "input_record",
     "find_manifest",
     "is_built",
     "read_manifest",
@@ -88,6 +109,10 @@ TRACKED_LIBRARIES = (
     "snakemake",
 )
 TMP_PREFIX = ".tmp-"
+# Output files that record measurements of the job that built them (throughput, memory, wall times), not its
+# result: they differ between two builds of one key (tests/workflow/test_faults.py MEASURED), and no stage
+# reads them, so the chain does not compare them.
+MEASUREMENT_FILES: dict[str, frozenset[str]] = {"train_phase": frozenset({"metrics.jsonl", "run.json"})}
 
 
 def output_digests(directory: Path) -> dict[str, dict[str, Any]]:
@@ -111,6 +136,49 @@ def library_versions() -> dict[str, str]:
             except metadata.PackageNotFoundError:
                 pass
     return versions
+
+
+def input_record(stage: str, manifest: Manifest) -> InputDigests:
+    """What a consumer records of an input it read (after verifying it): its files' digests."""
+    return InputDigests(
+        stage=stage,
+        key=manifest.key,
+        content_hash=manifest.content_hash,
+        files={name: info.xxh3_128 for name, info in manifest.outputs.items()},
+    )
+
+
+def chain_problems(directory: Path, manifest: Manifest) -> list[str]:
+    """Where the inputs' manifests now differ from what the artifact in `directory` recorded reading (its
+    `input_digests`), one line each naming the input, the file and the fix. An input that is not built
+    (deleted to be rebuilt) is not compared; one whose manifest does not read is a problem."""
+    problems = []
+    for role, read in sorted(manifest.input_digests.items()):
+        where = Path(directory).parent.parent / read.stage / read.key
+        name = f"input {role} ({read.stage}/{read.key})"
+        if not (where / MANIFEST).exists():
+            continue
+        try:
+            now = read_manifest(where)
+        except ManifestError as exc:
+            problems.append(f"{name}: what this artifact was built from cannot be checked: {exc.problem}")
+            continue
+        skip = MEASUREMENT_FILES.get(read.stage, frozenset())
+        current = {n: info.xxh3_128 for n, info in now.outputs.items() if n not in skip}
+        recorded = {n: digest for n, digest in read.files.items() if n not in skip}
+        changed = sorted(n for n in current.keys() | recorded.keys() if current.get(n) != recorded.get(n))
+        if changed:
+            first = changed[0]
+            what = (
+                f"{first}: digest now {current.get(first, '(no such file)')}, read {recorded.get(first, '(no such file)')}"
+                + (f"; and {len(changed) - 1} more file(s)" if len(changed) > 1 else "")
+            )
+            problems.append(
+                f"{name}: not what this artifact was built from ({what}); the input was rewritten and its "
+                f"manifest resealed after this artifact read it, or rebuilt with other bytes: rebuild that "
+                f"input (rm -r {shlex.quote(str(where))}), then this artifact"
+            )
+    return problems
 
 
 def is_built(node: StageNode) -> bool:
@@ -137,8 +205,9 @@ class Verification:
 
 
 def verify_artifact(directory: Path, full: bool = True) -> Verification:
-    """Check the artifact in `directory`: its manifest's checksum, that it is this folder's manifest,
-    every output file's size and (full) XXH3-128 digest, and that no file was added."""
+    """Check the artifact in `directory`: its manifest's checksum and MAC, that it is this folder's
+    manifest, every output file's size and (full) XXH3-128 digest, that no file was added, and that its
+    built inputs are what it recorded reading (`chain_problems`: their manifests, not their files)."""
     started = time.perf_counter()
     directory = Path(directory)
 
@@ -182,6 +251,7 @@ def verify_artifact(directory: Path, full: bool = True) -> Verification:
         name = path.relative_to(directory).as_posix()
         if name not in listed:
             problems.append(f"{name}: not in the manifest (added after the build)")
+    problems += chain_problems(directory, manifest)
     return result(manifest, problems, checked)
 
 
@@ -246,9 +316,12 @@ def remove_orphans(node: StageNode) -> list[Path]:
 # ------------------------------------------------------------------------------------------ building
 
 
-def build_artifact(node: StageNode, build: Callable[[Path], dict[str, Any]]) -> Manifest:
+def build_artifact(
+    node: StageNode, build: Callable[[Path], dict[str, Any]], input_digests: dict[str, InputDigests] | None = None
+) -> Manifest:
     """Run `build(tmp_dir)` and commit its files as node's artifact; returns the manifest. Call under
-    the node's build lock.
+    the node's build lock. `input_digests`: role -> what the build read of that input (`input_record` of
+    its verified manifest), the chain its consumers' checks compare.
 
     `build` writes its files into tmp_dir and returns what the manifest should record about them
     (at least "counts"; anything else goes under "details")."""
@@ -268,6 +341,7 @@ def build_artifact(node: StageNode, build: Callable[[Path], dict[str, Any]]) -> 
                 "key": node.key,
                 "config": node.config.model_dump(mode="json"),
                 "inputs": node.inputs,
+                "input_digests": {role: d.model_dump() for role, d in (input_digests or {}).items()},
                 "counts": result.get("counts", {}),
                 "details": {k: v for k, v in result.items() if k != "counts"},
                 "timings": {"started_at": started, "wall_seconds": round(time.time() - started, 3)},

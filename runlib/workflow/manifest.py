@@ -2,12 +2,24 @@
 
 Every part of runlib that looks at a built artifact (the stage runner, `runlib plan`, the run report,
 MLflow tracking, the stages that read their inputs' manifests) goes through `read_manifest`, so a
-manifest that is not valid JSON or does not match the model is one clear error naming the file.
+manifest that is not valid JSON, does not match the model, or does not verify is one clear error naming
+the file and the command that rebuilds the artifact.
 
-The file holds one more top-level field than the model, `manifest_xxh3_128`: the XXH3-128 digest
-(runlib.util.hashing.bytes_digest) of the canonical JSON of everything else (sorted keys, no spaces).
-`write_manifest` adds it and `read_manifest` checks it, so a manifest edited after the build (an
-`eos_id`, a count, a file's digest) is an error on every read, not a silent change of what a stage uses.
+The file holds two more top-level fields than the model, both over the canonical JSON of everything else
+(sorted keys, no spaces), added by `write_manifest` and checked by `read_manifest`:
+- `manifest_xxh3_128`, a checksum (runlib.util.hashing.bytes_digest): a manifest corrupted or edited by
+  hand after the build (an `eos_id`, a count, a file's digest) is an error on every read, not a silent
+  change of what a stage uses. Anyone can recompute it, so it stops accidents, not a writer.
+- `manifest_hmac_sha256`, an HMAC-SHA256 (RFC 2104) under the key of runlib.util.mac_key, which lives
+  outside the work directory. Threat it stops: someone who can write the work directory but cannot read
+  the key file rewrites an artifact's files and "reseals" its manifest (new file digests, content hash and
+  checksum): the MAC no longer matches, so every read, `runlib verify` and the next stage refuse it. It
+  does not stop someone who can read the key (the same user, root), nor bytes crafted to collide with a
+  recorded XXH3-128 digest (not collision resistant; runlib.util.hashing) under an intact manifest.
+  The other protection, the chain of `input_digests` (runlib.workflow.artifacts), needs no key.
+A manifest written by a runlib before manifests carried a MAC is refused with the rebuild command; the
+stages' versions (runlib.workflow.keys.STAGE_VERSIONS, 4 and up) changed with it, so a fresh build never
+meets one under its own key.
 """
 
 from __future__ import annotations
@@ -20,11 +32,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runlib.errors import UserError
-from runlib.util.hashing import bytes_digest
+from runlib.util.hashing import bytes_digest, hmac_sha256, macs_equal
+from runlib.util.mac_key import key_path, read_key
 from runlib.workflow.settings import artifacts_dir, rebuild_hint
 
 MANIFEST = "manifest.json"
 CHECKSUM_FIELD = "manifest_xxh3_128"
+MAC_FIELD = "manifest_hmac_sha256"
 
 
 class _Model(BaseModel):
@@ -47,6 +61,22 @@ class OutputFile(_Model):
     """Size of the file."""
 
 
+class InputDigests(_Model):
+    """What a stage read of one input artifact, recorded when it was built (after verifying that input)."""
+
+    stage: str
+    """The input's stage (its artifact folder)."""
+
+    key: str
+    """The input's key."""
+
+    content_hash: str
+    """The input's content hash when it was read."""
+
+    files: dict[str, str]
+    """The input's output files (relative path -> XXH3-128 digest) when it was read."""
+
+
 class Manifest(_Model):
     """What a built artifact is: which stage instance built it from which config and inputs, and what it holds."""
 
@@ -64,6 +94,11 @@ class Manifest(_Model):
 
     inputs: dict[str, str]
     """Input role -> the input artifact's key."""
+
+    input_digests: dict[str, InputDigests] = {}
+    """Input role -> the digests of that input's files when this artifact was built from it: the chain that
+    `runlib verify` and each stage check against the input's manifest now (runlib.workflow.artifacts).
+    Every stage run records it; empty only for manifests a test or benchmark writes by hand."""
 
     counts: dict[str, Any]
     """The stage's headline numbers (documents, tokens, losses)."""
@@ -116,7 +151,8 @@ class ManifestError(UserError):
 
 def read_manifest(directory: str | Path) -> Manifest:
     """The manifest of the artifact in `directory`; ManifestError (a UserError) naming the file if it is
-    missing, invalid, or does not match its own checksum (edited or corrupted after the build)."""
+    missing, invalid, does not match its own checksum (edited or corrupted after the build) or its MAC
+    (rewritten without the key, or written under another key)."""
     path = manifest_path(directory)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -125,6 +161,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     except (OSError, ValueError) as exc:
         raise ManifestError(path, f"not a readable JSON manifest ({exc})") from None
     checksum = data.pop(CHECKSUM_FIELD, None) if isinstance(data, dict) else None
+    mac = data.pop(MAC_FIELD, None) if isinstance(data, dict) else None
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
@@ -136,9 +173,21 @@ def read_manifest(directory: str | Path) -> Manifest:
         ) from None
     if checksum is None:
         raise ManifestError(path, f"no {CHECKSUM_FIELD} checksum (written by an older runlib, or edited)")
-    if checksum != bytes_digest(_canonical(data)):
+    canonical = _canonical(data)
+    if checksum != bytes_digest(canonical):
         raise ManifestError(
             path, f"edited or corrupted after the build (its content does not match its {CHECKSUM_FIELD} checksum)"
+        )
+    if mac is None:
+        raise ManifestError(
+            path, f"no {MAC_FIELD} (written by a runlib before manifests were authenticated, or edited)"
+        )
+    if not isinstance(mac, str) or not macs_equal(mac, hmac_sha256(read_key(), canonical)):
+        raise ManifestError(
+            path,
+            f"its {MAC_FIELD} does not match the manifest key {key_path()}: the manifest was rewritten by "
+            "someone without that key (its artifact may have been tampered with), or written under another "
+            "key (another user, or a node that does not share the key file)",
         )
     return manifest
 
@@ -152,10 +201,12 @@ def find_manifest(directory: str | Path) -> Manifest | None:
 
 def write_manifest(directory: str | Path, manifest: Manifest) -> Path:
     """Write the manifest into `directory` atomically (sorted keys, two-space indent) with its checksum
-    field; returns its path."""
+    and MAC fields; returns its path."""
     path = manifest_path(directory)
     data = json.loads(json.dumps(manifest.model_dump(mode="json"), default=str))  # as a reader will see it
-    data[CHECKSUM_FIELD] = bytes_digest(_canonical(data))
+    canonical = _canonical(data)
+    data[CHECKSUM_FIELD] = bytes_digest(canonical)
+    data[MAC_FIELD] = hmac_sha256(read_key(), canonical)
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
     tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")  # plain permissions (mkstemp's are private)
     with open(tmp, "w", encoding="utf-8") as f:

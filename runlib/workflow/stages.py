@@ -141,9 +141,9 @@ def run_stage(stage: str, spec_path: str, key: str) -> Manifest:
     """Build (or find built) the artifact of `stage` with `key` and write its stamps.
 
     Under the artifact's build lock: orphans of killed builds are removed; a built artifact is verified
-    cheaply (manifest checksum, sizes) and stamped, never rebuilt, without loading the spec; otherwise
-    the spec's graph gives the node, every input is verified in full (sizes and digests) and the stage
-    runs. A mismatch is an ArtifactError (exit 2) naming the artifact, the file and the commands that
+    cheaply (manifest checksum and MAC, sizes, its inputs' manifests against what it read) and stamped,
+    never rebuilt, without loading the spec; otherwise the spec's graph gives the node, every input is
+    verified in full (sizes and digests), the chain upstream is checked and the stage runs. A mismatch is an ArtifactError (exit 2) naming the artifact, the file and the commands that
     rebuild it."""
     from runlib.workflow.artifacts import build_lock, is_built, remove_orphans, verify_artifact
 
@@ -166,12 +166,36 @@ def run_stage(stage: str, spec_path: str, key: str) -> Manifest:
     return manifest
 
 
+def upstream(graph: StageGraph, node: StageNode) -> list[StageNode]:
+    """Every node the node's inputs were built from, transitively (its direct inputs excluded)."""
+    seen: dict[tuple[str, str], StageNode] = {}
+    todo = [n for n in graph.input_nodes(node).values()]
+    while todo:
+        for n in graph.input_nodes(todo.pop()).values():
+            if (n.stage, n.key) not in seen:
+                seen[(n.stage, n.key)] = n
+                todo.append(n)
+    return sorted(seen.values(), key=lambda n: (n.stage, n.key))
+
+
 def _build_from_spec(stage: str, spec_path: str, key: str) -> Manifest:
     """The slow path of run_stage, under the build lock: the node from the spec's graph, its inputs
-    verified in full, the build and its commit."""
+    verified in full (their chain included), the chain of every artifact further upstream checked (so a
+    resealed artifact that a consumer already read is refused, runlib.workflow.artifacts), the build,
+    recording what it read of each input, and its commit."""
     from runlib.spec import load_spec
-    from runlib.workflow.artifacts import build_artifact, is_built, verify_node
+    from runlib.workflow.artifacts import (
+        ArtifactError,
+        Verification,
+        build_artifact,
+        chain_problems,
+        describe_failure,
+        input_record,
+        is_built,
+        verify_node,
+    )
     from runlib.workflow.graph import build_graph
+    from runlib.workflow.manifest import MANIFEST, ManifestError, read_manifest
 
     graph = build_graph(load_spec(spec_path).spec)
     node = graph.by_key(stage, key)
@@ -183,9 +207,18 @@ def _build_from_spec(stage: str, spec_path: str, key: str) -> Manifest:
         raise UserError(
             f"{node.instance}: inputs not built yet: {', '.join(missing)} (run snakemake, not the stage alone)"
         )
-    for n in inputs.values():
-        verify_node(n, full=True, spec_path=spec_path)
-    manifest = build_artifact(node, lambda tmp: BUILDERS[stage](graph, node, tmp))
+    read = {role: input_record(n.stage, verify_node(n, full=True, spec_path=spec_path)) for role, n in inputs.items()}
+    for n in upstream(graph, node):  # their manifests and chains only: their files are not read
+        if is_built(n):
+            try:
+                manifest: Manifest | None = read_manifest(n.dir)
+                problems = chain_problems(n.dir, manifest)
+            except ManifestError as exc:
+                manifest, problems = None, [f"{MANIFEST}: {exc.problem}"]
+            if problems:
+                failed = Verification(n.dir, manifest, tuple(problems), 0, 0.0, False)
+                raise ArtifactError(describe_failure(n, failed, spec_path))
+    manifest = build_artifact(node, lambda tmp: BUILDERS[stage](graph, node, tmp), read)
     print(f"{node.instance}: built {node.dir} in {manifest.timings.wall_seconds} s", file=sys.stderr)
     _fault_pause()
     return manifest
