@@ -113,8 +113,19 @@ HOSTILE: list[Hostile] = [
     Hostile("integer_5000_digits", _replace("seed: 0", "seed: " + "9" * 5000), "SPEC003"),
     Hostile("hex_integer_5000_digits", _replace("seed: 0", "seed: 0x" + "f" * 5000), "SPEC003"),
     Hostile("integer_key_5000_digits", _prepend("? " + "9" * 5000 + "\n: 1\n"), "SPEC003"),
-    Hostile("explicit_int_tag_on_text", _replace("seed: 0", "seed: !!int abc"), "SPEC002", "seed"),
-    Hostile("explicit_bool_tag_on_text", _replace("bias: false", "bias: !!bool maybe"), "SPEC002", "model.bias"),
+    # explicit tags: refused whatever they say (issue 28 item 14: `!!str 5` and python/object/apply passed)
+    Hostile("explicit_int_tag_on_text", _replace("seed: 0", "seed: !!int abc"), "SPEC001"),
+    Hostile("explicit_bool_tag_on_text", _replace("bias: false", "bias: !!bool maybe"), "SPEC001"),
+    Hostile("explicit_str_tag_on_number", _replace("seed: 0", "seed: !!str 0"), "SPEC001"),
+    Hostile("explicit_int_tag_on_number", _replace("seed: 0", "seed: !!int 0"), "SPEC001"),
+    Hostile(
+        "python_object_apply_on_scalar",
+        _replace("name: case-base", "name: !!python/object/apply:os.system touch-pwned"),
+        "SPEC001",
+    ),
+    Hostile("python_name_tag_on_key", _prepend("? !!python/name:os.system\n: 1\n"), "SPEC001"),
+    Hostile("local_tag_on_mapping", _replace(_OPT, "optimizer: !custom " + _OPT[len("optimizer: ") :]), "SPEC001"),
+    Hostile("map_tag_on_sequence", _replace("betas: [0.9, 0.95]", "betas: !!seq [0.9, 0.95]"), "SPEC001"),
     Hostile("nul_byte", _replace("name: case-base", "name: case\x00base"), "SPEC001"),
     Hostile("invalid_utf8", lambda base: base.encode().replace(b"case-base", b"case-\xff-base", 1), "SPEC001"),
     # schema-level: finite, bounded values (SPEC002 naming the field)
@@ -182,6 +193,11 @@ HOSTILE: list[Hostile] = [
         "heldout_docs_1e15", _replace("heldout_docs: 200", f"heldout_docs: {10**15}"), "SPEC002", "data.heldout_docs"
     ),
     Hostile("phases_33", _phases(33), "SPEC002", "phases"),
+    # names become file names: 300 characters audited clean, then broke the HTML report and Snakemake
+    Hostile("run_name_300_chars", _replace("name: case-base", "name: " + "n" * 300), "SPEC002", "name"),
+    Hostile(
+        "phase_name_300_chars", _replace("- {name: foundation", "- {name: " + "f" * 300), "SPEC002", "phases[0].name"
+    ),
 ]
 
 

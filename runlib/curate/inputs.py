@@ -48,6 +48,7 @@ from pathlib import Path
 from runlib.curate.config import InputFile
 from runlib.errors import UserError
 from runlib.util.hashing import file_digest
+from runlib.util.userfile import refusal
 from runlib.workflow.settings import work_dir
 
 MAX_INPUT_FILES = 100_000
@@ -170,6 +171,11 @@ def match_files(
             raise UserError(
                 f"{field}: {path} (matched by {pattern!r}) is not a regular file (a FIFO, socket or device); "
                 "narrow the glob so that it matches input files only"
+            )
+        if refusal(path, st, "an input file") is not None:  # /proc/kmsg: "regular", and its read blocks
+            raise UserError(
+                f"{field}: {path} (matched by {pattern!r}) is a kernel file (/proc or /sys), not a data file; "
+                "point the source at your own files"
             )
         try:
             path.encode("utf-8")

@@ -31,11 +31,25 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from runlib.errors import UserError
 from runlib.spec.models import SourceSpec
+from runlib.util.userfile import open_regular
 
 _MAGIC = re.compile(r"[*?[]")
+
+MAX_DOCUMENT_BYTES = 64 << 20
+"""One jsonl line, or one `text` file: a document of 64 MiB is a whole book series (War and Peace is
+3.2 MB); a longer one is a file without newlines, a wrong format or a decompression bomb, refused with
+its file:line before it is held in memory (a 1 GiB line ended in MemoryError: issue 28 item 14)."""
+
+MAX_GZIP_RATIO = 100
+"""Decompressed bytes per compressed byte of a .gz input: text compresses 3-10x with gzip, deflate's
+best case is ~1032x (runs of one byte: 258-byte matches in ~2 bits, RFC 1951 section 3.2.5); a file
+that inflates more than 100x past its first MiB is refused as a bomb."""
+
+_GZIP_GRACE_BYTES = 1 << 20
 
 
 def id_root(pattern: str | None) -> Path | None:
@@ -115,60 +129,105 @@ def _read_jsonl(
 ) -> Iterator[tuple[str, str]]:
     text_field = source.input.text_field
     field_path = f"data.sources.{source_name}.input.text_field"
-    opener = gzip.open if file.endswith(".gz") else open
+    gz = file.endswith(".gz")
     try:
-        with opener(file, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-                except UnicodeDecodeError as exc:
+        with open_regular(file, "a jsonl file") as raw_file:
+            f = gzip.GzipFile(fileobj=raw_file, mode="rb") if gz else raw_file
+            lineno = 0
+            while True:
+                raw = f.readline(MAX_DOCUMENT_BYTES + 1)  # bounded: never a whole 1 GiB line in memory
+                if not raw:
+                    break
+                lineno += 1
+                if len(raw) > MAX_DOCUMENT_BYTES and not raw.endswith(b"\n"):
                     raise UserError(
-                        f"{file}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line); "
-                        "re-encode the file as UTF-8"
-                    ) from None
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(
-                        f"{file}:{lineno}: not a JSON object ({exc.msg} at column {exc.colno}); "
-                        f"a jsonl file holds one JSON object per line with the text in field {text_field!r}"
-                    ) from None
-                if not isinstance(obj, dict):
-                    raise UserError(
-                        f"{file}:{lineno}: a JSON {type(obj).__name__}, not an object; "
-                        f"each line must be an object with the text in field {text_field!r}"
+                        f"{file}:{lineno}: a line longer than {MAX_DOCUMENT_BYTES >> 20} MiB; a jsonl file holds one "
+                        "document per line: split the document, or check that the file is jsonl"
+                        + (" (and not a decompression bomb)" if gz else "")
                     )
-                if text_field not in obj:
-                    present = ", ".join(sorted(map(str, obj))) or "none"
-                    raise UserError(
-                        f"{file}:{lineno}: no field {text_field!r} (fields present: {present}); "
-                        f"set {field_path} to the field that holds the text"
-                    )
-                text = obj[text_field]
-                if not isinstance(text, str):
-                    kind = "null" if text is None else type(text).__name__
-                    raise UserError(
-                        f"{file}:{lineno}: field {text_field!r} is {kind}, not a string; check {field_path}"
-                    )
-                yield f"{name}:{lineno}", text
+                if gz:
+                    _check_ratio(file, lineno, f.tell(), raw_file.tell())
+                doc = _jsonl_document(raw, file, lineno, name, text_field, field_path)
+                if doc is not None:  # a blank line holds no document
+                    yield doc
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise UserError(f"{file}: not a valid gzip file ({exc}); a .gz input must be gzip-compressed jsonl") from None
     except OSError as exc:
         raise _open_error(file, exc) from None
 
 
+def _check_ratio(file: str, lineno: int, inflated_bytes: int, compressed_bytes: int) -> None:
+    if inflated_bytes > _GZIP_GRACE_BYTES and inflated_bytes > MAX_GZIP_RATIO * max(compressed_bytes, 1):
+        raise UserError(
+            f"{file}:{lineno}: {compressed_bytes:,} compressed bytes inflate to {inflated_bytes:,} (over "
+            f"{MAX_GZIP_RATIO}x; text compresses under 10x): a decompression bomb or not text; check the file"
+        )
+
+
+def _jsonl_document(
+    raw: bytes, file: str, lineno: int, name: str, text_field: str, field_path: str
+) -> tuple[str, str] | None:
+    """(doc_id, text) of one jsonl line (None: blank); UserError with file:line for anything but an object
+    with the text."""
+    try:
+        line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{file}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line); "
+            "re-encode the file as UTF-8"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{file}:{lineno}: not a JSON object ({exc.msg} at column {exc.colno}); "
+            f"a jsonl file holds one JSON object per line with the text in field {text_field!r}"
+        ) from None
+    except RecursionError:  # json's scanner recurses per nesting level
+        raise UserError(
+            f"{file}:{lineno}: JSON nested too deeply to read; a document is an object with the text in field "
+            f"{text_field!r}: flatten the line or drop it"
+        ) from None
+    except ValueError as exc:  # an integer past Python's int() digit limit (sys.get_int_max_str_digits)
+        raise UserError(
+            f"{file}:{lineno}: a JSON value Python cannot read ({str(exc)[:100]}); "
+            "drop the field or write the number as a string"
+        ) from None
+    if not isinstance(obj, dict):
+        raise UserError(
+            f"{file}:{lineno}: a JSON {type(obj).__name__}, not an object; "
+            f"each line must be an object with the text in field {text_field!r}"
+        )
+    if text_field not in obj:
+        present = ", ".join(sorted(map(str, obj))[:20]) or "none"
+        raise UserError(
+            f"{file}:{lineno}: no field {text_field!r} (fields present: {present[:300]}); "
+            f"set {field_path} to the field that holds the text"
+        )
+    text = obj[text_field]
+    if not isinstance(text, str):
+        kind = "null" if text is None else type(text).__name__
+        raise UserError(f"{file}:{lineno}: field {text_field!r} is {kind}, not a string; check {field_path}")
+    return f"{name}:{lineno}", text
+
+
 def _read_parquet(
     source_name: str, source: SourceSpec, file: str, name: str, repairs: Counter[str]
 ) -> Iterator[tuple[str, str]]:
+    text_field = source.input.text_field
+    field_path = f"data.sources.{source_name}.input.text_field"
+    with open_regular(file, "a parquet file") as handle:
+        yield from _parquet_rows(handle, file, name, text_field, field_path)
+
+
+def _parquet_rows(handle: Any, file: str, name: str, text_field: str, field_path: str) -> Iterator[tuple[str, str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    text_field = source.input.text_field
-    field_path = f"data.sources.{source_name}.input.text_field"
     try:
-        pf = pq.ParquetFile(file)
+        pf = pq.ParquetFile(handle)
     except (OSError, pa.ArrowException) as exc:
         raise UserError(f"{file}: not a readable parquet file ({exc})") from None
     schema = pf.schema_arrow
@@ -181,7 +240,16 @@ def _read_parquet(
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
         raise UserError(f"{file}: column {text_field!r} is of type {kind}, not a string; check {field_path}")
     row = 0
-    for batch in pf.iter_batches(batch_size=8192, columns=[text_field]):
+    batches = pf.iter_batches(batch_size=8192, columns=[text_field])
+    while True:
+        try:  # a corrupt page (bad compression, a bad header) is an Arrow or OS error of the read
+            batch = next(batches, None)
+        except (OSError, pa.ArrowException) as exc:
+            raise UserError(
+                f"{file}: rows from {row}: a corrupt parquet page ({str(exc)[:200]}); re-export the file"
+            ) from None
+        if batch is None:
+            break
         try:
             texts = batch.column(0).to_pylist()
         except UnicodeDecodeError as exc:
@@ -222,10 +290,16 @@ def decode_repairing(data: bytes) -> tuple[str, int]:
 def _read_text(
     source_name: str, source: SourceSpec, file: str, name: str, repairs: Counter[str]
 ) -> Iterator[tuple[str, str]]:
-    try:
-        data = Path(file).read_bytes()
+    try:  # a FIFO, a device or /proc/kmsg is refused, not waited on (issue 28 item 13)
+        with open_regular(file, "a text file") as f:
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise _open_error(file, exc) from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise UserError(
+            f"{file}: over {MAX_DOCUMENT_BYTES >> 20} MiB; a `text` source's file is one document: split it into "
+            "several files, or use format jsonl"
+        )
     text, replaced = decode_repairing(data)
     if replaced:
         repairs["invalid_utf8"] += 1

@@ -13,7 +13,8 @@ ruamel.yaml has no limits of its own that help here (measured with ruamel.yaml 0
 The limits below are checked where the work happens, before it grows: nesting depth in the scanner
 (a flow `[`/`{` or a new block indentation level past MAX_NESTING_DEPTH stops it at that
 character), values, aliases and alias expansion in the composer (at the alias that crosses a limit,
-with its line and column). Each raises LimitExceeded, which the loader reports as SPEC003. The
+with its line and column). Each raises LimitExceeded, which the loader reports as SPEC003. An explicit
+tag on any node raises ExplicitTag (SPEC001) in the composer, before the node is built. The
 limits sit far above any real spec: the largest committed spec (tests/fixtures/spec-reference.yaml)
 is 8.7 KB, 408 values, 7 levels deep, without aliases.
 """
@@ -52,6 +53,8 @@ MAX_KEY_CHARS = 200
 class LimitExceeded(Exception):
     """A document over one of the limits; `line` and `col` are 1-based (None: the whole document)."""
 
+    code = "SPEC003"
+
     def __init__(self, message: str, line: int | None = None, col: int | None = None):
         super().__init__(message)
         self.message, self.line, self.col = message, line, col
@@ -59,6 +62,18 @@ class LimitExceeded(Exception):
     @classmethod
     def at(cls, mark: Any, message: str) -> LimitExceeded:
         return cls(message, mark.line + 1, mark.column + 1)
+
+
+class ExplicitTag(LimitExceeded):
+    """A node with an explicit tag (`!!str 5`, `!!python/object/apply:os.system [...]`, `!custom`).
+
+    A spec holds the plain values of YAML 1.2's core schema (mappings, sequences, strings, numbers,
+    booleans, null; YAML 1.2.2 section 10.3), each resolved from how it is written. A tag changes what
+    a value is (`!!str 5` is the text "5"; PyYAML's unsafe loaders call a function for
+    `!!python/object/apply`), so the loader refuses every explicit tag rather than accept some: the
+    file says the same thing to every YAML reader."""
+
+    code = "SPEC001"
 
 
 def _too_deep(depth: int) -> str:
@@ -85,6 +100,12 @@ class BoundedScanner(RoundTripScanner):
         return super().add_indent(column)
 
 
+def short_tag(tag: str) -> str:
+    """`!!str` for tag:yaml.org,2002:str; other tags as written, cut to 60 characters."""
+    tag = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+    return tag if len(tag) <= 60 else tag[:57] + "..."
+
+
 class BoundedComposer(Composer):
     """The composer, counting values with aliases expanded and refusing recursive aliases.
 
@@ -101,6 +122,14 @@ class BoundedComposer(Composer):
         self._height: dict[int, int] = {}  # id(node) -> expanded nesting height (a scalar: 0)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.parser.peek_event()
+        tag = getattr(event, "tag", None)
+        if tag is not None and str(tag) != "!":  # "!": the non-specific tag of a quoted scalar
+            raise ExplicitTag.at(
+                event.start_mark,
+                f"explicit YAML tag {short_tag(str(tag))}: a spec holds plain values (text, numbers, true/false, "
+                "lists, mappings) and no tags; remove the tag (quote a value to make it text)",
+            )
         if self.parser.check_event(AliasEvent):
             event = self.parser.peek_event()
             name = event.anchor

@@ -4,7 +4,8 @@ The YAML is composed into a node tree (ruamel.yaml) and turned into plain data h
 duplicate keys anywhere are found and reported (PyYAML and most loaders silently keep the last one),
 `1e-4` is a float (YAML 1.2), and each value keeps its position for diagnostics and findings.
 
-Codes: SPEC001 the file cannot be read or is not YAML (syntax, duplicate keys); SPEC002 a value the
+Codes: SPEC001 the file cannot be read or is not YAML (syntax, duplicate keys, an explicit tag such as
+`!!str` or `!!python/object/apply`: a spec holds plain values only); SPEC002 a value the
 schema refuses (unknown key, wrong type, out of range, not finite); SPEC003 a document over a limit
 of the loader (runlib.spec.bounded_yaml: size, nesting depth, values, aliases, digits of a number),
 checked as the document is read so that a hostile file is refused in milliseconds.
@@ -25,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from runlib.errors import Diagnostic, SpecError
+from runlib.errors import Diagnostic, SpecError, UserError
 from runlib.spec.bounded_yaml import (
     MAX_DOCUMENT_BYTES,
     MAX_KEY_CHARS,
@@ -35,6 +36,7 @@ from runlib.spec.bounded_yaml import (
 )
 from runlib.spec.models import NAME_PATTERN, RunSpec
 from runlib.spec.units import short_repr
+from runlib.util.userfile import read_bounded
 
 Position = tuple[int, int]  # 1-based line, column
 
@@ -204,8 +206,8 @@ def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
     smap = SourceMap(file)
     try:
         node = compose_bounded(text)
-    except LimitExceeded as exc:
-        raise SpecError([Diagnostic(file, exc.line, exc.col, "SPEC003", "", exc.message)]) from None
+    except LimitExceeded as exc:  # ExplicitTag is SPEC001, the limits SPEC003
+        raise SpecError([Diagnostic(file, exc.line, exc.col, exc.code, "", exc.message)]) from None
     except RecursionError:  # not expected within the limits; never a traceback
         message = "nested too deeply for the YAML reader: remove the extra nesting"
         raise SpecError([Diagnostic(file, None, None, "SPEC003", "", message)]) from None
@@ -495,6 +497,15 @@ def explain_error(error: dict[str, Any], loc: tuple[Any, ...], path: str) -> tup
         )
     if kind in ("list_type", "tuple_type", "set_type"):
         return f"expected a list, got {_got(got)}", _fix(path, "a list ([a, b] or '- item' lines)", example)
+    if kind == "string_too_long":
+        limit = ctx.get("max_length")
+        shortened = str(got)[: min(int(limit or 1), 40)].rstrip("-._") if isinstance(got, str) else ""
+        return (
+            f"{short_repr(got)} has {len(got) if isinstance(got, str) else '?'} characters; {path} takes at most "
+            f"{limit} (names become file and folder names)",
+            f"write a shorter name, e.g. `{key}: {shortened}`" if shortened and not isinstance(key, int) else
+            f"write a name of at most {limit} characters",
+        )
     if kind in ("too_short", "too_long"):
         return (
             f"{path} has {ctx.get('actual_length', '?')} items; it takes "
@@ -631,13 +642,19 @@ def load_spec(path: str | Path) -> LoadedSpec:
     """Read and validate a spec file; raises SpecError listing every problem."""
     file = str(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_DOCUMENT_BYTES + 1)  # never more: the file may be huge (or /dev/zero)
+        # never more than the limit (the file may be huge); a FIFO, a device or /proc/kmsg is refused
+        # before it is read (runlib.util.userfile): reading one blocks forever (issue 28 item 13)
+        raw = read_bounded(path, MAX_DOCUMENT_BYTES, "the spec file")
         if len(raw) > MAX_DOCUMENT_BYTES:
             raise _size_problem(raw, file)
         text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise SpecError([Diagnostic(file, None, None, "SPEC001", "", "file not found: check the path")]) from None
+    except SpecError:
+        raise
+    except UserError as exc:
+        message = str(exc).removeprefix(f"{file}: ").removeprefix(f"{file} ")
+        if "file not found" in message:
+            message = "file not found: check the path"
+        raise SpecError([Diagnostic(file, None, None, "SPEC001", "", message)]) from None
     except UnicodeDecodeError as exc:
         line, col = _line_col(raw, exc.start)
         message = f"not UTF-8 text (byte {raw[exc.start]:#04x}): save the spec as UTF-8"

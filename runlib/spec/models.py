@@ -36,6 +36,10 @@ _PLUGINS_ENV = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
 os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+# names become folder, file and MLflow run names (reports/<name>/run/..., a Snakemake log path with the
+# name inside another name): 100 characters keep the longest derived file name well under the 255
+# bytes of a file name (NAME_MAX, Linux limits.h) (issue 28 item 14)
+MAX_NAME_CHARS = 100
 # on the Field of a spec field that no stage reads (the audit and the plan do): the schema carries it
 # as "planning_only": true, the README lists these fields, and tests/spec/test_fields_enacted.py
 # checks that every other field reaches a stage key
@@ -577,7 +581,7 @@ class PhaseBranch(SpecModel):
     2404.06395, section 4). It overrides only `mixture`, `tokens`, `decay` and `seq_len`; every other
     setting is the phase's."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
     """Branch name; its stages are named '<phase>@<branch>' (train_phase anneal@code-heavy)."""
     mixture: dict[str, Weight] | None = None
     """Source name -> sampling weight in this branch (default: the phase's mixture)."""
@@ -592,7 +596,7 @@ class PhaseBranch(SpecModel):
 class PhaseSpec(KeyedWhenSet):
     KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer", "branches"})
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
     """Phase name; names its training stage and checkpoints."""
     kind: Literal["foundation", "enrichment", "long_context", "anneal"] = Field(json_schema_extra=PLANNING_ONLY)
     """What the phase is for; the audit checks that the anneal phase carries the schedule's decay (planning only: read by the audit, not by any stage)."""
@@ -685,7 +689,7 @@ class MonitorSpec(KeyedWhenSet):
 class EvalTaskSpec(KeyedWhenSet):
     KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"task", "download"})
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
     """Task name."""
     kind: Literal["multiple_choice", "answer_loglik", "lm_eval"]
     """multiple_choice: options scored by log-likelihood (acc, acc_norm); answer_loglik: log-likelihood of the gold answer; lm_eval: the lm-evaluation-harness task `task`, run by lm-eval on the phase exported as a Hugging Face checkpoint."""
@@ -800,7 +804,7 @@ class LadderSpec(SpecModel):
 class RunSpec(SpecModel):
     """A whole pre-training run: hardware, model, tokenizer, data, batch, schedule, phases."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
     """Names artifacts, reports and MLflow runs."""
     description: str = Field("", json_schema_extra=PLANNING_ONLY)
     """Free text, shown in the reports (planning only: read by the audit, not by any stage)."""

@@ -15,7 +15,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, a 5,000-digit integer, or nesting past the stack
             continue
         if isinstance(record, dict):
             out.append(record)

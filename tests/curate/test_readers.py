@@ -134,7 +134,7 @@ def test_max_docs_whole_source_and_per_shard():
 
 
 def test_missing_file_is_a_user_error():
-    with pytest.raises(UserError, match="cannot read the file"):
+    with pytest.raises(UserError, match=r"nope\.jsonl: file not found"):
         list(read_documents("web", source("jsonl", "*.jsonl"), ["nope.jsonl"]))
 
 
@@ -143,3 +143,88 @@ def test_id_root():
     assert id_root("data/**/x-*.jsonl") == Path("data")
     assert id_root("*.jsonl") == Path(".")
     assert relative_name("/elsewhere/a.jsonl", Path("data")) == "/elsewhere/a.jsonl"
+
+
+# --- hostile data (issue 28 items 13 and 14): bounded memory and time, file:line, never a traceback ---
+
+HANG_GUARD_S = 60  # a guard against a hang (each read below takes well under a second), not a timing bound
+
+
+@pytest.fixture
+def hang_guard():
+    """SIGALRM far above the reads' milliseconds: a blocking open() or read() is interrupted and the test
+    fails instead of hanging the suite (PEP 475: a handler that raises ends the retried system call)."""
+    import signal
+
+    def fire(signum, frame):
+        raise TimeoutError(f"still reading after {HANG_GUARD_S} s: an unbounded read")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(HANG_GUARD_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _refused(src, file: str, match: str) -> str:
+    with pytest.raises(UserError, match=match) as info:
+        list(read_documents("web", src, [file]))
+    assert "Traceback" not in str(info.value)
+    return str(info.value)
+
+
+def test_jsonl_line_over_the_document_limit_is_refused_at_its_line(hang_guard):
+    from runlib.curate.readers import MAX_DOCUMENT_BYTES
+
+    with open("big.jsonl", "wb") as f:  # line 2: zeros without a newline, sparse on disk
+        f.write(b'{"text": "ok"}\n')
+        f.truncate(f.tell() + MAX_DOCUMENT_BYTES + 4096)
+    docs = read_documents("web", source("jsonl", "big.jsonl"), ["big.jsonl"])
+    assert next(docs) == ("big.jsonl:1", "ok")
+    with pytest.raises(UserError, match=r"big\.jsonl:2: a line longer than 64 MiB"):
+        next(docs)
+
+
+def test_gzip_line_past_the_limit_is_refused_before_it_is_held(hang_guard, monkeypatch):
+    import runlib.curate.readers as readers
+
+    monkeypatch.setattr(readers, "MAX_DOCUMENT_BYTES", 4 << 20)  # the mechanism at 4 MiB: seconds less gzip work
+    with gzip.open("bomb.jsonl.gz", "wb", compresslevel=1) as f:  # a valid 6 MiB JSON line
+        f.write(b'{"text": "' + b"a" * (6 << 20) + b'"}\n')
+    _refused(source("jsonl", "bomb.jsonl.gz"), "bomb.jsonl.gz", r"bomb\.jsonl\.gz:1: a line longer than 4 MiB")
+
+
+def test_gzip_bomb_of_short_lines_is_refused_by_its_ratio(hang_guard):
+    line = json.dumps({"text": "a" * 4000}).encode() + b"\n"
+    with gzip.open("lines.jsonl.gz", "wb", compresslevel=9) as f:  # 8 MiB inflated, ~30 KB on disk
+        for _ in range((8 << 20) // len(line)):
+            f.write(line)
+    message = _refused(source("jsonl", "lines.jsonl.gz"), "lines.jsonl.gz", r"lines\.jsonl\.gz:\d+: .* inflate to")
+    assert "decompression bomb" in message
+
+
+def test_jsonl_deep_nesting_and_huge_integer_name_the_line():
+    Path("deep.jsonl").write_text('{"text": "ok"}\n{"text": "x", "a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    _refused(source("jsonl", "deep.jsonl"), "deep.jsonl", r"deep\.jsonl:2: JSON nested too deeply")
+    Path("int.jsonl").write_text('{"text": "x", "n": ' + "9" * 5000 + "}\n")
+    _refused(source("jsonl", "int.jsonl"), "int.jsonl", r"int\.jsonl:1: a JSON value Python cannot read")
+
+
+def test_corrupt_parquet_page_is_a_user_error():
+    pq.write_table(pa.table({"text": [f"document {i} " * 20 for i in range(5000)]}), "a.parquet", compression="snappy")
+    data = bytearray(Path("a.parquet").read_bytes())
+    middle = len(data) // 3  # inside the text column's data pages
+    data[middle : middle + 200] = bytes(range(200))
+    Path("a.parquet").write_bytes(bytes(data))
+    message = _refused(source("parquet", "a.parquet"), "a.parquet", r"a\.parquet: rows from 0: a corrupt parquet page")
+    assert "re-export" in message
+
+
+def test_text_source_fifo_and_kernel_file_are_refused_not_read(hang_guard, tmp_path):
+    import os
+
+    os.mkfifo("pipe.txt")
+    _refused(source("text", "pipe.txt"), "pipe.txt", r"pipe\.txt is a FIFO \(named pipe\), not a regular file")
+    if not os.access("/proc/kmsg", os.R_OK):
+        return  # the kernel log needs CAP_SYSLOG; the FIFO case above still ran
+    _refused(source("text", "/proc/kmsg"), "/proc/kmsg", r"/proc/kmsg is a kernel file")

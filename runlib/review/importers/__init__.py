@@ -7,13 +7,14 @@ Pure: the caller reads the file and writes the result; nothing here imports torc
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runlib.errors import UserError
+from runlib.review.importers.common import parse_json_config
 from runlib.review.importers.draft import Draft, UnmappableConfig, load_draft
+from runlib.util.userfile import read_bounded
 
 FORMATS = ("nanogpt", "hf", "torchtitan", "megatron")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB
@@ -48,15 +49,11 @@ def detect_format(path: Path, text: str) -> str:
 
 
 def read_config(path: Path) -> str:
+    # a FIFO, a device or /proc/kmsg is refused before it is read: reading one blocks (issue 28 item 13)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise UserError(f"runlib import: {path}: file not found; check the path") from None
-    except IsADirectoryError:
-        raise UserError(f"runlib import: {path} is a directory; give the config file itself") from None
-    except OSError as exc:
-        raise UserError(f"runlib import: {path}: cannot read it ({exc.strerror})") from None
+        raw = read_bounded(path, MAX_CONFIG_BYTES, "the config file")
+    except UserError as exc:
+        raise UserError(f"runlib import: {exc}") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise UserError(
             f"runlib import: {path} is over {MAX_CONFIG_BYTES >> 20} MiB; a config is a few KB: is this the right file?"
@@ -68,11 +65,7 @@ def read_config(path: Path) -> str:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
-    text = read_config(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnmappableConfig(f"{path}:{exc.lineno}:{exc.colno}: {what} is not valid JSON ({exc.msg})") from None
+    data = parse_json_config(read_config(path), str(path), what)
     if not isinstance(data, dict):
         raise UnmappableConfig(f"{path}: {what} must be a JSON object")
     return data
@@ -92,6 +85,23 @@ def import_file(
         raise UserError(f"runlib import: unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}")
     if training_args is not None and fmt != "hf":
         raise UserError("runlib import: --training-args goes with --format hf (a config.json) only")
+    try:
+        draft = _draft(path, fmt, text, training_args)
+    except UserError:
+        raise
+    except (ArithmeticError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        # a value the checks of common.check_source_values let through and the mapping cannot use
+        # (a zero, a negative or a string where a count goes): still the file's fault, never a traceback
+        raise UnmappableConfig(
+            f"{path}: a value of this {fmt} config cannot be mapped ({type(exc).__name__}: {str(exc)[:160]}); "
+            "check its sizes and counts (positive whole numbers) and its rates (finite numbers)"
+        ) from None
+    yaml_text = draft.to_yaml()
+    loaded = load_draft(yaml_text, out_name, f"{path} ({fmt})", draft.comments)
+    return Imported(fmt, yaml_text, loaded)
+
+
+def _draft(path: Path, fmt: str, text: str, training_args: str | Path | None) -> Draft:
     draft: Draft
     if fmt == "nanogpt":
         from runlib.review.importers.nanogpt import import_nanogpt
@@ -100,10 +110,7 @@ def import_file(
     elif fmt == "hf":
         from runlib.review.importers.hf import import_hf
 
-        try:
-            config = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UnmappableConfig(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+        config = parse_json_config(text, str(path), "the config")
         if not isinstance(config, dict):
             raise UnmappableConfig(f"{path}: a config.json is a JSON object")
         args = read_json(Path(training_args), "the training arguments") if training_args is not None else None
@@ -116,9 +123,7 @@ def import_file(
         from runlib.review.importers.megatron import import_megatron
 
         draft = import_megatron(path, text)
-    yaml_text = draft.to_yaml()
-    loaded = load_draft(yaml_text, out_name, f"{path} ({fmt})")
-    return Imported(fmt, yaml_text, loaded)
+    return draft
 
 
 __all__ = ["FORMATS", "Imported", "UnmappableConfig", "detect_format", "import_file"]

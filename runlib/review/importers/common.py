@@ -8,9 +8,12 @@ the source says how much data there is), and a log-only spike policy (it changes
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from typing import Any
 
-from runlib.review.importers.draft import Draft
+from runlib.review.importers.draft import Draft, UnmappableConfig
 
 NAME_CHARS = re.compile(r"[^a-z0-9._-]+")
 
@@ -73,3 +76,70 @@ def fill_defaults(draft: Draft, run_tokens: int, source: str = "web") -> None:
         {"zscore": 5.0, "window": 200, "action": "log"},
         "log loss spikes only (changes no update; the source has no spike policy)",
     )
+
+
+# --- the source's values, checked before any is mapped (issue 28 item 14) ---------------------------
+
+MAX_SOURCE_DEPTH = 16
+"""Nesting of a config's tables, objects and lists: HF config.json and torchtitan TOML files nest 3."""
+
+MAX_SOURCE_NUMBER = 10**15
+"""Largest magnitude of a number in a config: a token count of a real run is ~10^13; anything larger
+(1e300, a 5,000-digit integer) is a typo or an attack, and arithmetic on it overflows a float."""
+
+
+def check_source_values(value: Any, file: str, field: str = "") -> None:
+    """UnmappableConfig naming the file and the field when a value of the parsed config is not finite,
+    is larger than MAX_SOURCE_NUMBER, or sits more than MAX_SOURCE_DEPTH levels deep. Iterative, so a
+    deep structure cannot exhaust the stack here."""
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        shown = where or "the top level"
+        if depth > MAX_SOURCE_DEPTH:
+            raise UnmappableConfig(
+                f"{file}: {shown} is nested more than {MAX_SOURCE_DEPTH} levels deep; a config is a few levels: "
+                "is this the right file?"
+            )
+        if isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise UnmappableConfig(f"{file}: {shown} = {item} is not a finite number; write the value the run used")
+        elif isinstance(item, (int, float)) and abs(item) > MAX_SOURCE_NUMBER:
+            text = f"{item:.3g}" if isinstance(item, float) or item.bit_length() > 64 else str(item)
+            raise UnmappableConfig(
+                f"{file}: {shown} = {text} is larger than any real run's ({MAX_SOURCE_NUMBER:.0e}); "
+                "write the value the run used"
+            )
+
+
+def parse_json_config(text: str, file: str, what: str = "the config") -> Any:
+    """json.loads refusing what Python's json accepts but no config holds: NaN/Infinity, integers past
+    MAX_SOURCE_NUMBER (json would build a 4,300-digit one, then raise ValueError past that), nesting
+    past Python's recursion limit (RecursionError); each an UnmappableConfig naming the file."""
+
+    def constant(name: str) -> Any:
+        raise UnmappableConfig(f"{file}: {what} holds {name}, which is not a JSON number; write a finite value")
+
+    def integer(digits: str) -> int:
+        if len(digits.lstrip("-")) > 16:
+            raise UnmappableConfig(
+                f"{file}: {what} holds an integer of {len(digits.lstrip('-')):,} digits; no config value has "
+                "more than 16: write the value the run used"
+            )
+        return int(digits)
+
+    try:
+        data = json.loads(text, parse_constant=constant, parse_int=integer)
+    except json.JSONDecodeError as exc:
+        raise UnmappableConfig(f"{file}:{exc.lineno}:{exc.colno}: {what} is not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise UnmappableConfig(
+            f"{file}: {what} is nested too deeply to read; a config is a few levels: is this the right file?"
+        ) from None
+    check_source_values(data, file)
+    return data

@@ -135,14 +135,19 @@ def _emit(lines: list[str], key: str, value: Any, path: str, indent: int, commen
         lines.append(_line(f"{pad}{key}: {flow(value)}", comment))
 
 
-def load_draft(text: str, file: str, what: str):
-    """The LoadedSpec of an emitted draft; a draft the schema refuses is the source's fault (exit 2)."""
+def load_draft(text: str, file: str, what: str, comments: dict[str, str] | None = None):
+    """The LoadedSpec of an emitted draft; a draft the schema refuses is the source's fault (exit 2).
+    With the draft's `comments`, each refused value also names where it came from in the source."""
     from runlib.spec import load_spec_text
+
+    def origin(path: str) -> str:
+        note = (comments or {}).get(path)
+        return f" (from {note})" if note else ""
 
     try:
         return load_spec_text(text, file)
     except SpecError as exc:
         raise UnmappableConfig(
             f"{what}: the values map to a spec the schema refuses:\n"
-            + "\n".join(f"  {d.path}: {d.message}" for d in exc.diagnostics)
+            + "\n".join(f"  {d.path}{origin(d.path)}: {d.message}" for d in exc.diagnostics)
         ) from None

@@ -129,6 +129,8 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
             f"{file}: model_type {family!r} is not a family runlib maps ({', '.join(FAMILIES)}); "
             "a config.json from transformers names it in `model_type`"
         )
+    from pydantic import ValidationError
+
     from runlib.plan import scaling
     from runlib.plan.params import count_params
     from runlib.spec.models import ModelSpec
@@ -160,7 +162,15 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
     d.set("tokenizer.vocab_size", vocab - 1, "assumed: every embedding row a token id")
     d.set("tokenizer.reserved_tokens", 1, "assumed: one end-of-document token among them")
 
-    model = ModelSpec.model_validate({k.split(".", 1)[1]: v for k, v in d.values.items() if k.startswith("model.")})
+    try:
+        model = ModelSpec.model_validate({k.split(".", 1)[1]: v for k, v in d.values.items() if k.startswith("model.")})
+    except ValidationError as exc:  # the schema's bounds (layers, heads, widths), named by the config's keys
+        refused = []
+        for error in exc.errors()[:4]:
+            path = "model." + ".".join(str(part) for part in error["loc"])
+            source = d.comments.get(path, path).split(" ")[0]
+            refused.append(f"{source} = {str(error.get('input'))[:40]} ({path}: {error['msg']})")
+        raise UnmappableConfig(f"{file}: " + "; ".join(refused) + ": write the values of a real model") from None
     params = count_params(model, vocab, seq)
     name = spec_name(str(config.get("_name_or_path") or path.parent.name or family).split("/")[-1])
     d.set("name", name)

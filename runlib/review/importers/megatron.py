@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from runlib.review.importers.common import fill_defaults, spec_name
+from runlib.review.importers.common import check_source_values, fill_defaults, spec_name
 from runlib.review.importers.draft import Draft, UnmappableConfig
 
 GPT2_VOCAB = 50257  # GPT2BPETokenizer (--vocab-file gpt2-vocab.json)
@@ -89,9 +89,11 @@ def import_megatron(path: Path, text: str) -> Draft:
                 raise UnmappableConfig(f"{file}: {flag} is required for this mapping; add it to the argument list")
             return default
         try:
-            return kind(a[flag][0])
+            value = kind(a[flag][0])
         except ValueError:
-            raise UnmappableConfig(f"{file}: {flag} {a[flag][0]!r} is not a number") from None
+            raise UnmappableConfig(f"{file}: {flag} {a[flag][0][:40]!r} is not a number") from None
+        check_source_values(value, file, flag)
+        return value
 
     tp, pp = num("--tensor-model-parallel-size", 1), num("--pipeline-model-parallel-size", 1)
     cp = num("--context-parallel-size", 1)

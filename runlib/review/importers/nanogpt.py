@@ -13,12 +13,13 @@ value is a literal or arithmetic on literals and earlier names (`5 * 8`) are rea
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
 from pathlib import Path
 from typing import Any
 
-from runlib.review.importers.common import fill_defaults, spec_name
+from runlib.review.importers.common import MAX_SOURCE_NUMBER, check_source_values, fill_defaults, spec_name
 from runlib.review.importers.draft import Draft, UnmappableConfig
 
 # train.py's defaults (karpathy/nanoGPT train.py, "default config values designed to train a gpt2 (124M) on OpenWebText")
@@ -69,6 +70,23 @@ _NPROC = re.compile(r"--nproc_per_node[= ](\d+)")
 _NNODES = re.compile(r"--nnodes[= ](\d+)")
 
 
+class TooLarge(ValueError):
+    """Arithmetic in the config that leaves every real value behind (`x = x * x` repeated)."""
+
+
+def _bounded(result: Any) -> Any:
+    """The result of one operation, or TooLarge past MAX_SOURCE_NUMBER or not finite: checked after every
+    operation, so that no operand exceeds ~50 bits and repeated squaring (`x = x*x` 26 times: 2^26-bit
+    integers, minutes of multiplication) stops at its third step (issue 28 item 13)."""
+    if isinstance(result, complex):
+        raise ValueError("complex")
+    if isinstance(result, float) and not math.isfinite(result):
+        raise TooLarge(f"{result} is not finite")
+    if isinstance(result, (int, float)) and abs(result) > MAX_SOURCE_NUMBER:
+        raise TooLarge(f"the value exceeds {MAX_SOURCE_NUMBER:.0e}")
+    return result
+
+
 def _value(node: ast.AST, names: dict[str, Any]) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
         return node.value
@@ -81,7 +99,7 @@ def _value(node: ast.AST, names: dict[str, Any]) -> Any:
         if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (left, right)):
             if isinstance(node.op, ast.Pow) and abs(right) > 64:
                 raise ValueError("exponent too large")
-            return _OPS[type(node.op)](left, right)
+            return _bounded(_OPS[type(node.op)](left, right))
     if isinstance(node, ast.Name) and node.id in names:
         return names[node.id]
     raise ValueError(ast.dump(node)[:60])
@@ -95,6 +113,8 @@ def read_assignments(text: str, file: str) -> tuple[dict[str, Any], list[str]]:
         raise UnmappableConfig(
             f"{file}:{exc.lineno}: not a Python file ({exc.msg}); a nanoGPT config is assignments"
         ) from None
+    except (RecursionError, MemoryError):  # CPython's parser on deeply nested expressions
+        raise UnmappableConfig(f"{file}: nested too deeply to read; a nanoGPT config is flat assignments") from None
     names: dict[str, Any] = {}
     skipped: list[str] = []
     for stmt in tree.body:
@@ -102,7 +122,12 @@ def read_assignments(text: str, file: str) -> tuple[dict[str, Any], list[str]]:
             target = stmt.targets[0].id
             try:
                 names[target] = _value(stmt.value, names)
-            except (ValueError, ZeroDivisionError, OverflowError):
+            except TooLarge as exc:
+                raise UnmappableConfig(
+                    f"{file}:{stmt.lineno}: {target}: {exc}; no nanoGPT setting is that large: write the value the "
+                    "run used"
+                ) from None
+            except (ValueError, ZeroDivisionError, OverflowError, RecursionError):
                 skipped.append(f"{target} (line {stmt.lineno}: not a literal; train.py's default used)")
     return names, skipped
 
@@ -110,6 +135,7 @@ def read_assignments(text: str, file: str) -> tuple[dict[str, Any], list[str]]:
 def import_nanogpt(path: Path, text: str) -> Draft:
     file = str(path)
     names, skipped = read_assignments(text, file)
+    check_source_values(names, file)
     if not names:
         raise UnmappableConfig(f"{file}: no `name = value` assignments found; is this a nanoGPT config file?")
     cfg = {**TRAIN_DEFAULTS, **names}

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from runlib.review.importers.common import fill_defaults, spec_name
+from runlib.review.importers.common import check_source_values, fill_defaults, spec_name
 from runlib.review.importers.draft import Draft, UnmappableConfig
 
 # torchtitan/models/llama3/__init__.py: llama3_configs (vocab from the Llama 3 tokenizer: 128,256)
@@ -79,6 +79,11 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UnmappableConfig(f"{file}: not valid TOML ({exc})") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise UnmappableConfig(f"{file}: nested too deeply to read; a job TOML is a few levels deep") from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit int() limit
+        raise UnmappableConfig(f"{file}: not a readable TOML file ({str(exc)[:120]})") from None
+    check_source_values(cfg, file)
     model = cfg.get("model", {})
     name, flavor = model.get("name"), str(model.get("flavor", ""))
     if name not in ("llama3", "llama3_ft") or flavor not in LLAMA3_FLAVORS:
