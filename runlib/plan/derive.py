@@ -8,14 +8,15 @@ from dataclasses import dataclass, replace
 from runlib.plan import flops as F
 from runlib.plan import scaling
 from runlib.plan.effective import PhaseSettings, all_phase_settings, devices
-from runlib.plan.hardware import Accelerator, resolve
+from runlib.plan.hardware import Accelerator, cpu_device_memory, host_memory_bytes, resolve
 from runlib.plan.memory import MemoryBreakdown, phase_memory, state_bytes_per_param
 from runlib.plan.params import ParamCounts, count_params, head_dim
-from runlib.plan.schedule import Schedule, build_schedule
+from runlib.plan.schedule import Schedule, build_schedule, lr_scale_of, planned_lr
 from runlib.plan.timeline import (
     PhaseSpan,
     RampStretch,
     build_timeline,
+    phase_at_tokens,
     ramp_stretches,
     step_at_tokens,
     tokens_at_step,
@@ -39,6 +40,7 @@ class PhasePlan:
     flops: float
     memory: MemoryBreakdown
     hours: float  # wall-clock hours of the phase at the assumed MFU
+    lr_scale: float = 1.0  # phases[].optimizer.lr_scale: the schedule's LR times this within the phase
 
     @property
     def tokens(self) -> int:
@@ -121,6 +123,18 @@ class Plan:
             return tokens_at_step([p.span for p in self.phases], duration.amount)
         return duration.amount
 
+    def lr_at(self, tokens: float, phase: int | None = None) -> float:
+        """The planned LR of the step that ends after `tokens` (runlib.plan.schedule.planned_lr): the schedule
+        times the lr_scale of `phase`, by default the phase that step belongs to (timeline.phase_at_tokens)."""
+        if not self.phases:
+            return planned_lr(self.schedule, tokens)
+        index = phase if phase is not None else phase_at_tokens([p.span for p in self.phases], tokens)
+        return planned_lr(self.schedule, tokens, self.phases[index].lr_scale)
+
+    def lr_at_step(self, step: float, phase: int | None = None) -> float:
+        """lr_at for the step count: the LR of optimizer step `step` (counted over the run, from 1)."""
+        return self.lr_at(tokens_at_step([p.span for p in self.phases], step), phase)
+
     def duration_steps(self, duration: Duration) -> float:
         if duration.unit == "steps":
             return duration.amount
@@ -163,6 +177,9 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     """measured_tokens: training tokens per source counted in tokenized shards; they replace `tokens`."""
     measured_tokens = measured_tokens or {}
     accelerator = resolve(spec.hardware.accelerator, spec.hardware.memory_gib, spec.hardware.peak_tflops)
+    if spec.hardware.accelerator == "cpu" and spec.hardware.memory_gib is None:
+        # a CPU device's memory is this machine's, shared by the node's processes (not the catalog's placeholder)
+        accelerator = cpu_device_memory(accelerator, spec.hardware.devices_per_node, host_memory_bytes())
     settings = all_phase_settings(spec)
     rows = vocab_rows(spec, max([s.parallelism.tensor for s in settings] + [spec.parallelism.tensor]))
     max_seq = max([s.seq_len for s in settings] + [spec.model.seq_len])
@@ -204,15 +221,15 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
         for k, v in source_tokens.items():
             used[k] = used.get(k, 0.0) + v
         phase_flops = per_token * span.tokens
-        lr_scale = (s.phase.optimizer.lr_scale if s.phase.optimizer else None) or 1.0  # a mid-run LR change
+        lr_scale = lr_scale_of(s.phase)  # a mid-run LR change
         phases.append(
             PhasePlan(
                 name=s.phase.name,
                 kind=s.phase.kind,
                 settings=s,
                 span=span,
-                lr_start=schedule.lr_at(span.start_tokens) * lr_scale,
-                lr_end=schedule.lr_at(span.end_tokens) * lr_scale,
+                lr_start=planned_lr(schedule, span.start_tokens, lr_scale),
+                lr_end=planned_lr(schedule, span.end_tokens, lr_scale),
                 source_tokens=source_tokens,
                 flops_per_token=per_token,
                 flops=phase_flops,
@@ -227,6 +244,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                     accelerator=spec.hardware.accelerator,
                 ),
                 hours=phase_flops / throughput / 3600 if throughput > 0 else math.inf,
+                lr_scale=lr_scale,
             )
         )
 

@@ -7,7 +7,10 @@ marketing GB: an "80GB" H100 shows 81559 MiB = 79.6 GiB.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 Dtype = str  # "fp32" | "fp16" | "bf16" | "fp8"
 
@@ -19,6 +22,7 @@ class Accelerator:
     memory_gib: float
     peak_tflops: dict[Dtype, float]  # dense; a dtype missing here is unsupported
     runtime_overhead_gib: float = 1.0  # CUDA/ROCm context, allocator fragmentation, comm buffers
+    memory_basis: str = ""  # where memory_gib comes from, when not the catalog's figure ("" for the catalog)
 
     def supports(self, dtype: Dtype) -> bool:
         return dtype in self.peak_tflops
@@ -29,7 +33,9 @@ CATALOG: dict[str, Accelerator] = {
     for a in (
         # one "device" is one CPU core running one process: AVX-512, 2 FMA units x 16 fp32 lanes x 2 FLOPs
         # x ~2.5 GHz ~ 0.15 TFLOP/s; bf16 autocast runs (no faster). No fp16: Accelerate on CPU has no
-        # fp16 autocast or loss scaler and would silently train in fp32. Memory: the host's RAM (override it).
+        # fp16 autocast or loss scaler and would silently train in fp32. Memory: the 8 GiB is a placeholder:
+        # the plan uses this machine's memory shared by the node's processes (cpu_device_memory), or
+        # hardware.memory_gib.
         Accelerator("cpu", "x86 CPU core (AVX-512)", 8.0, {"fp32": 0.15, "bf16": 0.15}, 0.25),
         Accelerator("v100", "NVIDIA V100 SXM2 32GB", 32.0, {"fp32": 15.7, "fp16": 125.0}),
         Accelerator("t4", "NVIDIA T4 16GB", 15.0, {"fp32": 8.1, "fp16": 65.0}),
@@ -63,4 +69,49 @@ def resolve(key: str, memory_gib: float | None = None, peak_tflops: dict[str, fl
         memory_gib if memory_gib is not None else base.memory_gib,
         {**base.peak_tflops, **(peak_tflops or {})},
         base.runtime_overhead_gib,
+        "hardware.memory_gib" if memory_gib is not None else "",
     )
+
+
+def device_memory_text(accelerator: Accelerator, each: str = "") -> str:
+    """The device memory in words, one form for every view (audit text, HTML, plot): '79.6 GiB',
+    "11.8 GiB (this machine's 23.5 GiB / 2 processes)", '64 GiB (hardware.memory_gib)'; `each`: a word after
+    the size ('11.8 GiB each (...)')."""
+    text = f"{accelerator.memory_gib:.3g} GiB" + (f" {each}" if each else "")
+    return f"{text} ({accelerator.memory_basis})" if accelerator.memory_basis else text
+
+
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+@functools.cache
+def host_memory_bytes() -> int | None:
+    """This machine's memory as a process can use it: the physical memory (sysconf), or the cgroup's limit
+    (v2 memory.max, v1 memory.limit_in_bytes) where a container sets a lower one; None where unknown."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    limits = [physical]
+    for path in CGROUP_LIMITS:
+        try:
+            text = path.read_text(encoding="ascii", errors="replace").strip()[:32]
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:
+            limits.append(int(text))
+    return min(limits) if physical > 0 else None
+
+
+def cpu_device_memory(accelerator: Accelerator, processes_per_node: int, host_bytes: int | None) -> Accelerator:
+    """The cpu entry with the memory of one device (one core running one training process): this machine's
+    memory (host_bytes) shared by the node's processes, as each process's peak RSS is what the plan's CPU
+    memory model estimates (runlib.plan.memory.cpu_phase_memory). Unchanged without host_bytes."""
+    if host_bytes is None or host_bytes <= 0:
+        return accelerator
+    host_gib = host_bytes / 2**30
+    per_device = host_gib / max(1, processes_per_node)
+    basis = f"this machine's {host_gib:.3g} GiB" + (
+        f" / {processes_per_node} processes" if processes_per_node > 1 else ""
+    )
+    return replace(accelerator, memory_gib=per_device, memory_basis=basis)

@@ -10,6 +10,11 @@ with another batch does not move it. Warmup is linear from 0; then
             2401.02954, section 2.3: 31.6% of the peak after 80% of the tokens, 10% after 90%), which
             keeps the peak for most of the run so that a continued run can reuse it
 and the floor (min_lr_ratio * peak; multistep: the last level) after the decay ends.
+
+A phase may scale the schedule (phases[].optimizer.lr_scale, OPT-175B's mid-run LR cuts: Zhang et al. 2022,
+arXiv 2205.01068, section 2.5): `planned_lr` is the LR a step of that phase trains at, the one number the
+audit's table, its plots, the run report and `runlib diff` draw (runlib.plan.derive.Plan.lr_at), and what
+the trainer's ScheduleConfig computes (runlib.train.config.schedule_within scales the same schedule).
 """
 
 from __future__ import annotations
@@ -86,3 +91,15 @@ def build_schedule(
     if decay_end <= decay_start:
         decay_end = decay_start + 1e-9  # zero-length decay: a step down to the floor
     return Schedule(kind, peak_lr, peak_lr * min_lr_ratio, warmup_tokens, decay_start, decay_end, run_tokens)
+
+
+def lr_scale_of(phase: object) -> float:
+    """A phase spec's optimizer.lr_scale (runlib.spec.models.PhaseOptimizer), 1 when it sets none."""
+    optimizer = getattr(phase, "optimizer", None)
+    scale = getattr(optimizer, "lr_scale", None) if optimizer is not None else None
+    return float(scale) if scale is not None else 1.0
+
+
+def planned_lr(schedule: Schedule, tokens: float, lr_scale: float = 1.0) -> float:
+    """The LR of a step that ends after `tokens` in a phase with this lr_scale: the run's schedule times it."""
+    return schedule.lr_at(tokens) * lr_scale

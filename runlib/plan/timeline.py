@@ -247,3 +247,13 @@ def step_at_tokens(spans: list[PhaseSpan], tokens: float) -> float:
     if last is None or last.tokens_per_step <= 0:
         return 0.0
     return last.start_step + (tokens - last.start_tokens) / last.tokens_per_step
+
+
+def phase_at_tokens(spans: list[PhaseSpan], tokens: float) -> int:
+    """The index of the phase whose step ends after `tokens` tokens: the first phase that ends at or after
+    it (a phase boundary belongs to the phase ending there, as the step that reaches it does); the last
+    phase beyond the run's end; 0 without phases."""
+    for i, span in enumerate(spans):
+        if tokens <= span.end_tokens:
+            return i
+    return max(0, len(spans) - 1)

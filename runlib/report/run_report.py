@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runlib import __version__
-from runlib.audit import AuditResult, audit_loaded
+from runlib.audit import AuditResult, audit_spec_file
 from runlib.audit.render import plots
 from runlib.audit.render import report as audit_report
 from runlib.audit.render.json_view import to_dict
@@ -42,7 +42,6 @@ from runlib.audit.render.report import Block, Code, Heading, Image, Para, Table,
 from runlib.errors import UserError
 from runlib.plan.hardware import CATALOG
 from runlib.report.smoothing import ema_over_tokens
-from runlib.spec import load_spec
 from runlib.spec.units import format_count
 from runlib.util.jsonl import read_jsonl
 from runlib.workflow.graph import StageGraph, StageNode, build_graph
@@ -83,7 +82,8 @@ PLOTS = (
     (
         "lr.png",
         "Learning rate",
-        "Learning rate logged by training, against tokens seen; thin grey line: the plan's schedule.",
+        "Learning rate logged by training, against tokens seen; thin grey line: the plan's schedule, each "
+        "phase's optimizer.lr_scale applied (the LR training sets).",
     ),
     (
         "throughput.png",
@@ -220,10 +220,10 @@ def _stage_state(node: StageNode) -> StageState:
 
 
 def collect_run(spec_path: str | Path) -> RunData:
-    """Load the spec, audit it, build its graph and read every built artifact the report needs."""
-    loaded = load_spec(spec_path)
-    result = audit_loaded(loaded)
-    graph = build_graph(loaded.spec)
+    """Load the spec, audit it as `runlib audit` does (audit_spec_file: the token counts of tokenized sources
+    in place of the declared ones), build its graph and read every built artifact the report needs."""
+    result = audit_spec_file(spec_path)
+    graph = build_graph(result.spec)
     order = {s: i for i, s in enumerate(STAGE_ORDER)}
     nodes = sorted(graph.nodes, key=lambda n: order.get(n.stage, len(order)))  # stable: graph order within
     stages = [_stage_state(n) for n in nodes]
@@ -245,7 +245,7 @@ def collect_run(spec_path: str | Path) -> RunData:
         if run.eval is not None and run.eval.built:
             run.eval_data = _read_json(run.eval.node.dir / "eval.json")
         phases.append(run)
-    return RunData(str(spec_path), loaded.spec, result, graph, stages, phases, _branch_runs(loaded.spec, graph, by_key))
+    return RunData(str(spec_path), result.spec, result, graph, stages, phases, _branch_runs(result.spec, graph, by_key))
 
 
 def _branch_runs(spec: RunSpec, graph: StageGraph, by_key: dict[tuple[str, str], StageState]) -> list[BranchRun]:
@@ -763,10 +763,16 @@ def plot_loss(run: RunData, path: Path) -> Path:
 
 
 def plot_lr(run: RunData, path: Path) -> Path:
+    plots._save(draw_lr(run), path)
+    return Path(path)
+
+
+def draw_lr(run: RunData) -> Any:
+    """plot_lr's figure, not yet saved: the logged LR over the plan's (plots.lr_curve, lr_scale applied)."""
     fig, (ax,) = plots._figure()
     records = run.records()
     xs, ys = _finite_xy(records, lambda r: r.get("lr"))
-    sched_x, _, sched_y = plots._lr_samples(run.plan)
+    sched_x, _, sched_y = plots.lr_curve(run.plan)
     if not xs and not sched_x:
         plots._empty(ax, "no learning rates logged and no schedule")
     else:
@@ -784,8 +790,7 @@ def plot_lr(run: RunData, path: Path) -> Path:
         ax.set_ylabel("learning rate")
         ax.legend(fontsize=8, loc="lower left")
     ax.set_title("Learning rate: logged and planned", fontsize=11)
-    plots._save(fig, path)
-    return Path(path)
+    return fig
 
 
 def plot_throughput(run: RunData, path: Path) -> Path:

@@ -90,6 +90,7 @@ class SpecDiff:
     placeholder_sources: list[str] = field(default_factory=list)
     errors_a: int = 0
     errors_b: int = 0
+    measured_sources: list[str] = field(default_factory=list)  # "A: docs" etc.: counted in tokenized shards
 
     @property
     def new_errors(self) -> list[FindingChange]:
@@ -202,6 +203,7 @@ def _plan_numbers(plan: Plan) -> dict[tuple[str, str], float | None]:
         out[(section, "memory per device (GiB)")] = p.memory.total / GIB
         out[(section, "wall hours")] = p.hours
     for s in plan.sources:
+        out[(f"source {s.name}", "tokens available")] = s.tokens_available
         out[(f"source {s.name}", "tokens used")] = s.tokens_used
         out[(f"source {s.name}", "epochs")] = s.epochs
     return out
@@ -286,8 +288,10 @@ def stage_reruns(graph_a: Any, graph_b: Any, spec_b: Any) -> list[StageRerun]:
 
 
 def diff_loaded(a: LoadedSpec, b: LoadedSpec) -> SpecDiff:
-    """The whole comparison of two loaded specs (declared token counts: a review compares the specs)."""
-    result_a, result_b = audit_loaded(a), audit_loaded(b)
+    """The whole comparison of two loaded specs, each audited as `runlib audit` audits it (audit_loaded with
+    use_measured: a source tokenized on this machine under that spec counts its measured tokens, so the
+    epochs here are the audit's)."""
+    result_a, result_b = audit_loaded(a, use_measured=True), audit_loaded(b, use_measured=True)
     graph_a, missing_a = review_graph(a.spec, result_a.plan)
     graph_b, missing_b = review_graph(b.spec, result_b.plan)
     appeared, disappeared = finding_changes(result_a, result_b)
@@ -304,6 +308,12 @@ def diff_loaded(a: LoadedSpec, b: LoadedSpec) -> SpecDiff:
         placeholder_sources=sorted(set(missing_a) | set(missing_b)),
         errors_a=result_a.count("error"),
         errors_b=result_b.count("error"),
+        measured_sources=[
+            f"{side}: {s.name}"
+            for side, result in (("A", result_a), ("B", result_b))
+            for s in result.plan.sources
+            if s.tokens_basis == "measured"
+        ],
     )
 
 
@@ -370,6 +380,9 @@ def render_text(d: SpecDiff) -> str:
     for r in changed:
         a, b = _number(r.quantity, r.a), _number(r.quantity, r.b)
         lines.append(f"  {r.section + ' ' + r.quantity:<44} {a:>12} -> {b:<12} {_change(r.a, r.b)}")
+    if d.measured_sources:
+        measured = ", ".join(d.measured_sources)
+        lines.append(f"  (tokens available measured in the tokenized shards, as runlib audit: {measured})")
     lines += ["", f"findings: {len(d.appeared)} appear, {len(d.disappeared)} disappear"]
     for f in d.appeared:
         lines.append(f"  + {f.severity:<7} {f.code} {f.path} ({d.file_b}:{f.line or '-'}): {f.message}")
@@ -462,5 +475,6 @@ def as_json(d: SpecDiff) -> dict[str, Any]:
         "hours_unit": d.hours_unit,
         "placeholder_sources": d.placeholder_sources,
         "errors": {"a": d.errors_a, "b": d.errors_b, "new": len(d.new_errors)},
+        "measured_sources": d.measured_sources,
         "exit_code": d.exit_code(),
     }

@@ -18,7 +18,7 @@ def test_format_bytes() -> None:
 
 
 def test_the_table_names_the_parts_the_bars_cannot_show(tmp_path: Path) -> None:
-    plan = derive(load_spec("specs/demo.yaml").spec)  # 8 GiB per core; the weights are 5 MiB (0.06%)
+    plan = derive(load_spec("specs/demo.yaml").spec)  # this machine's memory per process; the weights are 5 MiB
     headers, rows = memory_table(plan)
     assert headers == ["component", *(p.name for p in plan.phases)]
     parts = plan.phases[0].memory.as_dict()
@@ -26,10 +26,11 @@ def test_the_table_names_the_parts_the_bars_cannot_show(tmp_path: Path) -> None:
     assert {row[0] for row in rows[:-2]} == shown and "weights" in shown
     weights = next(row for row in rows if row[0] == "weights")
     assert weights[1] == format_bytes(parts["weights"]) and weights[1].endswith("MiB")
-    total = sum(v for k, v in parts.items() if k in dict(MEMORY_PARTS))
+    total = sum(parts.values())
     assert rows[-2] == ["total", *(format_bytes(p.memory.total) for p in plan.phases)]
     assert rows[-2][1] == format_bytes(total)
-    assert rows[-1][0] == "of 8 GiB" and rows[-1][1] == f"{total / (8 * GIB):.1%}"
+    device = plan.accelerator.memory_gib
+    assert rows[-1][0] == f"of {device:.3g} GiB" and rows[-1][1] == f"{total / (device * GIB):.1%}"
     path = plot_memory(plan, tmp_path / "memory.png")
     from PIL import Image
 

@@ -36,6 +36,8 @@ TASKS = {
     "web-continuation": {"kind": "answer_loglik", "loglik_mean": -41.5, "loglik_per_token": -2.75, "n": 50},
 }
 INTERVALS = 8
+# fields a newer Manifest requires (issue 28 item 10: the digests of the inputs a stage read), empty here
+NEWER_FIELDS = {"input_digests": {}} if "input_digests" in Manifest.model_fields else {}
 
 
 def write_spec(path: Path, patch: dict | None = None) -> Path:
@@ -76,6 +78,7 @@ def manifest(node: StageNode, wall: float, counts: dict | None = None, details: 
         libraries={},
         outputs={},
         content_hash=f"hash{node.key}",
+        **NEWER_FIELDS,
     )
 
 

@@ -28,6 +28,14 @@ def edited(tmp_path, name, old, new, base=TINY):
     return path
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_artifacts(tmp_path_factory):
+    """An empty work directory: no tokenized source of this machine changes the epochs compared here."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNLIB_WORK_DIR", str(tmp_path_factory.mktemp("work")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def demo_diff():
     return diff_files(DEMO, LONG_ANNEAL)

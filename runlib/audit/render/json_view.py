@@ -13,7 +13,7 @@ from runlib.audit import AuditResult
 from runlib.errors import Diagnostic
 from runlib.plan import Plan
 from runlib.plan.flops import CONVENTION
-from runlib.plan.hardware import CATALOG
+from runlib.plan.hardware import CATALOG, device_memory_text
 
 SCHEMA_VERSION = 1
 
@@ -68,6 +68,7 @@ def derived(plan: Plan) -> dict[str, Any]:
                 "parallelism": s.parallelism.model_dump(),
                 "lr_start": p.lr_start,
                 "lr_end": p.lr_end,
+                "lr_scale": p.lr_scale,  # phases[].optimizer.lr_scale, already in lr_start and lr_end
                 "mixture": dict(s.phase.mixture),
                 "source_tokens": {k: _num(v) for k, v in p.source_tokens.items()},
                 "flops": _num(p.flops),
@@ -109,6 +110,8 @@ def derived(plan: Plan) -> dict[str, Any]:
         "accelerator": {
             "key": plan.accelerator.key,
             "memory_gib": plan.accelerator.memory_gib,
+            "memory_basis": plan.accelerator.memory_basis,  # "": the catalog's figure
+            "memory_text": device_memory_text(plan.accelerator, "each"),
             "peak_tflops": plan.accelerator.peak_tflops,
             "mfu": spec.hardware.mfu,
         },

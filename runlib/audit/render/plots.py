@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runlib.plan.hardware import device_memory_text
 from runlib.spec.units import format_count
 
 if TYPE_CHECKING:
@@ -45,14 +46,16 @@ MEMORY_PARTS = (
     ("logits", "logits"),
     ("buffers", "buffers"),
     ("runtime_overhead", "runtime overhead"),
-)
+    ("fragmentation", "fragmentation"),
+)  # labels of MemoryBreakdown.as_dict()'s parts; a part without one here is shown by its key
 
 # (file, title, caption): the report lists the plots in this order.
 PLOTS = (
     (
         "lr.png",
         "Learning rate",
-        "Learning rate over the run, against tokens seen (top) and optimizer steps (bottom); vertical lines mark phase starts.",
+        "Learning rate over the run, against tokens seen (top) and optimizer steps (bottom), a phase's "
+        "optimizer.lr_scale applied; vertical lines mark phase starts.",
     ),
     (
         "tokens_per_step.png",
@@ -181,14 +184,16 @@ def _step_in_phase(phase: PhasePlan, tokens: float) -> float:
     return phase.span.end_step
 
 
-def _lr_samples(plan: Plan) -> tuple[list[float], list[float], list[float]]:
-    """(tokens, steps, lr) sampled per phase, plus the schedule's corners so kinks are exact."""
+def lr_curve(plan: Plan) -> tuple[list[float], list[float], list[float]]:
+    """(tokens, steps, lr) sampled per phase, plus the schedule's corners so kinks are exact; the LR is the
+    plan's (Plan.lr_at: the schedule times the phase's optimizer.lr_scale, as training applies it), each
+    phase's samples with its own scale, so a phase boundary where the scale changes is drawn as a step."""
     sched = plan.schedule
-    corners = [sched.warmup_tokens, sched.decay_start_tokens, sched.decay_end_tokens]
+    corners = [sched.warmup_tokens, sched.decay_start_tokens, sched.decay_end_tokens, *(t for t, _ in sched.levels)]
     tokens_out: list[float] = []
     steps_out: list[float] = []
     lr_out: list[float] = []
-    for p in plan.phases:
+    for i, p in enumerate(plan.phases):
         start, end = float(p.span.start_tokens), float(p.span.end_tokens)
         if end <= start:
             xs = [start]
@@ -200,8 +205,16 @@ def _lr_samples(plan: Plan) -> tuple[list[float], list[float], list[float]]:
         for x in xs:
             tokens_out.append(x)
             steps_out.append(_step_in_phase(p, x))
-            lr_out.append(sched.lr_at(x))
+            lr_out.append(plan.lr_at(x, phase=i))
     return tokens_out, steps_out, lr_out
+
+
+def lr_title(plan: Plan) -> str:
+    """The schedule in words, with every phase that scales it (phases[].optimizer.lr_scale)."""
+    s = plan.schedule
+    text = f"{s.kind}, peak {s.peak_lr:.3g}, floor {s.floor_lr:.3g}"
+    scaled = [f"{p.name} ×{p.lr_scale:g}" for p in plan.phases if p.lr_scale != 1.0]
+    return text + (f"; lr_scale: {', '.join(scaled)}" if scaled else "")
 
 
 # --- the plots -----------------------------------------------------------------------------------
@@ -209,8 +222,14 @@ def _lr_samples(plan: Plan) -> tuple[list[float], list[float], list[float]]:
 
 def plot_lr(plan: Plan, path: Path) -> Path:
     """LR against tokens and against optimizer steps: a batch change bends one but not the other."""
+    _save(draw_lr(plan), path)
+    return Path(path)
+
+
+def draw_lr(plan: Plan) -> Any:
+    """plot_lr's figure, not yet saved: the planned LR (lr_curve) against tokens (top) and steps (bottom)."""
     fig, (ax_t, ax_s) = _figure(rows=2, height=6.0)
-    tokens, steps, lr = _lr_samples(plan)
+    tokens, steps, lr = lr_curve(plan)
     if not tokens or plan.tokens_total <= 0:
         _empty(ax_t, "no tokens in the run")
         _empty(ax_s, "no steps in the run")
@@ -228,10 +247,8 @@ def plot_lr(plan: Plan, path: Path) -> Path:
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
         ax_t.set_xlabel("tokens seen")
         ax_s.set_xlabel("optimizer step")
-    s = plan.schedule
-    ax_t.set_title(f"Learning rate: {s.kind}, peak {s.peak_lr:.3g}, floor {s.floor_lr:.3g}", fontsize=11)
-    _save(fig, path)
-    return Path(path)
+    ax_t.set_title(f"Learning rate: {lr_title(plan)}", fontsize=11)
+    return fig
 
 
 def plot_tokens_per_step(plan: Plan, path: Path) -> Path:
@@ -323,27 +340,43 @@ def format_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
-def memory_table(plan: Plan) -> tuple[list[str], list[list[str]]]:
-    """(column headers, rows) of the memory plot's table: one row per component that is not zero in
-    every phase, then the total and its share of the device; one column per phase."""
-    headers = ["component", *(p.name for p in plan.phases)]
+def memory_parts(plan: Plan) -> list[tuple[str, str, list[float]]]:
+    """(key, label, bytes per phase) of each part of the phases' MemoryBreakdown (as_dict: exactly the parts
+    its `total` sums, so the bars, the table and the audit's total agree) that is not zero in every phase."""
+    labels = dict(MEMORY_PARTS)
     parts = [p.memory.as_dict() for p in plan.phases]
-    rows = []
-    for key, label in MEMORY_PARTS:
+    keys = list(dict.fromkeys(k for d in parts for k in d))
+    out = []
+    for key in keys:
         sizes = [_finite(d.get(key)) for d in parts]
         if any(sizes):
-            rows.append([label, *(format_bytes(x) for x in sizes)])
-    totals = [sum(_finite(d.get(key)) for key, _ in MEMORY_PARTS) for d in parts]
+            out.append((key, labels.get(key, key.replace("_", " ")), sizes))
+    return out
+
+
+def memory_table(plan: Plan) -> tuple[list[str], list[list[str]]]:
+    """(column headers, rows) of the memory plot's table: one row per component that is not zero in
+    every phase (memory_parts), then the total (MemoryBreakdown.total) and its share of the device; one
+    column per phase."""
+    headers = ["component", *(p.name for p in plan.phases)]
+    rows = [[label, *(format_bytes(x) for x in sizes)] for _, label, sizes in memory_parts(plan)]
+    totals = [p.memory.total for p in plan.phases]
     rows.append(["total", *(format_bytes(t) for t in totals)])
     device = float(plan.accelerator.memory_gib or 0.0) * GIB
     if device > 0:
-        rows.append([f"of {plan.accelerator.memory_gib:g} GiB", *(f"{t / device:.1%}" for t in totals)])
+        rows.append([f"of {plan.accelerator.memory_gib:.3g} GiB", *(f"{t / device:.1%}" for t in totals)])
     return headers, rows
 
 
 def plot_memory(plan: Plan, path: Path) -> Path:
     """Stacked memory components per phase against the device's memory and a 90% line, with a table
     of every component's size beneath (the bars show the proportions; the table, the small parts)."""
+    draw_memory(plan).savefig(Path(path), format="png", dpi=DPI, metadata={"Software": None})
+    return Path(path)
+
+
+def draw_memory(plan: Plan) -> Any:
+    """plot_memory's figure (a matplotlib Figure on an Agg canvas), not yet saved."""
     headers, table_rows = memory_table(plan) if plan.phases else ([], [])
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -363,16 +396,16 @@ def plot_memory(plan: Plan, path: Path) -> Path:
         cmap = colormaps["tab10"]
         xs = list(range(len(plan.phases)))
         bottoms = [0.0] * len(xs)
-        for i, (key, label) in enumerate(MEMORY_PARTS):
-            heights = [_finite(p.memory.as_dict().get(key)) / GIB for p in plan.phases]
-            if not any(heights):
-                continue
-            ax.bar(xs, heights, bottom=bottoms, color=cmap(i), label=label, width=0.6, edgecolor="white", lw=0.5)
+        colour = {}
+        for i, (_, label, sizes) in enumerate(memory_parts(plan)):
+            heights = [x / GIB for x in sizes]
+            colour[label] = cmap(i % cmap.N)
+            ax.bar(xs, heights, bottom=bottoms, color=colour[label], label=label, width=0.6, edgecolor="white", lw=0.5)
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-        for x, total in zip(xs, bottoms, strict=True):
+        for x, total in zip(xs, (p.memory.total / GIB for p in plan.phases), strict=True):  # the table's total
             ax.text(x, total, f"{total:.3g}", ha="center", va="bottom", fontsize=8)
         if device_gib > 0:
-            ax.axhline(device_gib, color="black", lw=1.2, label=f"device {device_gib:g} GiB")
+            ax.axhline(device_gib, color="black", lw=1.2, label=f"device {device_memory_text(plan.accelerator)}")
             ax.axhline(0.9 * device_gib, color="black", lw=1.0, ls="--", label="90% of device")
         top = max(bottoms + [device_gib])
         ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
@@ -383,7 +416,6 @@ def plot_memory(plan: Plan, path: Path) -> Path:
         table = ax_table.table(cellText=table_rows, colLabels=headers, bbox=(0.0, 0.0, 1.0, 1.0), cellLoc="right")
         table.auto_set_font_size(False)
         table.set_fontsize(8)
-        colour = {label: cmap(i) for i, (_, label) in enumerate(MEMORY_PARTS)}
         for (row, col), cell in table.get_celld().items():
             cell.set_linewidth(0.4)
             cell.set_edgecolor("0.75")
@@ -395,8 +427,7 @@ def plot_memory(plan: Plan, path: Path) -> Path:
                 if label in colour:  # the component's colour as in the bars
                     cell.get_text().set_color(colour[label])
     ax.set_title(f"Peak memory per device ({plan.accelerator.key})", fontsize=11)
-    fig.savefig(Path(path), format="png", dpi=DPI, metadata={"Software": None})
-    return Path(path)
+    return fig
 
 
 def plot_epochs(plan: Plan, path: Path) -> Path:

@@ -238,7 +238,7 @@ def _derived(result: AuditResult, dv: dict[str, Any]) -> list[Block]:
             "Wall-clock days",
             _float(dv["wall_days"], ",.2f") + (f" (budget {budget.days:g})" if budget.days is not None else ""),
         ),
-        ("Devices", f"{dv['devices']} × {acc['key']} ({acc['memory_gib']:g} GiB), MFU {acc['mfu']:g}"),
+        ("Devices", f"{dv['devices']} × {acc['key']}, {acc['memory_text']}, MFU {acc['mfu']:g}"),
         ("Data-parallel degree", str(dv["data_parallel"])),
         ("Tokens per parameter", f"{_float(tpp, '.1f')} (Chinchilla ≈ {refs['chinchilla_tokens_per_param']:g})"),
         (
@@ -253,7 +253,8 @@ def _derived(result: AuditResult, dv: dict[str, Any]) -> list[Block]:
         ("Predicted loss (refit)", _float(refs["predicted_loss"], ".3f") + f" ({refs['predicted_loss_note']})"),
         (
             "LR schedule",
-            f"{sched['kind']}, peak {_float(sched['peak_lr'])}, floor {_float(sched['floor_lr'])}, warmup {_count(sched['warmup_tokens'])} tokens",
+            f"{sched['kind']}, peak {_float(sched['peak_lr'])}, floor {_float(sched['floor_lr'])}, warmup {_count(sched['warmup_tokens'])} tokens"
+            + "".join(f"; {ph['name']} ×{ph['lr_scale']:g}" for ph in dv["phases"] if ph["lr_scale"] != 1.0),
         ),
     ]
     return [Heading(2, "Derived quantities"), Table(("Quantity", "Value"), rows)]

@@ -7,6 +7,7 @@ import textwrap
 from runlib.audit import AuditResult
 from runlib.audit.registry import SEVERITIES
 from runlib.audit.render.json_view import device_hours_unit
+from runlib.plan.hardware import device_memory_text
 from runlib.plan.memory import GIB, MIB
 from runlib.spec.units import format_count
 
@@ -99,7 +100,13 @@ def derived_lines(result: AuditResult) -> list[str]:
         f"  tokens      {format_count(plan.tokens_total)} in {plan.steps_total:,} steps "
         f"({plan.references.tokens_per_param:.1f} per param; Chinchilla ~20)",
         f"  compute     {plan.flops_total:.3g} FLOPs (PaLM convention), {plan.flops_per_token:.3g} per token",
-        f"  hardware    {plan.devices} x {plan.accelerator.key}, dp {plan.data_parallel}, MFU {spec.hardware.mfu:g}",
+        *textwrap.wrap(
+            f"{plan.devices} x {plan.accelerator.key}, {device_memory_text(plan.accelerator, 'each')}, "
+            f"dp {plan.data_parallel}, MFU {spec.hardware.mfu:g}",
+            WIDTH,
+            initial_indent="  hardware    ",
+            subsequent_indent=" " * 14,
+        ),
         f"  time        {_hours(plan.gpu_hours)} {device_hours_unit(spec.hardware.accelerator)}, "
         f"{plan.wall_days:.3g} days",
         f"  references  batch {format_count(plan.references.optimal_batch_tokens)} tokens, "
