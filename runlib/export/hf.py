@@ -24,6 +24,10 @@ The export holds the phase's weights in their stored dtype (float32 master weigh
 context of that phase (a long-context phase exports its own theta), and the tokenizer with the spec's
 special tokens (id 0 the end of document, runlib.tokenizer.special). A user loads it with
 `AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)`.
+
+config.json reads as the same model in transformers 4.x and 5.x (and in other stacks that read the classic
+keys): every key either version reads is written explicitly, none left to a default, and the RoPE base is
+written in both layouts (rope_config below).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from runlib.spec.models import ModelSpec
 
 NORM_EPS = 1e-5  # runlib.model.transformer.NORM_EPS (not imported: this module must not import torch)
 MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
+# in MARKER: 2 writes the RoPE base in the keys of transformers 4.x and 5.x (rope_config); 1 (before issue 28)
+# wrote it only in `rope_parameters`, which 4.x never reads (it ran such an export at base 10000)
+EXPORT_FORMAT = 2
 TOKENIZER_FILE = "tokenizer.json"
 
 
@@ -93,10 +100,32 @@ def hf_architecture(model: ModelSpec) -> str:
     return "LlamaForCausalLM" if llama_like else "GPT2LMHeadModel"
 
 
+def rope_config(theta: float) -> dict[str, Any]:
+    """runlib's plain RoPE at base theta, in the keys of both transformers layouts.
+
+    transformers 4.46.3 (src/transformers/models/llama/configuration_llama.py, LlamaConfig.__init__) reads
+    `rope_theta` (default 10000.0) and `rope_scaling` (None: the "default" RoPE); `rope_parameters` is an
+    unknown key there, kept as an attribute and never read: a config with the base only inside it runs at
+    10000. transformers 5.24.0 (src/transformers/modeling_rope_utils.py,
+    RotaryEmbeddingConfigMixin.convert_rope_params_to_dict) reads `rope_parameters`, and a non-null
+    `rope_scaling` in config.json replaces it (`self.rope_parameters = rope_scaling or self.rope_parameters`);
+    a top-level `rope_theta` only fills a `rope_parameters` without one. So: `rope_scaling` null, the base in
+    `rope_theta` for 4.x and in `rope_parameters` for 5.x.
+    """
+    return {
+        "rope_theta": theta,
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+    }
+
+
 def hf_config(shape: ExportShape) -> dict[str, Any]:
-    """config.json for the architecture of hf_architecture(shape.model)."""
+    """config.json for the architecture of hf_architecture(shape.model), read alike by transformers 4.x and 5.x."""
     m = shape.model
-    common = {"vocab_size": shape.vocab_rows, "tie_word_embeddings": m.tie_embeddings, "torch_dtype": "float32"}
+    # the weights' dtype: `torch_dtype` for 4.x (configuration_utils.py PretrainedConfig.__init__, 4.46.3), `dtype`
+    # for 5.x, which still reads `torch_dtype` when `dtype` is absent (PreTrainedConfig.__post_init__, 5.24.0)
+    common = {"vocab_size": shape.vocab_rows, "tie_word_embeddings": m.tie_embeddings}
+    common |= {"torch_dtype": "float32", "dtype": "float32"}
     common |= {"eos_token_id": shape.eos_id, "bos_token_id": None, "pad_token_id": shape.pad_id}
     if hf_architecture(m) == "LlamaForCausalLM":
         return {
@@ -111,10 +140,11 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
             "hidden_act": "silu",
             "rms_norm_eps": NORM_EPS,
             "max_position_embeddings": shape.seq_len,
-            "rope_parameters": {"rope_type": "default", "rope_theta": shape.rope_theta},
-            "attention_bias": m.bias,
+            **rope_config(shape.rope_theta),
+            "attention_bias": m.bias,  # q, k, v and o projections, in 4.46.3 and 5.24.0 alike
             "mlp_bias": m.bias,
             "attention_dropout": 0.0,
+            "pretraining_tp": 1,  # 1 in both; > 1 would split the projections (4.46.3 LlamaMLP.forward)
             **common,
         }
     return {
@@ -130,6 +160,10 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
         "resid_pdrop": 0.0,
         "embd_pdrop": 0.0,
         "attn_pdrop": 0.0,
+        # attention scaled by 1/sqrt(head_dim) only, as runlib's (the defaults of GPT2Config in 4.46.3 and 5.24.0)
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
         **common,
     }
 
@@ -251,7 +285,8 @@ def write_export(
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         for name, text in tokenizer_files(tokenizer_json, shape, special_ids).items():
             (tmp / name).write_text(text)
-        (tmp / MARKER).write_text(json.dumps({"architecture": architecture, **provenance}, indent=2) + "\n")
+        marker = {"architecture": architecture, "export_format": EXPORT_FORMAT, **provenance}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.replace(out_dir, old)

@@ -8,47 +8,13 @@ import pytest
 import torch
 
 from runlib.errors import UserError
-from runlib.export.hf import MARKER, ExportShape, hf_architecture, write_export
-from runlib.model.transformer import Transformer
-from runlib.spec.models import ModelSpec
-from runlib.tokenizer.special import special_ids
-
-VOCAB_ROWS = 384
-LLAMA = {"layers": 2, "d_model": 64, "heads": 4, "d_ff": 160, "seq_len": 64}
-GPT2 = {**LLAMA, "position": "learned", "norm": "layernorm", "activation": "gelu"}
-SHAPES = {
-    "llama-tied-gqa": {**LLAMA, "kv_heads": 2, "tie_embeddings": True, "rope_theta": 500000.0},
-    "llama-untied-bias-headdim": {**LLAMA, "head_dim": 8, "bias": True},
-    "gpt2-tied-bias": {**GPT2, "tie_embeddings": True, "bias": True},
-    "gpt2-untied-nobias": GPT2,
-}
-
-
-def tiny_tokenizer_json() -> str:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    specials = special_ids(5)
-    vocab = {**specials, **{chr(c): 5 + i for i, c in enumerate(range(97, 123))}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok.add_special_tokens(list(specials))
-    return tok.to_str()
+from runlib.export.hf import EXPORT_FORMAT, MARKER, hf_architecture
+from tests.export import tiny_export
+from tests.export.tiny_export import GPT2, LLAMA, SHAPES, VOCAB_ROWS
 
 
 def export(tmp_path, fields: dict, theta: float | None = None):
-    model_spec = ModelSpec(**fields)
-    torch.manual_seed(0)
-    model = Transformer(model_spec, VOCAB_ROWS, model_spec.seq_len)
-    with torch.no_grad():  # non-trivial norm weights and biases, so a mis-mapped one shows
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-    theta = theta or model_spec.rope_theta
-    if model_spec.position == "rope":
-        model.set_rope(theta, model_spec.seq_len)
-    shape = ExportShape(model_spec, VOCAB_ROWS, model_spec.seq_len, model_spec.seq_len, theta, eos_id=0, pad_id=1)
-    out = write_export(model.state_dict(), shape, tiny_tokenizer_json(), special_ids(5), tmp_path / "hf", {"test": 1})
-    return model.eval(), out
+    return tiny_export.export(tmp_path / "hf", fields, theta)
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -71,13 +37,18 @@ def test_transformers_logits_equal_runlib(tmp_path, name):
 
 
 def test_a_long_context_theta_is_exported(tmp_path):
-    """A phase that changed the RoPE base exports its own base: logits equal at that base."""
+    """A phase that changed the RoPE base exports its own base, in the keys of transformers 5.x
+    (`rope_parameters`) and 4.x (`rope_theta`, test_hf_transformers4.py loads it there): logits equal at
+    that base, up to position 299."""
     from transformers import AutoModelForCausalLM
 
-    model, out = export(tmp_path, SHAPES["llama-tied-gqa"], theta=2_000_000.0)
-    assert json.loads((out / "config.json").read_text())["rope_parameters"]["rope_theta"] == 2_000_000.0
+    model, out = export(tmp_path, {**SHAPES["llama-tied-gqa"], "seq_len": 320}, theta=2_000_000.0)
+    config = json.loads((out / "config.json").read_text())
+    assert config["rope_parameters"]["rope_theta"] == config["rope_theta"] == 2_000_000.0
+    assert config["rope_scaling"] is None  # a non-null one would replace rope_parameters in 5.x
     hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    tokens = torch.arange(60)[None] % VOCAB_ROWS
+    assert hf.config.rope_parameters == {"rope_type": "default", "rope_theta": 2_000_000.0}
+    tokens = torch.randint(0, VOCAB_ROWS, (1, 300), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert (model(tokens) - hf(tokens).logits).abs().max().item() < 1e-5
 
@@ -119,4 +90,5 @@ def test_an_existing_folder_that_is_not_an_export_is_kept(tmp_path):
     (tmp_path / "hf" / "notes.txt").unlink()
     _, out = export(tmp_path, SHAPES["gpt2-untied-nobias"])  # an empty folder is fine, and so is a rerun
     _, out = export(tmp_path, SHAPES["gpt2-untied-nobias"])
-    assert (out / MARKER).exists() and not list(tmp_path.glob(".hf.*"))
+    assert json.loads((out / MARKER).read_text())["export_format"] == EXPORT_FORMAT
+    assert not list(tmp_path.glob(".hf.*"))

@@ -1,0 +1,47 @@
+"""Tiny exports for the export tests: a runlib model of a given shape with non-trivial norms and biases,
+exported by runlib.export.hf.write_export with a character-level tokenizer."""
+
+import torch
+
+from runlib.export.hf import ExportShape, write_export
+from runlib.model.transformer import Transformer
+from runlib.spec.models import ModelSpec
+from runlib.tokenizer.special import special_ids
+
+VOCAB_ROWS = 384
+LLAMA = {"layers": 2, "d_model": 64, "heads": 4, "d_ff": 160, "seq_len": 64}
+GPT2 = {**LLAMA, "position": "learned", "norm": "layernorm", "activation": "gelu"}
+SHAPES = {
+    "llama-tied-gqa": {**LLAMA, "kv_heads": 2, "tie_embeddings": True, "rope_theta": 500000.0},
+    "llama-untied-bias-headdim": {**LLAMA, "head_dim": 8, "bias": True},
+    "gpt2-tied-bias": {**GPT2, "tie_embeddings": True, "bias": True},
+    "gpt2-untied-nobias": GPT2,
+}
+
+
+def tiny_tokenizer_json() -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = special_ids(5)
+    vocab = {**specials, **{chr(c): 5 + i for i, c in enumerate(range(97, 123))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.add_special_tokens(list(specials))
+    return tok.to_str()
+
+
+def export(out_dir, fields: dict, theta: float | None = None):
+    """(runlib's model in eval mode, the export folder); theta: a phase's RoPE base other than the model's."""
+    model_spec = ModelSpec(**fields)
+    torch.manual_seed(0)
+    model = Transformer(model_spec, VOCAB_ROWS, model_spec.seq_len)
+    with torch.no_grad():  # non-trivial norm weights and biases, so a mis-mapped one shows
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    theta = theta or model_spec.rope_theta
+    if model_spec.position == "rope":
+        model.set_rope(theta, model_spec.seq_len)
+    shape = ExportShape(model_spec, VOCAB_ROWS, model_spec.seq_len, model_spec.seq_len, theta, eos_id=0, pad_id=1)
+    out = write_export(model.state_dict(), shape, tiny_tokenizer_json(), special_ids(5), out_dir, {"test": 1})
+    return model.eval(), out
