@@ -32,6 +32,7 @@ MODULE_COST_S = {
     "tests/train/test_launch.py": 40,
     "tests/workflow/test_commit_protocol.py": 40,
     "tests/export/test_hf.py": 40,
+    "tests/export/test_hf_transformers4.py": 40,
     "tests/test_bench.py": 40,
     "tests/train/test_spikes.py": 25,
     "tests/workflow/test_artifacts.py": 25,
