@@ -99,7 +99,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    """Every built artifact of the spec (or of --stage) against its manifest: sizes and XXH3-128 digests."""
+    """Every built artifact of the spec (or of --stage) against its manifest (its MAC, sizes and XXH3-128
+    digests) and its built inputs against what it recorded reading (the chain: runlib.workflow.artifacts)."""
     import time
 
     from runlib.spec import load_spec
@@ -294,7 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_plan)
 
-    p = sub.add_parser("verify", help="check every built artifact of the spec against its manifest (sizes, digests)")
+    p = sub.add_parser(
+        "verify",
+        help="check every built artifact of the spec against its manifest (MAC, sizes, digests) and its inputs",
+    )
     p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
     p.add_argument(
         "--stage",
