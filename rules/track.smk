@@ -8,5 +8,8 @@ rule track:
     log:
         WF.track_log(),
     localrule: True
+    # no core: tracking never holds one that the next training phase waits for (with --cores N a
+    # phase needs them all; a track job holding one delayed the next phase by 99 s: issue 28 item 13)
+    threads: 0
     shell:
         '"$RUNLIB_PYTHON" -m runlib track --resync --stamp {output:q} > {log:q} 2>&1'

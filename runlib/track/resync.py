@@ -20,12 +20,67 @@ failure is a warning, never a failed workflow: the next track step, or `runlib t
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from runlib.errors import UserError
+
+# A stalled MLflow server (it answers /health, not the API) held `runlib track` 7+ minutes: MLflow's
+# REST client waits MLFLOW_HTTP_REQUEST_TIMEOUT (default 120 s) per request and retries
+# MLFLOW_HTTP_REQUEST_MAX_RETRIES (default 7) times with backoff (mlflow/environment_variables.py,
+# mlflow/utils/rest_utils.py). The tracking process sets both lower unless the user has set them, and
+# the whole resync runs under TRACK_DEADLINE_S (RUNLIB_TRACK_DEADLINE_S overrides): past it, the run
+# goes on untracked and the next track step retries (issue 28 item 13).
+HTTP_REQUEST_TIMEOUT_S = 20
+HTTP_REQUEST_MAX_RETRIES = 2
+TRACK_DEADLINE_S = 300.0
+
+
+class TrackDeadline(BaseException):
+    """The resync ran past its deadline. A BaseException, so that the per-artifact `except Exception`
+    handlers of resync() do not swallow it and go on to the next MLflow call."""
+
+
+def bound_mlflow_requests(environ: dict[str, str] | None = None) -> None:
+    """MLflow's HTTP timeout and retries for this process, unless the user set them (before mlflow is used)."""
+    env = os.environ if environ is None else environ
+    env.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_REQUEST_TIMEOUT_S))
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(HTTP_REQUEST_MAX_RETRIES))
+
+
+def track_deadline_s() -> float:
+    try:
+        value = float(os.environ.get("RUNLIB_TRACK_DEADLINE_S", TRACK_DEADLINE_S))
+    except ValueError:
+        raise UserError("RUNLIB_TRACK_DEADLINE_S: give seconds, e.g. RUNLIB_TRACK_DEADLINE_S=300") from None
+    return value if value > 0 else TRACK_DEADLINE_S
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """TrackDeadline raised in the main thread after `seconds` (SIGALRM: it interrupts a blocked socket
+    read; PEP 475 retries a system call only when the handler returns). No-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum, frame):
+        raise TrackDeadline()
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True)
@@ -120,8 +175,21 @@ def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
     from runlib.workflow.settings import tracking_uri
 
     started = time.monotonic()
+    bound_mlflow_requests()
+    limit_s = track_deadline_s()
     try:
-        rows = resync(spec_path)
+        with deadline(limit_s):
+            rows = resync(spec_path)
+    except TrackDeadline:
+        exc = UserError(
+            f"runlib track --resync: MLflow tracking at {tracking_uri()} did not finish within {limit_s:.0f} s "
+            "(a stalled server or a locked store; RUNLIB_TRACK_DEADLINE_S sets the limit)"
+        )
+        if stamp is None:
+            raise exc from None
+        print(f"runlib: warning: {exc}; the run goes on untracked (retry: runlib track --resync)", file=sys.stderr)
+        write_text_atomic(Path(stamp), f"not recorded: {exc}\n")
+        return 0
     except UserError as exc:
         if stamp is None:
             raise
