@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from runlib.errors import UserError
 from runlib.util.atomic import write_text_atomic
+from runlib.workflow.diskfull import disk_full_message
 from runlib.workflow.settings import artifacts_dir, built_marker, done_stamp
 
 if TYPE_CHECKING:
@@ -161,8 +162,14 @@ def run_stage(stage: str, spec_path: str, key: str) -> Manifest:
                 _stamp(stage, key, manifest)
                 return manifest
         # not built, or built but failing the cheap check (the spec's graph names it in the error)
-        manifest = _build_from_spec(stage, spec_path, key)
-        _stamp(stage, key, manifest)
+        try:
+            manifest = _build_from_spec(stage, spec_path, key)
+            _stamp(stage, key, manifest)
+        except (OSError, RuntimeError) as exc:  # a full disk: say so, not the writer's words (issue 28 item 15)
+            message = disk_full_message(ref.instance, ref.dir, exc)
+            if message is None:
+                raise
+            raise UserError(message) from None
     return manifest
 
 
