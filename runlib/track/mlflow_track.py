@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 LOCK_NAME = "mlflow-parent.lock"
+# on a child: "true" when, as it was recorded, another parent of the experiment had a child for its artifact
+# key: the artifact was built for another run and reused by this one (a variant that shares the first
+# phases), so the build is not this run's and its time is not in this run's span (parent_own_manifests)
+REUSED_TAG = "runlib.reused"
 LOCKED_ATTEMPTS = 6  # sqlite "database is locked": retry with backoff 0.5, 1, 2, 4, 8 s
 PROBE_TIMEOUT_S = 5.0
 
@@ -272,19 +276,25 @@ def _experiment_id(client: MlflowClient, name: str) -> str:
 
 
 def _audit(spec: RunSpec, spec_path: str | Path | None):
-    from runlib.audit import audit
+    """The audit the parent records: `runlib audit`'s (audit_loaded with the measured token counts of the
+    sources tokenized here), with line numbers when spec_path is this spec's file."""
+    from runlib.audit import audit, audit_loaded
 
-    source_map = None
     if spec_path and Path(spec_path).is_file():
         try:
             from runlib.spec import load_spec
 
             loaded = load_spec(spec_path)
-            if loaded.spec == spec:  # line numbers in the report only when the file is this spec
-                source_map = loaded.source_map
         except Exception:
-            source_map = None
-    return audit(spec, source_map, str(spec_path) if spec_path else "<spec>")
+            loaded = None
+        if loaded is not None and loaded.spec == spec:  # line numbers only when the file is this spec
+            return audit_loaded(loaded, use_measured=True)
+    from runlib.workflow.measured import measured
+
+    tokens, prediction = measured(spec)
+    return audit(
+        spec, None, str(spec_path) if spec_path else "<spec>", measured_tokens=tokens, ladder_prediction=prediction
+    )
 
 
 def _create_parent(
@@ -330,6 +340,30 @@ def _parent(spec: RunSpec, spec_path: str | Path | None, start_ms: int | None = 
         return client, experiment_id, run_id
 
 
+def keys_recorded_elsewhere(client: MlflowClient, experiment_id: str, parent_id: str | None) -> set[str]:
+    """The artifact keys that a complete child of another parent of the experiment records (one paged search;
+    parent_id None: of any parent): artifacts another run built (or reused itself), which this run reuses."""
+    keys: set[str] = set()
+    token = None
+    while True:
+        page = _retry(
+            client.search_runs, [experiment_id], filter_string="tags.`runlib.kind` = 'stage'", page_token=token
+        )
+        keys.update(
+            r.data.tags["runlib.key"]
+            for r in page
+            if "runlib.key" in r.data.tags and r.data.tags.get("mlflow.parentRunId") != parent_id
+        )
+        token = page.token
+        if not token:
+            return keys
+
+
+def own_manifests(manifests: dict[str, Manifest], reused_keys: Collection[str]) -> dict[str, Manifest]:
+    """The manifests of the artifacts this run built itself: those whose key is not among `reused_keys`."""
+    return {name: m for name, m in manifests.items() if m.key not in reused_keys}
+
+
 def build_span_ms(manifests: Iterable[Manifest]) -> tuple[int, int] | None:
     """(start, end) in Unix ms of the builds of these artifacts: the first start, the last end."""
     spans = [
@@ -347,14 +381,17 @@ def parent_summary(
     evals: dict[int, dict[str, Any]],
     planned_device_hours: float | None,
     run_instances: Collection[str] | None = None,
+    reused_keys: Collection[str] = (),
 ) -> list[tuple[str, float, int]]:
     """The parent's summary metrics as (name, value, step), from the built artifacts of the run (pure):
-    manifests by node instance; evals: eval.json by phase index.
+    manifests by node instance; evals: eval.json by phase index; reused_keys: the artifacts another run
+    built, which this one reuses (REUSED_TAG).
     - heldout/<source>/<loss|bits_per_byte>: the latest evaluated phase's (step = its phase index; the
       same names as the eval_phase children, so MLflow compares them across runs);
     - train/tokens: tokens trained (the furthest phase built) by the spec's own run: `run_instances`, the
       train_phase instances that are not a ladder rung's or a branch's (None: every train_phase);
-    - run/wall_seconds: from the first build's start to the last one's end (the parent's span);
+    - run/wall_seconds: from the first start to the last end of the builds this run made itself (the parent's
+      span; a variant's run counts from its own first build, not from the builds it reuses);
     - train/device_hours: measured, each train_phase's wall seconds x its processes / 3600 (core-hours on
       a CPU run: tag runlib.accelerator says which), rungs and branches included; plan/device_hours: the
       plan's estimate of the same stages beside it."""
@@ -372,7 +409,7 @@ def parent_summary(
     tokens = [m.counts.get("tokens") for m in own if _is_number(m.counts.get("tokens"))]
     if tokens:
         points.append(("train/tokens", float(max(tokens)), 0))
-    span = build_span_ms(manifests.values())
+    span = build_span_ms(own_manifests(manifests, reused_keys).values())
     if span is not None:
         points.append(("run/wall_seconds", (span[1] - span[0]) / 1000.0, 0))
     device_seconds = [
@@ -394,17 +431,18 @@ def update_parent(
     evals: dict[int, dict[str, Any]],
     planned_device_hours: float | None,
     run_instances: Collection[str] | None = None,
+    reused_keys: Collection[str] = (),
 ) -> int:
-    """Log the parent's summary metrics that changed and move its end time to the last build's end; the
-    number of metrics logged (0 when nothing changed: a repeated resync logs nothing)."""
+    """Log the parent's summary metrics that changed and move its end time to the last end of its own
+    builds; the number of metrics logged (0 when nothing changed: a repeated resync logs nothing)."""
     run = _retry(client.get_run, parent_id)
     current = run.data.metrics
     points = [
         (k, v, step)
-        for k, v, step in parent_summary(manifests, evals, planned_device_hours, run_instances)
+        for k, v, step in parent_summary(manifests, evals, planned_device_hours, run_instances, reused_keys)
         if k not in current or current[k] != v
     ]
-    span = build_span_ms(manifests.values())
+    span = build_span_ms(own_manifests(manifests, reused_keys).values())
     if points:
         _log_metric_points(client, parent_id, points, span[1] if span else int(time.time() * 1000))
     if span is not None and run.info.end_time != span[1]:
@@ -430,12 +468,20 @@ def parent_identity(spec: RunSpec) -> str:
 
 def recorded_keys(client: MlflowClient, experiment_id: str, parent_id: str) -> set[str]:
     """The artifact keys the parent has a complete child for (one paged search, not one per artifact)."""
+    return set(recorded_children(client, experiment_id, parent_id))
+
+
+def recorded_children(client: MlflowClient, experiment_id: str, parent_id: str) -> dict[str, bool]:
+    """Artifact key -> whether it is reused (REUSED_TAG), for each complete child of the parent (one paged
+    search)."""
     filter_string = f"tags.`mlflow.parentRunId` = '{_quote(parent_id)}' and tags.`runlib.kind` = 'stage'"
-    keys: set[str] = set()
+    keys: dict[str, bool] = {}
     token = None
     while True:
         page = _retry(client.search_runs, [experiment_id], filter_string=filter_string, page_token=token)
-        keys.update(r.data.tags["runlib.key"] for r in page if "runlib.key" in r.data.tags)
+        for r in page:
+            if "runlib.key" in r.data.tags:
+                keys[r.data.tags["runlib.key"]] = r.data.tags.get(REUSED_TAG) == "true"
         token = page.token
         if not token:
             return keys
@@ -464,12 +510,14 @@ def _log_stage(
     manifest: Manifest,
     artifact_files: Iterable[str | Path],
     parent: tuple[MlflowClient, str, str] | None = None,
+    elsewhere: Collection[str] | None = None,
 ) -> tuple[str, bool]:
     """(the child run's id, whether this call created it). Idempotent: when the spec's parent already has a
     complete child for this artifact key (a rerun that found the artifact built, a second spec or run that
     waited for another's build, `runlib track --resync`), nothing is logged; children a killed job left
     incomplete are deleted and the record is made again. Under a per-key lock, so two processes of this
-    machine do not both log the same child. `parent`: _parent's answer, when the caller has it already."""
+    machine do not both log the same child. `parent`: _parent's answer, when the caller has it already;
+    `elsewhere`: keys_recorded_elsewhere's answer (None: asked here), for the child's REUSED_TAG."""
     client, experiment_id, parent_id = parent or _parent(spec, spec_path)
     with _file_lock(f"mlflow-stage-{node.key}.lock"):
         existing, incomplete = _stage_children(client, experiment_id, parent_id, node.key)
@@ -477,7 +525,17 @@ def _log_stage(
             return existing, False
         for run_id in incomplete:
             _retry(client.delete_run, run_id)
-        return _log_child(client, experiment_id, parent_id, spec, node, manifest, artifact_files), True
+        reused = node.key in (
+            elsewhere if elsewhere is not None else _recorded_elsewhere(client, experiment_id, parent_id, node.key)
+        )
+        return _log_child(client, experiment_id, parent_id, spec, node, manifest, artifact_files, reused), True
+
+
+def _recorded_elsewhere(client: MlflowClient, experiment_id: str, parent_id: str, key: str) -> set[str]:
+    """{key} when another parent of the experiment has a complete child for artifact `key`, else {}."""
+    filter_string = f"tags.`runlib.key` = '{_quote(key)}' and tags.`runlib.kind` = 'stage'"
+    runs = _retry(client.search_runs, [experiment_id], filter_string=filter_string)
+    return {key} if any(r.data.tags.get("mlflow.parentRunId") != parent_id for r in runs) else set()
 
 
 def _log_child(
@@ -488,6 +546,7 @@ def _log_child(
     node: StageNode,
     manifest: Manifest,
     artifact_files: Iterable[str | Path],
+    reused: bool = False,
 ) -> str:
     digest = manifest_digest(manifest)
     started, wall = manifest.timings.started_at, manifest.timings.wall_seconds
@@ -502,6 +561,7 @@ def _log_child(
         "runlib.content_hash": manifest.content_hash,
         "runlib.spec_key": spec_key(spec),
         "runlib.manifest_digest": digest,
+        REUSED_TAG: "true" if reused else "false",
     }
     params = flatten(node.config.model_dump(mode="json"), "config.")
     params.update({clean_key(f"input.{role}"): key for role, key in node.inputs.items()})

@@ -7,7 +7,9 @@ already recorded (a child with their key) are left alone, so a resync can be rep
 `rm mlflow.db` it brings every child back. The parent gets the run's summary metrics (final held-out loss
 per source, tokens, wall time, device-hours measured and planned: mlflow_track.parent_summary) and spans
 the builds of the run's artifacts (a new parent starts at the first build, each resync moves its end to
-the last); only changed values are logged, so a repeated resync logs nothing.
+the last); only changed values are logged, so a repeated resync logs nothing. A run that reuses artifacts
+another parent of the experiment recorded first (a variant sharing the first phases: each child says so in
+its runlib.reused tag) spans only its own builds, so its wall time counts from its own start.
 
 This is also how a workflow run is tracked: stage jobs never import mlflow; the track rule
 (rules/track.smk) runs `runlib track --resync --stamp FILE` after each training phase (its evaluation
@@ -107,12 +109,18 @@ def resync(spec_path: str | Path) -> list[Resynced]:
         except UserError as exc:
             built[node.instance] = exc
     manifests = {name: m for name, m in built.items() if m is not None and not isinstance(m, UserError)}
-    span = mlflow_track.build_span_ms(manifests.values())
     uri = tracking_uri()
     try:
         mlflow_track._probe(uri)
+        client = mlflow_track._client()
+        experiment_id = mlflow_track._experiment_id(client, mlflow_track.experiment_name(spec))
+        # a new parent starts at the first build of this run's own artifacts: not at the builds it reuses
+        # from another run of the experiment (a variant sharing the first phases)
+        others = mlflow_track.keys_recorded_elsewhere(client, experiment_id, None)
+        span = mlflow_track.build_span_ms(mlflow_track.own_manifests(manifests, others).values())
         parent = mlflow_track._parent(spec, spec_path, start_ms=span[0] if span else None)
-        recorded = mlflow_track.recorded_keys(*parent)
+        recorded = mlflow_track.recorded_children(*parent)
+        elsewhere = mlflow_track.keys_recorded_elsewhere(client, experiment_id, parent[2])
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
         raise UserError(
@@ -132,22 +140,28 @@ def resync(spec_path: str | Path) -> list[Resynced]:
             continue
         files = [node.dir / f for f in TRACKED_FILES.get(node.stage, []) if (node.dir / f).exists()]
         try:
-            _, created = mlflow_track._log_stage(spec, spec_path, node, manifest, files, parent=parent)
+            _, created = mlflow_track._log_stage(
+                spec, spec_path, node, manifest, files, parent=parent, elsewhere=elsewhere
+            )
         except Exception as exc:
             message = " ".join(str(exc).split())[:300]
             out.append(Resynced(node.instance, f"FAILED: {type(exc).__name__}: {message}"))
             continue
+        if created:
+            recorded[node.key] = node.key in elsewhere
         out.append(Resynced(node.instance, "logged" if created else "recorded"))
     try:
-        _update_parent(spec, graph, manifests, parent)
+        reused = {key for key, is_reused in recorded.items() if is_reused}
+        _update_parent(spec, graph, manifests, parent, reused)
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
         out.append(Resynced("parent summary", f"FAILED: {type(exc).__name__}: {message}"))
     return out
 
 
-def _update_parent(spec, graph, manifests: dict, parent: tuple) -> int:
-    """The parent's summary metrics and end time (mlflow_track.update_parent) from the built artifacts."""
+def _update_parent(spec, graph, manifests: dict, parent: tuple, reused: set[str]) -> int:
+    """The parent's summary metrics and end time (mlflow_track.update_parent) from the built artifacts;
+    `reused`: the keys of those another run built (their children's REUSED_TAG)."""
     from runlib.track import mlflow_track
     from runlib.workflow.train_plans import node_device_hours, train_plans
 
@@ -163,7 +177,7 @@ def _update_parent(spec, graph, manifests: dict, parent: tuple) -> int:
     plans = train_plans(spec)
     planned = sum(node_device_hours(n, plans) for n in trains)  # rungs and branches cost hours too
     own = {n.instance for n in trains if "rung" not in n.params and "branch" not in n.params}
-    return mlflow_track.update_parent(client, parent_id, manifests, evals, planned, own)
+    return mlflow_track.update_parent(client, parent_id, manifests, evals, planned, own, reused)
 
 
 def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
