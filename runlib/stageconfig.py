@@ -9,10 +9,26 @@ anything machine-local (paths of the work directory, the number of local cores).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 
 class StageConfig(BaseModel):
-    """What one stage instance reads; frozen, and hashed (as JSON) into the stage's key."""
+    """What one stage instance reads; frozen, and hashed (as JSON) into the stage's key.
+
+    A field named in KEYED_WHEN_SET is left out of the serialized config (and so of the key) while it has
+    its default: a field added after keys existed (a content digest only some specs have) changes the keys
+    of exactly the configs that set it (as runlib.spec.models.KeyedWhenSet does for spec sections)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_new_fields_at_default(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.KEYED_WHEN_SET:
+                if name in data and getattr(self, name) == type(self).model_fields[name].default:
+                    del data[name]
+        return data

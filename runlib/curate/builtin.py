@@ -22,6 +22,7 @@ import io
 import os
 import platform
 import random
+import sys
 import sysconfig
 import tokenize
 from collections.abc import Callable
@@ -42,6 +43,20 @@ ARITHMETIC_SEED = 20_240_417
 
 ARITHMETIC_DEFAULT_DOCS = 20_000
 """Documents in the arithmetic source unless input.max_docs says otherwise."""
+
+
+READS_PYTHON = frozenset({"python_docs", "python_code"})
+"""Builtin sources whose documents are the running Python's own files (arithmetic is generated)."""
+
+
+def builtin_python(name: str | None) -> str | None:
+    """The Python whose files builtin source `name` reads, as '<implementation> <version>' ('cpython
+    3.11.9'; platform.python_version() keeps a pre-release's suffix, '3.13.0rc1'), or None for a source
+    that reads none. The curation stage's key holds it (runlib.curate.config.CurateShardConfig.python):
+    the standard library's docstrings and code change between Python releases, micro releases too."""
+    if name not in READS_PYTHON:
+        return None
+    return f"{sys.implementation.name} {platform.python_version()}"
 
 
 def stdlib_root() -> Path:
@@ -225,18 +240,27 @@ def _documents(name: str, max_docs: int | None) -> tuple[tuple[tuple[str, str], 
 
 
 def builtin_documents(
-    name: str | None, max_docs: int | None, source_name: str | None = None
+    name: str | None, max_docs: int | None, source_name: str | None = None, python: str | None = None
 ) -> tuple[list[tuple[str, str]], dict]:
     """All (doc_id, text) of builtin source `name` (at most max_docs), and its provenance.
 
     provenance: kind, python_version, root (the standard library read; None for arithmetic), files_read,
     documents, sha256 (over the SHA-256 of each text, in order). Cached per process: shards of one source
-    built in the same process read the standard library once.
+    built in the same process read the standard library once. `python`: the Python the stage's key was
+    computed for (builtin_python; None: not checked); another Python running the stage is an error, since
+    its documents would be stored under a key that names the first one.
     """
+    where = f"data.sources.{source_name}.input.name" if source_name else "input.name"
     if name not in KINDS:
-        where = f"data.sources.{source_name}.input.name" if source_name else "input.name"
         known = "; ".join(f"{k} ({v})" for k, v in KINDS.items())
         got = "missing" if name is None else f"unknown builtin source {name!r}"
         raise UserError(f"{where}: {got}; known kinds: {known}")
+    running = builtin_python(name)
+    if python is not None and running != python:
+        raise UserError(
+            f"{where}: builtin source {name} reads the files of the Python that runs the stage ({running}), but "
+            f"its key was computed for {python}; run the workflow and its jobs with one Python (the stage "
+            f"jobs use RUNLIB_PYTHON, {sys.executable} here)"
+        )
     docs, provenance = _documents(name, max_docs)
     return list(docs), dict(provenance)

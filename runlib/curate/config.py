@@ -26,6 +26,8 @@ class InputFile(StageConfig):
 class CurateShardConfig(StageConfig):
     """One shard of one source: where its documents come from and every curation step applied to them."""
 
+    KEYED_WHEN_SET = frozenset({"python"})
+
     input: InputSpec
     """The source's input (format, path glob, builtin name, text field, max_docs, shards)."""
 
@@ -41,6 +43,11 @@ class CurateShardConfig(StageConfig):
     files: list[InputFile]
     """The input files this shard reads, in order, each with its size and content digest ([] for a builtin
     source); built by runlib.curate.inputs (the glob walk and the digest cache)."""
+
+    python: str | None = None
+    """A builtin source that reads Python's own files (python_docs, python_code): the Python whose standard
+    library it reads, 'cpython 3.11.9' (runlib.curate.builtin.builtin_python): another Python has other
+    documentation and code, so another key. None (and left out of the key) for every other source."""
 
 
 class CurateSourceConfig(StageConfig):

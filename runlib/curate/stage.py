@@ -401,7 +401,7 @@ def describe_input(config: CurateShardConfig) -> str:
 def _read_shard(source_name: str, config: CurateShardConfig, repairs: Counter[str]) -> tuple[list[Doc], Any]:
     shard, shards, files = config.shard, config.shards, config.files
     if config.input.format == "builtin":
-        docs, provenance = builtin_documents(config.input.name, config.input.max_docs, source_name)
+        docs, provenance = builtin_documents(config.input.name, config.input.max_docs, source_name, config.python)
         return docs[shard::shards], provenance
     # the files must be what the key was computed from: same size and digest before, no change while read
     field = f"data.sources.{source_name}.input.path"

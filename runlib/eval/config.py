@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from runlib.curate.config import InputFile
 from runlib.spec.models import EvalTaskSpec, ModelSpec
 from runlib.stageconfig import StageConfig
 
@@ -22,6 +23,8 @@ class EvalModelConfig(StageConfig):
 
 class EvalConfig(StageConfig):
     """One phase's evaluation: held-out loss per source and the spec's tasks, at the phase's context."""
+
+    KEYED_WHEN_SET = frozenset({"task_files"})
 
     phase: str
     """Name of the evaluated phase (recorded in eval.json)."""
@@ -46,3 +49,8 @@ class EvalConfig(StageConfig):
 
     tasks: list[EvalTaskSpec]
     """Downstream tasks (a task from_heldout reads that source's `tokens:<source>` input)."""
+
+    task_files: dict[str, list[InputFile]] = {}
+    """Task name -> the files its `path` names (the file, or every file under a folder), each with its size
+    and content digest: editing a task file changes the key of every evaluation and nothing else. The stage
+    checks them before scoring (runlib.curate.inputs.check_unchanged)."""

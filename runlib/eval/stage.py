@@ -16,11 +16,13 @@ manifests give the end-of-document id and the held-out bytes per token.
 
 from __future__ import annotations
 
+import glob
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+from runlib.curate.inputs import check_unchanged
 from runlib.eval.config import EvalConfig
 
 TASK_SEED = 1234  # tasks built from held-out documents are the same for every phase and run
@@ -33,6 +35,12 @@ NOT_COUNTED = frozenset({"chance_acc", "examples_requested"})
 def evaluate_phase(
     config: EvalConfig, model_dir: Path, tokenizer_dir: Path, token_dirs: dict[str, Path], out_dir: Path
 ) -> dict[str, Any]:
+    # the task files must be what the key was computed from (issue 28 item 9): checked before anything loads
+    for name, files in config.task_files.items():
+        field = f"eval.tasks ({name}).path"
+        for file in files:
+            check_unchanged(glob.escape(file.path), [file], field)
+
     import torch
 
     from runlib.eval.heldout import heldout_metrics

@@ -255,7 +255,10 @@ def review_graph(spec: Any, plan: Plan) -> tuple[Any, list[str]]:
             shard_configs[name] = [
                 CurateShardConfig(input=source.input, curate=source.curate, shard=0, shards=1, files=[])
             ]
-    return build_graph(spec, shard_configs), placeholders
+    # a tokenizer.pretrained or eval task file not here: a placeholder digest on both sides (runlib.workflow.configs)
+    with configs.placeholder_files() as missing_files:
+        graph = build_graph(spec, shard_configs)
+    return graph, placeholders + missing_files
 
 
 def _one_source(spec: Any, name: str) -> Any:
@@ -395,7 +398,7 @@ def render_text(d: SpecDiff) -> str:
         lines.append(f"  {r.instance:<34} {r.key}  ({was}){hours}")
     if d.placeholder_sources:
         lines.append(
-            f"  (input files of {', '.join(d.placeholder_sources)} not found here: their curation keys assume "
+            f"  (input files of {', '.join(d.placeholder_sources)} not found here: their stage keys assume "
             "the same files under both specs)"
         )
     if d.new_errors:
@@ -450,7 +453,7 @@ def render_markdown(d: SpecDiff) -> str:
     if d.placeholder_sources:
         lines += [
             "",
-            f"_Input files of {', '.join(d.placeholder_sources)} not found: their curation keys assume "
+            f"_Input files of {', '.join(d.placeholder_sources)} not found: their stage keys assume "
             "the same files under both specs._",
         ]
     return "\n".join(lines) + "\n"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+from runlib.curate.config import InputFile
 from runlib.stageconfig import StageConfig
 
 
 class TokenizerConfig(StageConfig):
     """The tokenizer to train (byte-level BPE) or to copy (pretrained), with its edits."""
+
+    KEYED_WHEN_SET = frozenset({"pretrained_file"})
 
     vocab_size: int | None
     """Learned BPE vocabulary before reserved tokens (None with `pretrained`)."""
@@ -36,3 +39,7 @@ class TokenizerConfig(StageConfig):
 
     pretrained: str | None
     """Path of a tokenizer.json used instead of training one."""
+
+    pretrained_file: InputFile | None = None
+    """`pretrained`'s size and content digest (XXH3-128), so replacing the tokenizer.json changes this stage's
+    key and everything downstream; the stage refuses a file whose bytes no longer match (None: trained)."""

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ from runlib.errors import UserError
 from runlib.tokenizer.config import TokenizerConfig
 from runlib.tokenizer.special import EOS, EOS_ID, special_ids, special_tokens
 from runlib.util.atomic import write_text_atomic
+from runlib.util.hashing import bytes_digest
 
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_TRAIN_BYTES = 10**9
@@ -369,8 +369,17 @@ def _pretrained(cfg: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -
         raise UserError(
             f"tokenizer.pretrained: {cfg.pretrained!r} does not exist (relative paths start at {Path.cwd()})"
         )
+    # read once: the bytes used are the bytes compared with the digest the stage's key holds (issue 28 item 9)
+    data = src.read_bytes()
+    keyed = cfg.pretrained_file
+    if keyed is not None and bytes_digest(data) != keyed.digest:
+        raise UserError(
+            f"tokenizer.pretrained: {cfg.pretrained!r} changed since this stage's key was computed (keyed as "
+            f"{keyed.bytes} bytes, {keyed.digest}; now {len(data)} bytes, {bytes_digest(data)}); rerun snakemake, "
+            "which keys the tokenizer by the new content"
+        )
     try:
-        tok = Tokenizer.from_file(str(src))
+        tok = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as exc:  # tokenizers raises a plain Exception on a malformed file
         raise UserError(f"tokenizer.pretrained: {cfg.pretrained!r} is not a tokenizers tokenizer.json: {exc}") from exc
     eos = eos_id(tok)
@@ -385,8 +394,8 @@ def _pretrained(cfg: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -
         write_text_atomic(target, tok.to_str(pretty=True))
     else:
         fd, tmp = tempfile.mkstemp(prefix=f".{TOKENIZER_FILE}.", dir=out_dir)
-        os.close(fd)
-        shutil.copyfile(src, tmp)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, target)
     tok = load_tokenizer(target)
     names = [n for n, w in cfg.train_on.items() if w > 0 and n in curated]

@@ -4,14 +4,22 @@ Each function returns the configs of every instance of its stage kind; `runlib.w
 the nodes by them and the stage code receives them, so what a stage reads and what its key covers
 are the same by construction. Nothing machine-local and not the run's name goes into a config.
 
-Pure but for one thing: a file-based source's shards are the files its glob matches now, each with its
-content digest (runlib.curate.inputs: hashed once per file version, cached under <work>/cache).
+Pure but for one thing: every file a stage reads is in its config with its content digest (runlib.curate.
+inputs: hashed once per file version, cached under <work>/cache), so replacing a file changes the keys of
+the stages that read it: a file-based source's shards (the files its glob matches now), a pretrained
+tokenizer (tokenizer.pretrained) and an eval task's file or folder (eval.tasks[].path). A builtin source
+that reads Python's own files has that Python's version in its config.
 """
 
 from __future__ import annotations
 
+import glob
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
+from runlib.curate.builtin import builtin_python
 from runlib.curate.config import CurateShardConfig, CurateSourceConfig, InputFile
 from runlib.curate.inputs import source_inputs
 from runlib.data.config import TokenizeConfig
@@ -44,6 +52,38 @@ def source_files(name: str, source: SourceSpec) -> list[InputFile]:
     return files
 
 
+_placeholders: ContextVar[list[str] | None] = ContextVar("placeholder_files", default=None)
+PLACEHOLDER_DIGEST = "missing"
+
+
+@contextmanager
+def placeholder_files() -> Iterator[list[str]]:
+    """Within it, a file that named_files does not find gets a placeholder fingerprint (0 bytes, digest
+    'missing') instead of an error, and its field joins the list yielded: `runlib diff` compares the keys of
+    specs whose files are on another machine (the same placeholder on both sides keeps keys comparable)."""
+    missing: list[str] = []
+    token = _placeholders.set(missing)
+    try:
+        yield missing
+    finally:
+        _placeholders.reset(token)
+
+
+def named_files(path: str, field: str) -> list[InputFile]:
+    """The files behind a spec field that names one file or a folder (every file under it), each with its
+    size and content digest; an error names the field when there is none."""
+    folder = Path(path).is_dir()
+    files = source_inputs(path if folder else glob.escape(path), field, directory=folder)
+    placeholders = _placeholders.get()
+    if not files and placeholders is not None:
+        placeholders.append(field)
+        return [InputFile(path=path, bytes=0, digest=PLACEHOLDER_DIGEST)]
+    if not files:
+        what = "an empty folder" if folder else "not a file"
+        raise UserError(f"{field}: {path!r} is {what} here (relative paths start at {Path.cwd()}); correct the path")
+    return files
+
+
 def shard_plan(name: str, source: SourceSpec) -> list[list[InputFile]]:
     """Each curation shard's input files ([] for builtin sources, which split their documents)."""
     if source.input.format == "builtin":
@@ -59,7 +99,14 @@ def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, l
     for name, source in spec.data.sources.items():
         shards = shard_plan(name, source)
         out[name] = [
-            CurateShardConfig(input=source.input, curate=source.curate, shard=i, shards=len(shards), files=files)
+            CurateShardConfig(
+                input=source.input,
+                curate=source.curate,
+                shard=i,
+                shards=len(shards),
+                files=files,
+                python=builtin_python(source.input.name) if source.input.format == "builtin" else None,
+            )
             for i, files in enumerate(shards)
         ]
     return out
@@ -77,7 +124,18 @@ def curate_source_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, 
 
 
 def tokenizer_config(spec: RunSpec, plan: Plan | None = None) -> TokenizerConfig:
-    return TokenizerConfig(**spec.tokenizer.model_dump())
+    tok = spec.tokenizer
+    if tok.pretrained is None:
+        return TokenizerConfig(**tok.model_dump())
+    path = Path(tok.pretrained).expanduser()
+    if path.is_dir():
+        raise UserError(
+            f"tokenizer.pretrained: {tok.pretrained!r} is a folder; give the tokenizer.json file in it "
+            f"(e.g. {str(Path(tok.pretrained) / 'tokenizer.json')!r})"
+        )
+    file = named_files(str(path), "tokenizer.pretrained")[0]
+    # the path as the spec writes it (a '~' unexpanded: nothing machine-local in a key), the digest of the file
+    return TokenizerConfig(**tok.model_dump(), pretrained_file=file.model_copy(update={"path": tok.pretrained}))
 
 
 def tokenize_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, TokenizeConfig]:
@@ -106,6 +164,11 @@ def evaluated_phases(spec: RunSpec, plan: Plan) -> list[int]:
 def eval_configs(spec: RunSpec, plan: Plan) -> dict[int, EvalConfig]:
     """Phase index -> the config of its evaluation, for the phases evaluated."""
     train = train_phase_configs(spec, plan)
+    task_files = {
+        task.name: named_files(task.path, f"eval.tasks[{j}].path")
+        for j, task in enumerate(spec.eval.tasks)
+        if task.path is not None
+    }
     out = {}
     for i in evaluated_phases(spec, plan):
         phase, trained = plan.phases[i], train[i]
@@ -120,6 +183,7 @@ def eval_configs(spec: RunSpec, plan: Plan) -> dict[int, EvalConfig]:
             model=model,
             heldout_tokens=spec.eval.heldout_tokens,
             tasks=spec.eval.tasks,
+            task_files=task_files,
         )
     return out
 
