@@ -8,7 +8,9 @@ accelerator, under a sharded layout with data parallelism; optimizers adamw, ada
 compute fp32, bf16, fp16 (where the device has it: PREC004), master weights fp32 or none, gradients
 fp32 or bf16, optimizer states in the dtype of the parameters the optimizer updates. Every other
 value is a refusal here, with the reason and the fix. These mirror the checks of
-runlib.model.parallelize and runlib.train.optim, made before any job starts. The rules read plain
+runlib.model.parallelize and runlib.train.optim, made before any job starts. The curation stage reads
+data.sources.*.input.format jsonl, parquet, text and builtin; warc is refused (RUN011) until web curation
+lands (issue 22). The rules read plain
 values (no RunSpec), so the trainer can call `refusals` with its stage config's fields; nothing here
 imports torch.
 """
@@ -324,3 +326,28 @@ def train_config_refusals(config: Any) -> list[Refusal]:
         + model_refusals(model, par.tp)
         + precision_field_refusals(precision)
     )
+
+
+# ----------------------------------------------------------------- input formats (issue 28 item 6)
+
+# input.format values the schema accepts (a spec may plan a web crawl) that runlib.curate.readers cannot
+# read: value -> (reason, fix)
+FORMATS_NOT_ENACTED: dict[str, tuple[str, str]] = {
+    "warc": (
+        "the curation stage has no WARC reader yet (web curation, with HTML extraction, comes with issue 22), "
+        "so its first job would fail",
+        'convert to jsonl (one {"text": ...} object per line; WARC input comes with issue 22)',
+    ),
+}
+
+
+def input_refusals(sources: dict[str, Any]) -> list[Refusal]:
+    """Sources whose input format the curation stage cannot read (pure; RUN011): `sources` maps a source
+    name to its data.sources entry (read duck-typed: input.format)."""
+    out = []
+    for name, source in sources.items():
+        fmt = source.input.format
+        if fmt in FORMATS_NOT_ENACTED:
+            reason, fix = FORMATS_NOT_ENACTED[fmt]
+            out.append(Refusal("RUN011", f"data.sources.{name}.input.format", fmt, f"format {fmt}: {reason}", fix))
+    return out

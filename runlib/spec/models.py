@@ -44,6 +44,10 @@ MAX_NAME_CHARS = 100
 # as "planning_only": true, the README lists these fields, and tests/spec/test_fields_enacted.py
 # checks that every other field reaches a stage key
 PLANNING_ONLY = {"planning_only": True}
+# on the Field of a spec field that names a file or a folder: the schema carries it as "names_file": true,
+# and tests/audit/test_gate_fields.py checks that each is checked at the workflow gate, at its line
+# (runlib.audit.named_files.FILE_FIELDS)
+NAMES_FILE = {"names_file": True}
 
 # bounds of the spec's numbers: far beyond any real run, finite so that no arithmetic blows up
 MAX_NODES = 100_000
@@ -261,7 +265,7 @@ class TokenizerSpec(SpecModel):
     min_frequency: int = Field(2, ge=1, le=2**31)
     """Minimum pair frequency for a BPE merge."""
 
-    pretrained: str | None = None
+    pretrained: str | None = Field(None, json_schema_extra=NAMES_FILE)
     """Path of an existing tokenizer.json to use instead of training one."""
 
 
@@ -269,7 +273,7 @@ class InputSpec(SpecModel):
     format: Literal["jsonl", "parquet", "text", "warc", "builtin"]
     """jsonl (plain or .gz) | parquet | text (a directory of plain-text files) | warc | builtin (text already on the machine)."""
 
-    path: str | None = None
+    path: str | None = Field(None, json_schema_extra=NAMES_FILE)
     """Glob of input files (all formats but builtin)."""
 
     name: str | None = None
@@ -693,7 +697,7 @@ class EvalTaskSpec(KeyedWhenSet):
     """Task name."""
     kind: Literal["multiple_choice", "answer_loglik", "lm_eval"]
     """multiple_choice: options scored by log-likelihood (acc, acc_norm); answer_loglik: log-likelihood of the gold answer; lm_eval: the lm-evaluation-harness task `task`, run by lm-eval on the phase exported as a Hugging Face checkpoint."""
-    path: str | None = None
+    path: str | None = Field(None, json_schema_extra=NAMES_FILE)
     """multiple_choice, answer_loglik: a JSONL file of examples (format in the README); or use from_heldout. lm_eval: a task file in lm-eval's YAML format, or a folder of them (lm-eval's --include_path), that defines `task`."""
     from_heldout: str | None = None
     """Build the task from this source's held-out documents (continuation of a document's first half). lm_eval: with task runlib_heldout_mc or runlib_heldout_loglik, the same items written as an lm-eval task."""
