@@ -29,6 +29,19 @@ extra.pt, any other name). `latest_checkpoint` (resume, and a spike's rollback) 
 directory whose files all match (sizes first, then digests, split over the ranks), warning on stderr, one
 line each, about every newer one it skips (truncated, flipped bytes, a missing digests.json): a corrupt
 newest checkpoint costs the steps since the one before it, never every retry.
+
+Planted checkpoints (issue 28 item 11). DCP's FileSystemReader reads `.metadata` with plain pickle.load
+(torch/distributed/checkpoint/filesystem.py, FileSystemReader.read_metadata, torch 2.13), so a checkpoint
+directory planted by anyone who can write the scratch directory ran code on resume. Two defences:
+- Authentication, before anything is unpickled: `digests.json` carries an HMAC-SHA256 (`hmac_sha256`) under
+  the manifest key (runlib.util.mac_key, outside the work directory), and records `.metadata` by SHA-256 as
+  well (XXH3 is not collision resistant). A checkpoint whose digests.json has no MAC or another one, or
+  whose .metadata differs, is skipped like a corrupt one. Stops whoever cannot read the key file.
+- An allow-list unpickler (`MetadataUnpickler`) for `.metadata`, used by every load (`_AllowListReader`)
+  and by the verification: it admits only the classes DCP's metadata holds (metadata.py's dataclasses,
+  filesystem.py's _StorageInfo, torch.Size, dtypes, layouts, pathlib paths) and refuses any other global
+  (os.system, builtins.eval, ...) with UnsafeCheckpointError naming the file and the global, before it is
+  called. Stops code execution even from a checkpoint that verifies (a key holder, a swap after the check).
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import re
 import shutil
 import sys
@@ -46,6 +60,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -54,12 +70,96 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from runlib.util.hashing import ALGORITHM, file_digest
+from runlib.errors import UserError
+from runlib.util.hashing import ALGORITHM, file_digest, file_sha256, hmac_sha256, macs_equal
+from runlib.util.mac_key import key_path, read_key
 
 EXTRA = "extra.pt"
 DIGESTS = "digests.json"
+METADATA = ".metadata"  # DCP's metadata file (filesystem.py _metadata_fn), a pickle
+MAC_FIELD = "hmac_sha256"
 STEP_RE = re.compile(r"^step-(\d+)$")
 RANK_FILE_RE = re.compile(r"^__(\d+)_")  # DCP's FileSystemWriter: __<rank>_<n>.distcp, written by that rank
+
+
+# What DCP's .metadata pickles (torch 2.13: metadata.py Metadata and the dataclasses its fields hold,
+# TensorProperties' _MEM_FORMAT_ENCODING; filesystem.py _StorageInfo in storage_data; torch.Size for sizes
+# and offsets; torch.serialization._get_layout, which pickling a torch.layout calls; StorageMeta's
+# checkpoint_id, a path). Dtypes, layouts and memory formats are admitted by their type (_TORCH_VALUES).
+METADATA_GLOBALS: dict[str, frozenset[str]] = {
+    "torch.distributed.checkpoint.metadata": frozenset(
+        {
+            "Metadata",
+            "MetadataIndex",
+            "StorageMeta",
+            "TensorProperties",
+            "TensorStorageMetadata",
+            "BytesStorageMetadata",
+            "ChunkStorageMetadata",
+            "_MEM_FORMAT_ENCODING",
+        }
+    ),
+    "torch.distributed.checkpoint.filesystem": frozenset({"_StorageInfo"}),
+    "torch.serialization": frozenset({"_get_layout"}),
+    "torch": frozenset({"Size"}),
+    "pathlib": frozenset({"Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}),
+    "pathlib._local": frozenset({"Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}),
+    "collections": frozenset({"OrderedDict"}),
+    "builtins": frozenset({"set", "frozenset", "slice", "complex"}),
+}
+_TORCH_VALUES = (torch.dtype, torch.layout, torch.memory_format)
+
+
+class UnsafeCheckpointError(UserError):
+    """A checkpoint's .metadata names a global that DCP metadata never holds (a planted checkpoint)."""
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """pickle.Unpickler whose find_class admits METADATA_GLOBALS and torch's dtypes/layouts/memory formats only,
+    so unpickling a .metadata cannot call anything else (pickle's documented way to restrict globals:
+    https://docs.python.org/3/library/pickle.html#restricting-globals)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in METADATA_GLOBALS.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), _TORCH_VALUES):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"global {module}.{name} is not one that DCP checkpoint metadata holds")
+
+
+def read_metadata(path: Path) -> Metadata:
+    """A .metadata file through MetadataUnpickler; UnsafeCheckpointError naming the file when it refers to
+    anything else, or is not DCP metadata."""
+    try:
+        with open(path, "rb") as f:
+            metadata = MetadataUnpickler(f).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise UnsafeCheckpointError(
+            f"{path}: refused to unpickle ({exc}): not checkpoint metadata runlib wrote (planted or corrupt); "
+            f"delete the checkpoint directory {path.parent}"
+        ) from None
+    if not isinstance(metadata, Metadata):
+        raise UnsafeCheckpointError(
+            f"{path}: holds a {type(metadata).__name__}, not DCP Metadata; delete the checkpoint directory {path.parent}"
+        )
+    return metadata
+
+
+class _AllowListReader(FileSystemReader):
+    """DCP's FileSystemReader with read_metadata through MetadataUnpickler (the rest of what the original does:
+    a StorageMeta with this load's id)."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        rank = kwargs.get("rank")
+        metadata = read_metadata(Path(self.path) / (METADATA if rank is None else f"__{rank}{METADATA}"))
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def _canonical(record: dict) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _distributed() -> bool:
@@ -111,7 +211,7 @@ def _single_process_quietly():
 
 def is_complete(directory: Path) -> bool:
     """A finished checkpoint: DCP's metadata and the caller's extra are both there."""
-    return (directory / ".metadata").is_file() and (directory / EXTRA).is_file()
+    return (directory / METADATA).is_file() and (directory / EXTRA).is_file()
 
 
 def _checkpoint_files(directory: Path) -> list[str]:
@@ -127,7 +227,10 @@ def _writer_rank(name: str, world: int) -> int:
 
 
 def _file_entry(path: Path) -> dict[str, Any]:
-    return {"bytes": path.stat().st_size, "digest": file_digest(path)}
+    entry = {"bytes": path.stat().st_size, "digest": file_digest(path)}
+    if path.name == METADATA:  # unpickled on load: by a digest a writer cannot collide with too
+        entry["sha256"] = file_sha256(path)
+    return entry
 
 
 def write_digests(directory: Path) -> None:
@@ -138,7 +241,8 @@ def write_digests(directory: Path) -> None:
     mine = {n: _file_entry(directory / n) for n in names if _writer_rank(n, world) == rank}
     entries = _gather_merged(mine)
     if _rank() == 0:
-        record = {"algorithm": ALGORITHM, "files": {n: entries[n] for n in names}}
+        record: dict[str, Any] = {"algorithm": ALGORITHM, "files": {n: entries[n] for n in names}}
+        record[MAC_FIELD] = hmac_sha256(read_key(), _canonical(record))
         (directory / DIGESTS).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
@@ -170,11 +274,25 @@ def verify_checkpoint(directory: Path | str) -> str | None:
 
 
 def _recorded_files(directory: Path) -> tuple[str | None, dict]:
-    """(problem, files) from DIGESTS and the files' sizes (rank 0)."""
+    """(problem, files) from DIGESTS (its MAC first), the files' sizes, .metadata's SHA-256 and its parse
+    through the allow-list (rank 0)."""
     if not is_complete(directory):
-        return f"incomplete (no .metadata or {EXTRA})", {}
+        return f"incomplete (no {METADATA} or {EXTRA})", {}
     try:
         record = json.loads((directory / DIGESTS).read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        mac = record.pop(MAC_FIELD, None)
+        if mac is None:
+            return (
+                f"{DIGESTS} has no {MAC_FIELD} (written by a runlib before checkpoints were authenticated, or planted)",
+                {},
+            )
+        if not isinstance(mac, str) or not macs_equal(mac, hmac_sha256(read_key(), _canonical(record))):
+            return (
+                f"{DIGESTS} does not match the manifest key {key_path()} (planted or rewritten by someone without "
+                "the key, or written under another key)"
+            ), {}
         files = record["files"]
         if record.get("algorithm") != ALGORITHM or not isinstance(files, dict):
             raise ValueError(f"algorithm {record.get('algorithm')!r}, expected {ALGORITHM!r}")
@@ -185,7 +303,7 @@ def _recorded_files(directory: Path) -> tuple[str | None, dict]:
         return f"no {DIGESTS} (unverifiable: written before checkpoints were verified)", {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"{DIGESTS} unreadable ({exc})", {}
-    for required in (".metadata", EXTRA):
+    for required in (METADATA, EXTRA):
         if required not in files:
             return f"{DIGESTS} does not list {required}", {}
     for name, entry in sorted(files.items()):
@@ -195,6 +313,13 @@ def _recorded_files(directory: Path) -> tuple[str | None, dict]:
         size = path.stat().st_size
         if size != entry["bytes"]:
             return f"{name}: {size} bytes, recorded {entry['bytes']} (truncated or overwritten)", {}
+    sha = file_sha256(directory / METADATA)
+    if sha != files[METADATA].get("sha256"):
+        return f"{METADATA}: SHA-256 {sha}, recorded {files[METADATA].get('sha256')}", {}
+    try:
+        read_metadata(directory / METADATA)
+    except UnsafeCheckpointError as exc:
+        return str(exc), {}
     return None, files
 
 
@@ -223,20 +348,25 @@ def save_checkpoint(directory: Path | str, model, optimizer, extra: dict[str, An
 
 
 def load_checkpoint(directory: Path | str, model, optimizer=None) -> dict[str, Any]:
-    """Load model (and optimizer, when given) from directory into their current layout; return extra."""
+    """Load model (and optimizer, when given) from directory into their current layout; return extra.
+
+    .metadata is read through the allow-list unpickler (UnsafeCheckpointError for anything else); extra.pt
+    with torch.load(weights_only=True). Call it on what latest_checkpoint returned (verified)."""
     directory = Path(directory)
     if not _broadcast_flag(is_complete(directory)):
-        raise FileNotFoundError(f"{directory}: not a complete checkpoint (no .metadata or {EXTRA})")
+        raise FileNotFoundError(f"{directory}: not a complete checkpoint (no {METADATA} or {EXTRA})")
+    read_metadata(directory / METADATA)  # every rank: a refusal here is one clear error, not DCP's wrapped one
+    reader = _AllowListReader(directory)  # never plain pickle on .metadata, verified or not
     if optimizer is None:
         model_state = get_model_state_dict(model)
         with _single_process_quietly():
-            dcp.load({"model": model_state}, checkpoint_id=str(directory))
+            dcp.load({"model": model_state}, checkpoint_id=str(directory), storage_reader=reader)
         set_model_state_dict(model, model_state)
     else:
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optim_state}
         with _single_process_quietly():
-            dcp.load(state, checkpoint_id=str(directory))
+            dcp.load(state, checkpoint_id=str(directory), storage_reader=reader)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     return torch.load(directory / EXTRA, map_location="cpu", weights_only=True)
 

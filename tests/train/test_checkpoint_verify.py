@@ -1,14 +1,19 @@
 """Resumable (DCP) checkpoints are verified: a truncated or bit-flipped newest checkpoint is skipped with one
-warning line, and resume and rollback fall back to the newest one that verifies (issue 8, problem 1)."""
+warning line, and resume and rollback fall back to the newest one that verifies (issue 8, problem 1). A
+planted checkpoint never runs code (issue 28 item 11): digests.json is authenticated (HMAC under the
+manifest key) before anything is unpickled, and .metadata is read through an allow-list unpickler."""
 
 import json
 import os
+import pickle
+import shutil
 
 import pytest
 import torch
 
 from runlib.train import dist_checkpoint as dcp_ckpt
-from runlib.util.hashing import file_digest
+from runlib.util.hashing import file_digest, file_sha256
+from runlib.util.mac_key import KEY_FILE_ENV
 
 
 def tiny():
@@ -57,8 +62,10 @@ def test_save_records_every_file_of_the_checkpoint(scratch):
     record = json.loads((step / dcp_ckpt.DIGESTS).read_text())
     files = sorted(p.name for p in step.iterdir() if p.name != dcp_ckpt.DIGESTS)
     assert sorted(record["files"]) == files and {".metadata", dcp_ckpt.EXTRA} <= set(files)
+    assert sorted(record) == ["algorithm", "files", "hmac_sha256"]
     for name, entry in record["files"].items():
-        assert entry == {"bytes": (step / name).stat().st_size, "digest": file_digest(step / name)}
+        sha = {"sha256": file_sha256(step / name)} if name == ".metadata" else {}
+        assert entry == {"bytes": (step / name).stat().st_size, "digest": file_digest(step / name), **sha}
     assert dcp_ckpt.verify_checkpoint(step) is None
     assert sorted(p.name for p in scratch.iterdir()) == ["step-1", "step-2", "step-3"]  # no tmp left
 
@@ -117,3 +124,69 @@ def test_a_resave_replaces_a_corrupt_checkpoint(scratch):
     train_step(model, optimizer, 3)
     dcp_ckpt.save_checkpoint(scratch / "step-3", model, optimizer, {"state": {"step": 3}})
     assert dcp_ckpt.latest_checkpoint(scratch) == scratch / "step-3"
+
+
+class RunsCode:
+    """What a planted .metadata pickles: unpickling it calls os.system."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def plant(scratch, tmp_path, digests: str, monkeypatch):
+    """step-4: step-3's files with a .metadata that runs `touch <tmp>/pwned`, and a digests.json that is
+    `digests`: "valid" (written with the key, as by someone holding it), "another key" or "no mac" (the
+    digests recomputed by someone without the key)."""
+    planted, pwned = scratch / "step-4", tmp_path / "pwned"
+    shutil.copytree(scratch / "step-3", planted)
+    (planted / ".metadata").write_bytes(pickle.dumps(RunsCode(f"touch {pwned}")))
+    if digests == "another key":
+        monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "attacker.key"))
+    dcp_ckpt.write_digests(planted)
+    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+    if digests == "no mac":
+        record = json.loads((planted / dcp_ckpt.DIGESTS).read_text())
+        del record["hmac_sha256"]
+        (planted / dcp_ckpt.DIGESTS).write_text(json.dumps(record))
+    return planted, pwned
+
+
+PLANTED = {
+    "valid": "refused to unpickle (global posix.system is not one that DCP checkpoint metadata holds)",
+    "another key": "digests.json does not match the manifest key",
+    "no mac": "digests.json has no hmac_sha256",
+}
+
+
+@pytest.mark.parametrize("digests", PLANTED)
+def test_a_planted_checkpoint_is_refused_and_runs_nothing(scratch, tmp_path, monkeypatch, capsys, digests):
+    planted, pwned = plant(scratch, tmp_path, digests, monkeypatch)
+    assert dcp_ckpt.latest_checkpoint(scratch) == scratch / "step-3"  # resume passes over it
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and f"skipping corrupt checkpoint {planted}" in warning[0]
+    assert PLANTED[digests] in warning[0]
+    model, optimizer = tiny()
+    with pytest.raises(dcp_ckpt.UnsafeCheckpointError, match=r"step-4/\.metadata: refused to unpickle"):
+        dcp_ckpt.load_checkpoint(planted, model, optimizer)  # loaded directly, unverified: still refused
+    assert not pwned.exists()
+
+
+def test_the_allow_list_admits_what_the_trainer_writes(scratch):
+    """Every global a real checkpoint's .metadata names is admitted (and at least the DCP classes are
+    needed): a recording unpickler lists them."""
+    seen = set()
+
+    class Recording(pickle.Unpickler):
+        def find_class(self, module, name):
+            seen.add((module, name))
+            return super().find_class(module, name)
+
+    with open(scratch / "step-3" / ".metadata", "rb") as f:
+        Recording(f).load()
+    assert ("torch.distributed.checkpoint.metadata", "Metadata") in seen and ("torch", "Size") in seen
+    unpickler = dcp_ckpt.MetadataUnpickler(open(os.devnull, "rb"))
+    assert all(unpickler.find_class(module, name) is not None for module, name in seen)
+    assert dcp_ckpt.read_metadata(scratch / "step-3" / ".metadata").state_dict_metadata
