@@ -180,11 +180,71 @@ def _update_parent(spec, graph, manifests: dict, parent: tuple, reused: set[str]
     return mlflow_track.update_parent(client, parent_id, manifests, evals, planned, own, reused)
 
 
+def retry_marker(stamp: str | Path) -> Path:
+    """Written beside a track stamp when tracking failed: rules/track.smk makes it an input of the track
+    job, newer than the stamp, so the next `snakemake` tracks again (a failed track once left a stamp
+    that Snakemake took as done: never re-tracked). Removed when a track succeeds."""
+    return Path(f"{stamp}.retry")
+
+
+def damaged_store(uri: str) -> str | None:
+    """What SQLite says is wrong with the store file of a `sqlite:///` tracking URI (`PRAGMA quick_check`,
+    read-only), or None: not SQLite, no file yet, sound, or only busy (a lock is not damage)."""
+    import sqlite3
+    import urllib.parse
+
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :]
+    if not os.path.isfile(path):
+        return None
+    try:
+        con = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True, timeout=5)
+        try:
+            row = con.execute("PRAGMA quick_check").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        return None if "locked" in str(exc) or "busy" in str(exc) else str(exc)
+    return None if row and row[0] == "ok" else str(row[0] if row else "no answer")
+
+
+def _store_hint(uri: str, spec_path: str | Path) -> str:
+    problem = damaged_store(uri)
+    if problem is None:
+        return ""
+    path = uri[len("sqlite:///") :]
+    return (
+        f"\n  the MLflow store {path} is damaged (SQLite: {problem[:120]}): move it aside "
+        f"(mv {path} {path}.damaged) and run `runlib track --resync {spec_path}`: every record is rebuilt "
+        "from the artifacts' manifests"
+    )
+
+
+def _untracked(stamp: str | Path, message: str) -> int:
+    """The track rule's end when tracking failed: a warning, the stamp, and the retry marker."""
+    from runlib.util.atomic import write_text_atomic
+
+    print(
+        f"runlib: warning: {message}; the run goes on untracked (the next track step retries; "
+        "retry: runlib track --resync)",
+        file=sys.stderr,
+    )
+    write_text_atomic(Path(stamp), f"not recorded: {message}\n")
+    marker = retry_marker(stamp)
+    write_text_atomic(marker, message + "\n")
+    after = Path(stamp).stat().st_mtime_ns + 1_000_000_000  # newer than the stamp on any timestamp granularity
+    os.utime(marker, ns=(after, after))
+    return 0
+
+
 def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
     """Print one line per stage instance and a summary; 2 when any built artifact could not be recorded.
 
-    With `stamp` (the workflow's track rule): a failure is a warning on stderr and the exit status 0, and
-    the stamp file is written either way (its text says what was recorded)."""
+    With `stamp` (the workflow's track rule): a failure is a warning on stderr and the exit status 0, the
+    stamp file is written either way (its text says what was recorded), and after a failure its retry
+    marker too (retry_marker), so that the next workflow run tracks again. A damaged SQLite store is named,
+    with the fix (move it aside, resync)."""
     from runlib.util.atomic import write_text_atomic
     from runlib.workflow.settings import tracking_uri
 
@@ -201,15 +261,12 @@ def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
         )
         if stamp is None:
             raise exc from None
-        print(f"runlib: warning: {exc}; the run goes on untracked (retry: runlib track --resync)", file=sys.stderr)
-        write_text_atomic(Path(stamp), f"not recorded: {exc}\n")
-        return 0
+        return _untracked(stamp, str(exc))
     except UserError as exc:
+        message = str(exc) + _store_hint(tracking_uri(), spec_path)
         if stamp is None:
-            raise
-        print(f"runlib: warning: {exc}; the run goes on untracked (retry: runlib track --resync)", file=sys.stderr)
-        write_text_atomic(Path(stamp), f"not recorded: {exc}\n")
-        return 0
+            raise UserError(message) from None
+        return _untracked(stamp, message)
     for row in rows:
         print(f"  {row.instance:<32} {row.status}")
     failed = sum(row.status.startswith("FAILED") for row in rows)
@@ -220,13 +277,13 @@ def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
         f"{failed} failed; MLflow at {tracking_uri()} ({time.monotonic() - started:.1f} s)"
     )
     print(summary)
-    if stamp is not None:
-        write_text_atomic(Path(stamp), summary + "\n")
     if failed:
-        what = f"{failed} built artifact(s) not recorded (listed above)"
+        what = f"{failed} built artifact(s) not recorded (listed above)" + _store_hint(tracking_uri(), spec_path)
         if stamp is not None:
-            print(f"runlib: warning: {what}; retry with: runlib track --resync", file=sys.stderr)
-            return 0
+            return _untracked(stamp, what)
         print(f"runlib track --resync: {what}", file=sys.stderr)
         return 2
+    if stamp is not None:
+        write_text_atomic(Path(stamp), summary + "\n")
+        retry_marker(stamp).unlink(missing_ok=True)
     return 0

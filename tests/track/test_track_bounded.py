@@ -70,7 +70,7 @@ def test_stalled_mlflow_server_is_a_warning_within_the_deadline(tmp_path, stalle
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert f"did not finish within {DEADLINE_S} s" in proc.stderr, proc.stderr[-2000:]
-    assert "retry: runlib track --resync" in proc.stderr
+    assert "the next track step retries; retry: runlib track --resync" in proc.stderr
     assert stamp.read_text().startswith("not recorded:"), "the workflow goes on: the stamp is written"
 
 
@@ -90,3 +90,26 @@ def test_track_rule_holds_no_core():
     Snakemake runs a `threads: 0` job beside one that takes all cores (checked with snakemake 9)."""
     rule = Path(ROOT / "rules" / "track.smk").read_text()
     assert re.search(r"^\s+threads:\s*0\s*$", rule, re.M), "rules/track.smk: give the track rule `threads: 0`"
+
+
+def test_damaged_store_is_named_and_the_track_step_retried(tmp_path, monkeypatch, capsys):
+    """A damaged mlflow.db ended in "the run is complete" and was never tracked again: the track step's
+    stamp was written as if done. Now the warning names the damaged store and the fix, and a retry marker
+    newer than the stamp (an input of rules/track.smk's job) makes the next `snakemake` track again."""
+    from runlib.track.resync import main_resync, retry_marker
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mlflow.db").write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)  # a header, then garbage
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    stamp = tmp_path / "tracked" / "stamp"
+    assert main_resync(TINY, stamp=stamp) == 0
+    err = capsys.readouterr().err
+    assert f"the MLflow store {work.resolve() / 'mlflow.db'} is damaged" in err, err
+    assert "mv " in err and "runlib track --resync" in err
+    assert stamp.read_text().startswith("not recorded:")
+    marker = retry_marker(stamp)
+    assert marker.exists() and marker.stat().st_mtime_ns > stamp.stat().st_mtime_ns
+    rule = Path(ROOT / "rules" / "track.smk").read_text()
+    assert '+ ".retry"' in rule and "track_retry," in rule, "rules/track.smk: the retry marker is an input of track"
