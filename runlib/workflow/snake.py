@@ -148,10 +148,13 @@ class Workflow:
 
     @staticmethod
     def command(stage: str) -> str:
-        # RAYON_NUM_THREADS: tokenizers would otherwise use every core, whatever the rule's threads
+        # RAYON_NUM_THREADS: tokenizers would otherwise use every core, whatever the rule's threads.
+        # `>>`: two specs sharing a stage (one work dir, two snakemake runs) run one job each on the same
+        # log; the one waiting for the build lock once truncated the builder's log (issue 28 item 15).
+        # run_stage heads each attempt with its pid and time.
         return (
             f'RAYON_NUM_THREADS={{threads}} "$RUNLIB_PYTHON" -m runlib {stage.replace("_", "-")} '
-            "--key {wildcards.key:q} > {log:q} 2>&1"
+            "--key {wildcards.key:q} >> {log:q} 2>&1"
         )
 
     def train_processes(self) -> int:

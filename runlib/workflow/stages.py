@@ -151,6 +151,11 @@ def run_stage(stage: str, spec_path: str, key: str) -> Manifest:
     if stage not in BUILDERS:
         raise UserError(f"runlib: unknown stage {stage!r}; one of {', '.join(BUILDERS)}")
     ref = ArtifactRef(stage, key, f"{stage} {key}")
+    # the workflow appends to the stage's log (Workflow.command): each attempt starts with this line
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+    print(
+        f"== runlib {stage.replace('_', '-')} --key {key}: pid {os.getpid()}, {started} ==", file=sys.stderr, flush=True
+    )
     with build_lock(ref):  # an ArtifactRef: build_lock reads stage, key and instance only
         for orphan in remove_orphans(ref):
             print(f"{ref.instance}: removed {orphan} (left by a killed build)", file=sys.stderr)
