@@ -4,7 +4,9 @@ rule report:
         WF.report_inputs(),
     output:
         **WF.report(),
+    params:
+        out=WF.report_dir(),
     log:
         WF.log("report", "report"),
     shell:
-        '"$RUNLIB_PYTHON" -m runlib report --track > {log:q} 2>&1'
+        '"$RUNLIB_PYTHON" -m runlib report --track --out {params.out:q} > {log:q} 2>&1'

@@ -317,7 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write the run report (loss, LR, eval tables, wall time per stage)")
     p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
-    p.add_argument("--out", help="report directory (default reports/<run name>/run)")
+    p.add_argument(
+        "--out",
+        help="report directory (default reports/<run>/run for the spec file named after its run, "
+        "reports/<run>/run-<file stem> for another file)",
+    )
     p.add_argument("--track", action="store_true", help="also log the report to the spec's MLflow parent run")
     p.set_defaults(func=_cmd_report)
 

@@ -6,8 +6,10 @@ eval_phase's eval.json. A partial run gets a report too; it names the stages not
 
 It follows the audit report (runlib.audit.render.report): the content is one list of blocks rendered
 to both report.md and report.html, the plots are drawn on an Agg canvas with the audit plots'
-helpers, and the directory (reports/<run name>/run by default) is built in a temporary sibling and
-swapped into place only when complete.
+helpers, and the directory (by default reports/<run>/run for the spec file named after its run,
+reports/<run>/run-<file stem> for a variant: runlib.util.report_dirs) is built in a temporary sibling and
+swapped into place only when complete; it lists the run reports of other spec files of the same run name
+beside it (runlib.report.siblings).
 
 Step and token counts in train_phase artifacts are the run's (cumulative across phases), so all
 phases share one x axis: tokens seen since the start of the run.
@@ -41,9 +43,11 @@ from runlib.audit.render.json_view import to_dict
 from runlib.audit.render.report import Block, Code, Heading, Image, Para, Table, render_html, render_markdown
 from runlib.errors import UserError
 from runlib.plan.hardware import CATALOG
+from runlib.report import siblings
 from runlib.report.smoothing import ema_over_tokens
 from runlib.spec.units import format_count
 from runlib.util.jsonl import read_jsonl
+from runlib.util.report_dirs import report_dir
 from runlib.workflow.graph import StageGraph, StageNode, build_graph
 from runlib.workflow.keys import spec_key
 from runlib.workflow.manifest import Manifest, find_manifest
@@ -836,27 +840,35 @@ def write_plots(run: RunData, out_dir: Path) -> list[Path]:
 # --- the report ----------------------------------------------------------------------------------
 
 
-def default_run_report_dir(spec: RunSpec) -> Path:
-    return Path("reports") / spec.name / "run"
+def default_run_report_dir(spec: RunSpec, spec_path: str | Path | None = None) -> Path:
+    """reports/<run>/run for the run's own spec file, reports/<run>/run-<file stem> for another file of the
+    same run name (a variant): runlib.util.report_dirs.report_dir, the audit report's rule."""
+    return report_dir(spec.name, spec_path, "run")
 
 
 def write_run_report(spec_path: str, out_dir: Path | None = None) -> Path:
     """Write the run report of the spec at spec_path (report.md, report.html, loss/lr/throughput PNGs)
-    into out_dir (default reports/<run name>/run); returns out_dir.
+    into out_dir (default: default_run_report_dir); returns out_dir.
 
     An existing out_dir is replaced only once the new report is complete."""
     return write_report_of(collect_run(spec_path), out_dir)
 
 
 def write_report_of(run: RunData, out_dir: Path | None = None) -> Path:
-    """write_run_report for a run already collected."""
-    out_dir = Path(out_dir) if out_dir is not None else default_run_report_dir(run.spec)
+    """write_run_report for a run already collected; the reports of other spec files of the same run name
+    beside it are listed with links (runlib.report.siblings)."""
+    out_dir = Path(out_dir) if out_dir is not None else default_run_report_dir(run.spec, run.spec_path)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}-", dir=out_dir.parent))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private (0700); a report is meant to be shared
         write_plots(run, tmp)
+        summary = siblings.run_summary(run)
         blocks = build_blocks(run)
+        blocks[_after_header(blocks) : _after_header(blocks)] = siblings.sibling_blocks(
+            summary, siblings.sibling_summaries(out_dir)
+        )
+        siblings.write_summary(tmp, summary)
         (tmp / MARKDOWN).write_text(render_markdown(blocks), encoding="utf-8")
         (tmp / HTML).write_text(render_html(blocks, f"Run report: {run.spec.name}"), encoding="utf-8")
         audit_report._swap_into_place(tmp, out_dir)
@@ -864,6 +876,11 @@ def write_report_of(run: RunData, out_dir: Path | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _after_header(blocks: list[Block]) -> int:
+    """The index of the first second-level heading (the sections after the header)."""
+    return next((i for i, b in enumerate(blocks) if isinstance(b, Heading) and b.level == 2), len(blocks))
 
 
 def main_report(spec_path: str, out: str | Path | None = None, track: bool = False) -> int:

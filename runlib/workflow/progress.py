@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runlib.spec.units import format_count
+from runlib.util.report_dirs import report_dir
 
 TTY_EVERY_S = 1.0  # redraw of the status line on a terminal
 POLL_EVERY_S = 5.0  # progress.json reads when not on a terminal
@@ -131,9 +132,8 @@ def plain_due(last_at: float | None, last_fraction: float | None, now: float, fr
 
 def summary_lines(spec_path: str, run_name: str, tracking_uri: str, ok: bool) -> list[str]:
     """What the end of a run prints: the run report, the audit report and the MLflow UI command."""
-    report = Path("reports") / run_name / "run" / "report.html"
-    audit_dir = "audit" if Path(spec_path).stem == run_name else f"audit-{Path(spec_path).stem}"
-    audit = Path("reports") / run_name / audit_dir / "audit.html"
+    report = report_dir(run_name, spec_path, "run") / "report.html"  # the Snakefile's target, the audit's rule
+    audit = report_dir(run_name, spec_path, "audit") / "audit.html"
     lines = ["runlib: the run is complete." if ok else "runlib: the run stopped with a failed job (see above)."]
     if report.exists():
         lines.append(f"  run report:  {report}")

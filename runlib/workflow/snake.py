@@ -242,9 +242,16 @@ class Workflow:
         phases = [n for n in self.graph.of("train_phase") if not is_rung(n)]
         return [self.tracked(n.key) for n in [*phases, *self.graph.of("fit_ladder")]]
 
+    def report_dir(self) -> str:
+        """The spec file's run report directory (runlib.util.report_dirs: reports/<run>/run for the file named
+        after its run, reports/<run>/run-<file stem> for a variant), passed to `runlib report --out`."""
+        from runlib.util.report_dirs import report_dir
+
+        return str(report_dir(self.spec.name, self.spec_path, "run"))
+
     def report(self) -> dict[str, str]:
         """The run report: a view for people, rebuilt whenever a stage it shows changes key."""
-        run_dir = Path("reports") / self.spec.name / "run"
+        run_dir = Path(self.report_dir())
         return {"markdown": str(run_dir / "report.md"), "html": str(run_dir / "report.html")}
 
     def report_inputs(self) -> list[str]:

@@ -193,9 +193,10 @@ def test_complete_run(spec_path: Path, tmp_path: Path) -> None:
     graph, walls = build_fake_run(spec_path)
     spec = load_spec(spec_path).spec
     out = write_run_report(str(spec_path))
-    assert out == Path("reports") / spec.name / "run"
-    assert sorted(p.name for p in out.iterdir()) == sorted(["report.md", "report.html", *PLOT_FILES])
-    assert sorted(p.name for p in out.parent.iterdir()) == ["run"]  # no temp dir left behind
+    assert out == Path("reports") / spec.name / "run-spec"  # spec.yaml is not named after its run
+    expected = ["report.md", "report.html", "summary.json", "spec-path.txt", *PLOT_FILES]
+    assert sorted(p.name for p in out.iterdir()) == sorted(expected)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run-spec"]  # no temp dir left behind
     assert_pngs(out, min_bytes=20_000)  # an empty plot is under 10 kB
     md, page = read_both(out)
     for text in (md, page):

@@ -175,8 +175,11 @@ def test_data_dag_end_to_end(workdir):
     branch_eval = json.loads((branch_graph.branch_nodes("eval_phase")["code-heavy"].dir / "eval.json").read_text())
     assert set(branch_eval["heldout"]) == set(spec.data.sources)
     assert branch_eval["heldout"]["code"]["loss"] != results[-1]["heldout"]["code"]["loss"]
-    report = (workdir / "reports" / "tiny" / "run" / "report.html").read_text()
+    # branched.yaml has the baseline's run name: its report goes beside the baseline's, which it links
+    report = (workdir / "reports" / "tiny" / "run-branched" / "report.html").read_text()
     assert "Branches" in report and "anneal@code-heavy" in report
+    assert "Other reports of run tiny" in report and 'href="../run/report.html"' in report
+    assert "Branches" not in (workdir / "reports" / "tiny" / "run" / "report.html").read_text()  # not overwritten
     # the branch exported as its stages are named (exports/<run>/<phase>@<branch>): the branch's own weights
     export_and_compare(branch, workdir / "exports" / "tiny" / "anneal@code-heavy", branched)
     provenance = json.loads((workdir / "exports" / "tiny" / "anneal@code-heavy" / "runlib_export.json").read_text())

@@ -122,4 +122,10 @@ def test_the_end_names_the_reports_and_the_mlflow_command(tmp_path, monkeypatch)
         "  MLflow UI:   mlflow ui --backend-store-uri sqlite:////w/mlflow.db   (then http://127.0.0.1:5000)",
     ]
     other = progress.summary_lines("copy.yaml", "demo", "sqlite:////w/mlflow.db", ok=False)
-    assert "reports/demo/audit-copy/audit.html" in other[2] and other[0].startswith("runlib: the run stopped")
+    # the copy's own run report is not written yet: no line for it (not the baseline's report)
+    assert not any("run report" in line for line in other) and other[0].startswith("runlib: the run stopped")
+    assert "reports/demo/audit-copy/audit.html" in other[1]
+    (tmp_path / "reports" / "demo" / "run-copy").mkdir()
+    (tmp_path / "reports" / "demo" / "run-copy" / "report.html").write_text("")
+    other = progress.summary_lines("copy.yaml", "demo", "sqlite:////w/mlflow.db", ok=True)
+    assert other[1] == "  run report:  reports/demo/run-copy/report.html"  # a variant's, beside the baseline's

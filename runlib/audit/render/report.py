@@ -11,11 +11,9 @@ when complete: a crash or a failing plot leaves the previous report (or nothing)
 
 from __future__ import annotations
 
-import hashlib
 import html
 import math
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -26,41 +24,23 @@ from runlib.audit import AuditResult
 from runlib.audit.render import plots
 from runlib.audit.render.json_view import to_dict
 from runlib.spec.units import format_count
+from runlib.util.report_dirs import SPEC_PATH_FILE, report_dir, spec_path_text
 
 Format = Literal["markdown", "html"]
 FILE_NAMES: dict[str, str] = {"markdown": "audit.md", "html": "audit.html"}
 GIB = 2**30
 
 
-SPEC_PATH_FILE = "spec-path.txt"
-"""In each report directory: the absolute path of the spec file it was written from (one line)."""
-
-
 def default_report_dir(result: AuditResult, root: Path = Path("reports")) -> Path:
     """Where `runlib audit SPEC --format html|markdown` writes, beside the run report (reports/<run>/run):
-
-    - reports/<run>/audit for the run's own spec file (the file named after the run: demo.yaml for
-      `name: demo`; the README and the Snakefile name reports/demo/audit/audit.html);
-    - reports/<run>/audit-<file stem> for another file with the same run name (a copy being edited);
-    - either name + "-<8 hex digits of the file's absolute path>" when that directory holds the report of
-      another file of the same name (reports/<run>/audit/spec-path.txt says whose), so no audit ever
-      overwrites the report of a different spec file.
-    """
-    stem = Path(result.file).stem if result.file != "<spec>" else result.spec.name
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "spec"
-    out = root / result.spec.name / ("audit" if safe == result.spec.name else f"audit-{safe}")
-    mine = _spec_path(result)
-    try:
-        owner = (out / SPEC_PATH_FILE).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        owner = None
-    if owner and mine and owner != mine:
-        out = out.with_name(f"{out.name}-{hashlib.sha256(mine.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}")
-    return out
+    runlib.util.report_dirs.report_dir of kind "audit" (reports/<run>/audit for the run's own spec file,
+    reports/<run>/audit-<file stem> for another file; the README and the Snakefile name
+    reports/demo/audit/audit.html), so no audit ever overwrites the report of a different spec file."""
+    return report_dir(result.spec.name, result.file if result.file != "<spec>" else None, "audit", root)
 
 
 def _spec_path(result: AuditResult) -> str | None:
-    return str(Path(result.file).resolve()) if result.file != "<spec>" else None
+    return spec_path_text(result.file) if result.file != "<spec>" else None
 
 
 def write_report(result: AuditResult, out_dir: Path, fmt: Format = "markdown") -> Path:
@@ -137,6 +117,15 @@ class Table:
 @dataclass(frozen=True)
 class Code:
     text: str
+
+
+@dataclass(frozen=True)
+class Link:
+    """A table cell that links to another file: href in the HTML, md_href (default href) in the markdown."""
+
+    text: str
+    href: str
+    md_href: str | None = None
 
 
 @dataclass(frozen=True)
@@ -334,6 +323,11 @@ def _md_text(text: str) -> str:
 
 
 def _md_cell(cell: Any) -> str:
+    if isinstance(cell, Link):
+        href = (
+            (cell.md_href or cell.href).replace(" ", "%20").replace("(", "%28").replace(")", "%29").replace("|", "%7C")
+        )
+        return f"[{_md_text(cell.text).replace('[', '&#91;').replace(']', '&#93;')}]({href})"
     if isinstance(cell, Code):
         text = " ".join(cell.text.split()).replace("|", "\\|")
         fence = "``" if "`" in text else "`"
@@ -384,6 +378,8 @@ figcaption { color: #555; font-size: .9em; }
 
 
 def _html_cell(cell: Any) -> str:
+    if isinstance(cell, Link):
+        return f'<a href="{html.escape(cell.href, quote=True)}">{html.escape(cell.text)}</a>'
     if isinstance(cell, Code):
         return f"<code>{html.escape(cell.text)}</code>"
     return html.escape(str(cell))
