@@ -177,3 +177,34 @@ def test_a_bad_key_file_is_a_clear_error_naming_it(work, tmp_path, monkeypatch, 
     assert main(["verify", str(TINY), "--stage", "train_tokenizer"]) == 2
     err = capsys.readouterr().err
     assert f"{key}: manifest key file" in err and says in err and "Traceback" not in err
+
+
+def test_an_input_rebuilt_to_equal_results_keeps_its_consumers_valid(work, graph):
+    """No false alarm: a deleted artifact rebuilt (as the rebuild advice does) to the same bytes leaves its
+    consumers' records matching; a phase's measurement files may differ."""
+    tokens, first, second = (
+        graph.find("tokenize", source="code"),
+        graph.find("train_phase", phase=0),
+        graph.find("train_phase", phase=1),
+    )
+    shutil.rmtree(tokens.dir)
+    run_stage("tokenize", str(TINY), tokens.key)
+    assert verify_artifact(first.dir).ok
+
+    def phase_with_throughput(tokens_per_s: float):
+        def build(tmp: Path) -> dict:
+            stand_in_phase(tmp)
+            (tmp / "metrics.jsonl").write_text(json.dumps({"step": 1, "tokens_per_s": tokens_per_s}) + "\n")
+            return {"counts": {}}
+
+        return build
+
+    shutil.rmtree(first.dir)
+    build_artifact(first, phase_with_throughput(1000.0))
+    build_artifact(second, stand_in_phase, {"previous": input_record("train_phase", read_manifest(first.dir))})
+    shutil.rmtree(first.dir)
+    build_artifact(first, phase_with_throughput(1234.5))  # rebuilt: the same weights at another speed
+    assert verify_artifact(second.dir).ok
+    poison_and_reseal(first.dir, "final.pt", key=read_key())  # other weights, a matching manifest: a rebuild
+    problems = verify_artifact(second.dir).problems  # other weights: what phase 1 trained from is gone
+    assert len(problems) == 1 and "(final.pt: digest now" in problems[0]
