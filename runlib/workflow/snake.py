@@ -76,7 +76,8 @@ class Workflow:
                 where = f"{result.file}:{f.line}: " if f.line else f"{result.file}: "
                 print(f"{where}{f.code} {f.path}: {f.message}\n    fix: {f.fix}", file=sys.stderr)
             raise GateRefused(
-                f"{spec_path}: {len(refused)} value(s) the trainer cannot enact (listed above); no job was started. "
+                f"{spec_path}: {len(refused)} value(s) this machine cannot run (a layout, an input format or a "
+                "file the spec names; listed above); no job was started. "
                 "Change them as each fix says."
             )
         # lm-eval tasks (runlib.eval.harness.gate): what this machine cannot run (not installed, a task file
