@@ -26,6 +26,7 @@ from runlib.errors import UserError
 KEY_FILE_ENV = "RUNLIB_MANIFEST_KEY_FILE"
 KEY_BYTES = 32
 MAX_KEY_BYTES = 4096  # a key file is read whole: anything larger is not a key file
+_CREATED: set[Path] = set()  # key files this process created (a MAC mismatch then means the old key is gone)
 
 
 def key_path() -> Path:
@@ -60,12 +61,18 @@ def _create(path: Path) -> None:
             os.close(fd)
         try:
             os.link(tmp, path)  # atomic, and fails if another process published its key first
+            _CREATED.add(path)
         except FileExistsError:
             pass
     except OSError as exc:
         raise KeyFileError(path, f"cannot be created ({exc.strerror or exc})", "make its folder writable") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def created_here(path: Path) -> bool:
+    """Whether this process created the key file at `path` (it did not exist before)."""
+    return path in _CREATED
 
 
 def read_key(create: bool = True) -> bytes:

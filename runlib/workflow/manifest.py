@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runlib.errors import UserError
 from runlib.util.hashing import bytes_digest, hmac_sha256, macs_equal
-from runlib.util.mac_key import key_path, read_key
+from runlib.util.mac_key import created_here, key_path, read_key
 from runlib.workflow.settings import artifacts_dir, rebuild_hint
 
 MANIFEST = "manifest.json"
@@ -183,10 +183,15 @@ def read_manifest(directory: str | Path) -> Manifest:
             path, f"no {MAC_FIELD} (written by a runlib before manifests were authenticated, or edited)"
         )
     if not isinstance(mac, str) or not macs_equal(mac, hmac_sha256(read_key(), canonical)):
+        new_key = (
+            " (created just now: the key these manifests were written under is gone)"
+            if created_here(key_path())
+            else ""
+        )
         raise ManifestError(
             path,
-            f"its {MAC_FIELD} does not match the manifest key {key_path()}: the manifest was rewritten by "
-            "someone without that key (its artifact may have been tampered with), or written under another "
+            f"its {MAC_FIELD} does not match the manifest key {key_path()}{new_key}: the manifest was rewritten "
+            "by someone without that key (its artifact may have been tampered with), or written under another "
             "key (another user, or a node that does not share the key file)",
         )
     return manifest

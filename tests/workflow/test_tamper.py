@@ -134,8 +134,11 @@ def test_a_reseal_further_upstream_stops_the_stage(work, graph):
 def test_a_manifest_without_a_mac_or_under_another_key_is_refused(work, graph, tmp_path, monkeypatch, capsys):
     tok = graph.of("train_tokenizer")[0]
     monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "other" / "manifest.key"))  # created on first use
-    with pytest.raises(UserError, match=f"does not match the manifest key {tmp_path / 'other' / 'manifest.key'}"):
+    with pytest.raises(
+        UserError, match=f"does not match the manifest key {tmp_path / 'other' / 'manifest.key'}"
+    ) as err:
         read_manifest(tok.dir)
+    assert "(created just now: the key these manifests were written under is gone)" in str(err.value)
     assert main(["verify", str(TINY), "--stage", "train_tokenizer"]) == 2
     assert "its manifest_hmac_sha256 does not match" in capsys.readouterr().out
     monkeypatch.delenv(KEY_FILE_ENV)
