@@ -3,9 +3,18 @@
 #   snakemake --cores 2 --config spec=specs/other.yaml
 #   snakemake --profile cluster --config spec=...         (Slurm)
 # The gate audits the spec first and refuses to build the DAG while the audit has errors.
+import sys
+
 from runlib.workflow.snake import load_workflow, KEY_PATTERN
+from runlib.workflow.until import until_from_argv, until_refusal
 
 WF = load_workflow(str(config.get("spec", "specs/demo.yaml")))
+
+# `--until train_phase` ran into Snakemake's "BUG: Out of jobs ready" (runlib/workflow/until.py): refused
+_UNTIL = until_refusal(until_from_argv(sys.argv), WF.graph, WF.done, WF.spec_path)
+if _UNTIL:
+    sys.stderr.write(f"runlib: {_UNTIL}\n")
+    raise SystemExit(1)
 
 
 wildcard_constraints:
