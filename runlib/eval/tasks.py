@@ -51,6 +51,9 @@ import numpy as np
 from runlib.data.shards import TokenShard
 from runlib.errors import UserError
 from runlib.tokenizer.train import decode, eos_id
+from runlib.util.userfile import open_regular
+
+MAX_LINE_BYTES = 64 << 20  # one example per line: a line past this is not a task file
 
 if TYPE_CHECKING:  # torch is imported where a model is scored: the items and task files do without it
     import torch
@@ -124,15 +127,27 @@ def load_tasks(path: str | Path, kind: str) -> list[MultipleChoice] | list[Answe
     if not path.is_file():
         raise UserError(f"{path}: task file not found (eval.tasks[].path; relative paths start at {Path.cwd()})")
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    # read like a data source (runlib.curate.readers): regular files only, lines bounded, and what
+    # Python's json cannot hold (nesting past the stack, 5,000-digit integers) refused at file:line
+    with open_regular(path, "the task file") as raw:
+        for lineno, data in enumerate(iter(lambda: raw.readline(MAX_LINE_BYTES + 1), b""), 1):
+            where = f"{path}:{lineno}"
+            if len(data) > MAX_LINE_BYTES:
+                raise UserError(f"{where}: a line longer than {MAX_LINE_BYTES >> 20} MiB; one example per line")
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UserError(f"{where}: not UTF-8 text; re-encode the file as UTF-8") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UserError(f"{where}: not a JSON object: {exc.msg} (column {exc.colno})") from exc
+            except RecursionError:
+                raise UserError(f"{where}: JSON nested too deeply to read; an example is a flat object") from None
+            except ValueError as exc:  # an integer past Python's int() digit limit
+                raise UserError(f"{where}: a JSON value Python cannot read ({str(exc)[:100]})") from None
             examples.append(_parse_line(obj, kind, where))
     if not examples:
         raise UserError(f"{path}: no examples (one JSON object per line)")
