@@ -413,7 +413,11 @@ def draw_memory(plan: Plan) -> Any:
         ax.set_ylabel("GiB per device")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-        table = ax_table.table(cellText=table_rows, colLabels=headers, bbox=(0.0, 0.0, 1.0, 1.0), cellLoc="right")
+        label_width = 0.22  # "optimizer states", "runtime overhead" whole at 8 pt
+        widths = [label_width, *([(1.0 - label_width) / max(1, len(headers) - 1)] * (len(headers) - 1))]
+        table = ax_table.table(
+            cellText=table_rows, colLabels=headers, colWidths=widths, bbox=(0.0, 0.0, 1.0, 1.0), cellLoc="right"
+        )
         table.auto_set_font_size(False)
         table.set_fontsize(8)
         for (row, col), cell in table.get_celld().items():
