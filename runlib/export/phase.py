@@ -13,6 +13,7 @@ from pathlib import Path
 from runlib.errors import UserError
 from runlib.export.hf import ExportShape, hf_architecture, write_export
 from runlib.tokenizer.special import PAD
+from runlib.workflow.command import snakemake_command
 
 
 def export_phase(spec_path: str, phase: str, out_dir: Path) -> Path:
@@ -28,7 +29,7 @@ def export_phase(spec_path: str, phase: str, out_dir: Path) -> Path:
     if not node.manifest_path.exists():
         raise UserError(
             f"{spec_path}: phase {phase!r} is not built (train_phase {node.key}); "
-            f"fix: snakemake --cores all --config spec={spec_path}"
+            f"fix: {snakemake_command(spec_path, cores='all')}"
         )
     tokenizer = graph.input_nodes(node)["tokenizer"]
     verify_node(node, spec_path=spec_path)

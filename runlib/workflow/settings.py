@@ -6,6 +6,8 @@ import os
 import shlex
 from pathlib import Path
 
+from runlib.workflow.command import snakemake_command
+
 
 def work_dir() -> Path:
     """Artifacts, logs, the MLflow store: RUNLIB_WORK_DIR, default ./work (gitignored)."""
@@ -48,4 +50,4 @@ def rebuild_hint(stage: str, key: str, spec_path: str | None = None) -> str:
     reruns that stage only: runlib.workflow.snake.Workflow.drop_stale_markers)."""
     directory = artifacts_dir() / stage / key
     spec = spec_path or os.environ.get("RUNLIB_SPEC") or "<your spec>"
-    return f"rm -r {shlex.quote(str(directory))} && snakemake --cores all --config spec={shlex.quote(str(spec))}"
+    return f"rm -r {shlex.quote(str(directory))} && {snakemake_command(spec, cores='all')}"

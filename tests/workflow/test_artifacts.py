@@ -4,7 +4,6 @@ stages, which build in a few seconds; `runlib verify`."""
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from runlib.errors import UserError
 from runlib.spec import load_spec
 from runlib.workflow import artifacts
 from runlib.workflow.artifacts import build_artifact
+from runlib.workflow.command import snakemake_command
 from runlib.workflow.graph import build_graph
 from runlib.workflow.manifest import read_manifest
 from runlib.workflow.settings import built_marker, done_stamp
@@ -81,9 +81,7 @@ def test_flipped_bytes_in_final_pt_stop_the_next_phase(work, graph):
         run_stage("train_phase", str(TINY), second.key)
     message = str(err.value)
     assert message.startswith(f"artifact train_phase/{first.key} (train_phase foundation): final.pt: its content")
-    assert (
-        f"rebuild it with: rm -r {first.dir} && snakemake --cores all --config spec={shlex.quote(str(TINY))}" in message
-    )
+    assert f"rebuild it with: rm -r {first.dir} && {snakemake_command(TINY, cores='all')}" in message
     assert not second.dir.exists()
 
 
