@@ -48,7 +48,8 @@ def _pseudo_devices() -> set[int]:
 def refusal(path: str, st: os.stat_result, what: str) -> str | None:
     """Why `path` (with stat `st`) cannot be read as `what`, or None when it is an ordinary regular file."""
     if not stat.S_ISREG(st.st_mode):
-        return f"{path} is {_kind(st.st_mode)}, not a regular file: give {what} itself (a FIFO or device never ends)"
+        endless = "" if stat.S_ISDIR(st.st_mode) else " (reading a FIFO or a device may never end)"
+        return f"{path} is {_kind(st.st_mode)}, not a regular file: give {what} itself{endless}"
     if st.st_dev in _pseudo_devices():
         return f"{path} is a kernel file (/proc or /sys), not a regular file: give {what} itself"
     return None
