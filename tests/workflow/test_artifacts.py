@@ -116,7 +116,7 @@ def test_a_truncated_artifact_is_refused_and_the_advice_rebuilds_it(work, graph)
     docs.write_bytes(docs.read_bytes()[:-10])
     with pytest.raises(UserError, match=r"docs\.jsonl: \d+ bytes, the manifest says \d+") as err:
         run_stage("curate_shard", str(TINY), shard.key)  # the cheap check of a built artifact
-    assert f"rebuild it with: rm -r {shard.dir} && snakemake" in str(err.value)
+    assert f"rebuild it with: rm -r {shard.dir} && {snakemake_command(TINY, cores='all')}" in str(err.value)
     shutil.rmtree(shard.dir)  # what the message says; Snakemake then reruns this stage (the next test says why)
     rebuilt = run_stage("curate_shard", str(TINY), shard.key)
     assert rebuilt.content_hash == before.content_hash and done(shard).read_text().strip() == rebuilt.content_hash
@@ -161,7 +161,10 @@ def test_runlib_verify(work, graph, capsys):
     assert out.count("\n  ok ") == 2 and "curate_shard" not in out
     failed = next(line for line in out.splitlines() if "FAILED" in line)
     assert "tokenize arithmetic" in failed and tokens.key in failed
-    assert "heldout.bin: its content differs" in out and f"rm -r {tokens.dir} && snakemake" in out
+    assert (
+        "heldout.bin: its content differs" in out
+        and f"rm -r {tokens.dir} && {snakemake_command(TINY, cores='all')}" in out
+    )
     assert main(["verify", str(TINY), "--stage", "tokenize code"]) == 0
     assert main(["verify", str(TINY), "--stage", "tokenize cod"]) == 2  # a usage error names the instances
     assert "did you mean 'tokenize code'" in capsys.readouterr().err
