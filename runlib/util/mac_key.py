@@ -77,7 +77,8 @@ def created_here(path: Path) -> bool:
 
 def read_key(create: bool = True) -> bytes:
     """The key's bytes; created first when missing and `create`. KeyFileError (a UserError, exit 2) when it
-    is not a regular file, is readable or writable by others, is shorter than 32 bytes or cannot be read."""
+    is not a regular file, is accessible to others or writable by the group, is shorter than 32 bytes or
+    cannot be read. Group read is allowed, for users who share a work directory (and so trust each other)."""
     path = key_path()
     try:
         st = os.stat(path)
@@ -90,11 +91,11 @@ def read_key(create: bool = True) -> bytes:
         raise KeyFileError(path, f"cannot be read ({exc.strerror or exc})", "make it readable by you") from None
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
         raise KeyFileError(path, "is not a regular file", "replace it with a file of 32 random bytes")
-    if st.st_mode & 0o077:
+    if st.st_mode & 0o027:  # others: no access; the group may read it (users sharing a work directory)
         raise KeyFileError(
             path,
             f"is accessible to other users (mode {stat.S_IMODE(st.st_mode):04o}): they could forge manifests",
-            f"chmod 600 {path}",
+            f"chmod 600 {path} (or 640 to share it with the group that shares your work directory)",
         )
     try:
         with open(path, "rb") as f:
