@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import ROOT
 
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
-DEADLINE_S = 5
+DEADLINE_S = 2
 HANG_S = 120
 
 
