@@ -51,6 +51,11 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from runlib.audit.checks import all_checks, get_check
 
+    if args.code and args.code.lower() == "hardware":  # the accelerator catalog: hardware.accelerator's keys
+        from runlib.plan.hardware import catalog_lines
+
+        print("\n".join(catalog_lines()))
+        return 0
     if not args.code:
         for c in all_checks():
             print(f"{c.code:<9} {c.severity:<8} {c.name}")
@@ -59,7 +64,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if check is None:
         codes = [c.code for c in all_checks()]
         guess = difflib.get_close_matches(args.code.upper(), codes, n=1)
-        hint = f"; did you mean {guess[0]}?" if guess else "; `runlib explain` lists them"
+        listing = "; `runlib explain` lists them (`runlib explain hardware`: the accelerators)"
+        hint = f"; did you mean {guess[0]}?" if guess else listing
         raise UserError(f"runlib explain: unknown check code {args.code!r}{hint}")
     print(f"{check.code} ({check.name}), default severity: {check.severity}\n")
     print(check.doc)
@@ -204,12 +210,12 @@ def _cmd_shrink(args: argparse.Namespace) -> int:
     """A spec with the run's structure, scaled down to run on this machine (runlib.review.shrink)."""
     from runlib.review.shrink import shrink_file
 
-    text, summary = shrink_file(args.spec, minutes=args.minutes)
+    text, summary = shrink_file(args.spec, minutes=args.minutes, out=args.out or "SHRUNK.yaml")
     if args.out:
         from runlib.util.atomic import write_text_atomic
 
         write_text_atomic(Path(args.out), text)
-        print(summary.replace("{out}", args.out), file=sys.stderr)
+        print(summary, file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -280,8 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_audit)
 
-    p = sub.add_parser("explain", help="print a check's documentation (no code: list all checks)")
-    p.add_argument("code", nargs="?")
+    p = sub.add_parser(
+        "explain", help="print a check's documentation (no code: list all checks; `hardware`: the accelerator catalog)"
+    )
+    p.add_argument("code", nargs="?", help="a check code such as MIX003, or `hardware`")
     p.set_defaults(func=_cmd_explain)
 
     p = sub.add_parser("plan", help="list every stage of the spec with its key and whether it is built")

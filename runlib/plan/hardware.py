@@ -115,3 +115,16 @@ def cpu_device_memory(accelerator: Accelerator, processes_per_node: int, host_by
         f" / {processes_per_node} processes" if processes_per_node > 1 else ""
     )
     return replace(accelerator, memory_gib=per_device, memory_basis=basis)
+
+
+def catalog_lines() -> list[str]:
+    """`runlib explain hardware`: each catalog key (hardware.accelerator) with its memory and dense peaks."""
+    lines = [f"{'key':<10} {'memory':>10}  {'description':<26}  dense peak TFLOP/s"]
+    for a in CATALOG.values():
+        peaks = ", ".join(f"{dtype} {tflops:g}" for dtype, tflops in a.peak_tflops.items())
+        lines.append(f"{a.key:<10} {a.memory_gib:>6g} GiB  {a.description:<26}  {peaks}")
+    lines.append(
+        "another accelerator: hardware.accelerator any name with hardware.memory_gib and hardware.peak_tflops; "
+        "a catalog entry's figures can be overridden the same way"
+    )
+    return lines

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from runlib.audit import audit_loaded
-from runlib.cli import main
+from runlib.cli import build_parser, main
 from runlib.plan import derive
+from runlib.plan.hardware import CATALOG
 from runlib.plan.scaling import refit_optimum
 from runlib.review.propose import propose
+from runlib.spec.schema_export import schema_json
+from tests.conftest import ROOT
 
 # (accelerator, devices, days): a small, a mid-size and a large budget
 BUDGETS = [("a100-80gb", 8, 3.0), ("h100-sxm", 64, 14.0), ("h100-sxm", 512, 30.0)]
@@ -82,3 +86,27 @@ def test_bad_budget_exits_2(capsys, argv, needle):
     assert main(["propose", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_readme_propose_example_quotes_the_real_output(capsys):
+    """Issue 28 item 8: the README quoted 'checkpoint every 320 steps' where the command says 1800. Run the
+    README's example as written and compare the lines it quotes with what the command prints."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```\n\$ runlib propose (?P<args>[^\n]*)\n(?P<quoted>.*?)```", readme, re.S)
+    assert block, "the README's propose example"
+    assert main(["propose", *block["args"].split()]) == 0
+    printed = capsys.readouterr().err
+    quoted = " ".join(block["quoted"].split())
+    assert quoted == " ".join(printed.splitlines()[0].split())
+    assert "checkpoint every" in quoted
+
+
+def test_the_hardware_pointer_lists_the_catalog(capsys):
+    """`runlib propose --help` and the schema send the reader to `runlib explain hardware`: it lists every
+    accelerator key (it used to answer 'unknown check code')."""
+    help_text = build_parser()._subparsers._group_actions[0].choices["propose"].format_help()
+    assert "`runlib explain hardware`" in " ".join(help_text.split())
+    assert "`runlib explain hardware`" in schema_json()
+    assert main(["explain", "hardware"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
+    assert set(CATALOG) <= listed
