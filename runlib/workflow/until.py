@@ -11,9 +11,10 @@ any job runs, and says what does the same thing: the stamps of the rule's last j
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+from runlib.workflow.command import snakemake_command
 
 if TYPE_CHECKING:
     from runlib.workflow.graph import StageGraph
@@ -36,7 +37,7 @@ def until_refusal(until: Iterable[str], graph: StageGraph, done, spec_path: str)
         nodes = graph.of(stage)
         needed = {m.key for n in nodes for m in graph.input_nodes(n).values() if m.stage == stage}
         last = [done(n.stage, n.key) for n in nodes if n.key not in needed]
-        command = shlex.join(["snakemake", "--cores", "2", *last, "--config", f"spec={spec_path}"])
+        command = snakemake_command(spec_path, targets=[str(path) for path in last])
         lines.append(
             f"--until {stage}: each {stage} job depends on another {stage} job, and Snakemake's --until starts "
             f"no job that depends on an --until job, so it stops after the first (\"BUG: Out of jobs ready\", "
