@@ -361,7 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("shrink", help="the spec's run scaled down to run end to end on this machine in ~N minutes")
     p.add_argument("spec", help="run spec (YAML)")
-    p.add_argument("--minutes", type=float, default=10.0, help="target wall time of the whole DAG (default 10)")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=10.0,
+        help="wall time to size the whole DAG for (default 10); -o prints the expected range and its basis",
+    )
     p.add_argument("-o", "--out", help="write the shrunk spec here (default: stdout)")
     p.set_defaults(func=_cmd_shrink)
 
