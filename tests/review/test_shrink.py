@@ -23,6 +23,7 @@ from runlib.review.diff import diff_files
 from runlib.review.shrink import MIN_PHASE_STEPS, SHRINK_CHOICES, shrink, shrink_file, wall_minutes
 from runlib.review.standins import BYTES_PER_TRAIN_TOKEN, builtin_texts
 from runlib.spec import load_spec, load_spec_text
+from runlib.util.report_dirs import report_dir
 from runlib.workflow.command import snakemake_command
 from runlib.workflow.graph import build_graph
 from runlib.workflow.settings import rebuild_hint
@@ -301,7 +302,7 @@ def test_shrunk_olmo2_runs_end_to_end_and_diff_matches_the_dry_run(tmp_path, mon
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.stderr[-3000:]
     name = load_spec(spec).spec.name
-    assert (tmp_path / "reports" / name / "run" / "report.html").exists()
+    assert (report_dir(name, spec, "run", tmp_path / "reports") / "report.html").exists()
     print(f"shrunk OLMo 2 7B end to end: {seconds:.0f} s")
     # issue 28 item 4: the epochs the audit declares before the run are those tokenizing measured (within
     # 1.25x: BYTES_PER_TRAIN_TOKEN was measured on this spec; another Python's standard library moves it)
