@@ -551,7 +551,8 @@ def _parallelism_notes(spec: Any) -> list[str]:
 
 def _monitor(spec: Any, total_steps: int) -> dict[str, Any]:
     m = spec.monitor
-    out: dict[str, Any] = {}
+    # the held-out loss during training at the size of the evaluation after each phase (_eval's heldout_tokens)
+    out: dict[str, Any] = {"eval_tokens": 8192}
     if m.eval_every is not None:
         out["eval_every"] = f"{max(MIN_PHASE_STEPS, total_steps // 4)} steps"
     if m.spike is not None:

@@ -63,6 +63,8 @@ def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path, tmp_path
     assert {n: s.fim for n, s in shrunk.data.sources.items()} == {n: s.fim for n, s in original.data.sources.items()}
     assert shrunk.schedule.kind == original.schedule.kind and shrunk.tokenizer.digits == original.tokenizer.digits
     assert shrunk.hardware.accelerator == "cpu" and shrunk.precision.compute == "fp32"
+    # the held-out loss during training is as small as the one after each phase (monitor.eval_tokens defaults to 32Ki)
+    assert shrunk.monitor.eval_tokens == shrunk.eval.heldout_tokens == 8192
     # the block's structure (RUN008 refuses these under tensor parallelism only; the shrunk run has none)
     for key in ("activation", "norm", "bias", "norm_bias", "parallel_block", "embedding_norm", "dropout"):
         assert getattr(shrunk.model, key) == getattr(original.model, key), key
