@@ -131,7 +131,7 @@ class HardwareSpec(SpecModel):
     """Mean time between failures of one node, in hours, for checkpoint-interval advice; omitted on a GPU: Llama 3's published failure rate, one unexpected interruption per ~50,700 GPU-hours (419 in 54 days on 16,384 GPUs, Dubey et al. 2024 section 3.3.4) (planning only: read by the audit, not by any stage)."""
 
     memory_gib: float | None = Field(None, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
-    """Memory per device in GiB, overriding the catalog for hardware not in it (planning only: read by the audit, not by any stage)."""
+    """Memory per device in GiB, overriding the catalog for hardware not in it (planning only: read by the audit, not by any stage). Unset on a `cpu` spec, a device's memory is this machine's memory (or its container's limit) divided by `hardware.devices_per_node`, so the memory check of a CPU run depends on the machine that audits it; set it to plan for another machine."""
 
     peak_tflops: dict[Literal["fp32", "fp16", "bf16", "fp8"], Annotated[float, Field(ge=0.001, le=1e7)]] | None = None
     """Dense peak TFLOP/s per dtype; overrides the catalog (the plan's times, and the MFU a training phase reports)."""
