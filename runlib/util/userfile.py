@@ -21,6 +21,10 @@ from runlib.errors import UserError
 _PSEUDO_ROOTS = ("/proc", "/sys")
 
 
+class MissingFile(UserError):
+    """The file does not exist (a caller may treat that apart: an artifact not built yet)."""
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO (named pipe)"
@@ -62,7 +66,7 @@ def open_regular(path: str | os.PathLike[str], what: str = "the file") -> Binary
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise UserError(f"{name}: file not found; check the path") from None
+        raise MissingFile(f"{name}: file not found; check the path") from None
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing only
             raise UserError(f"{name} is not a regular file: give {what} itself") from None

@@ -34,11 +34,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from runlib.errors import UserError
 from runlib.util.hashing import bytes_digest, hmac_sha256, macs_equal
 from runlib.util.mac_key import created_here, key_path, read_key
+from runlib.util.userfile import MissingFile, read_bounded
 from runlib.workflow.settings import artifacts_dir, rebuild_hint
 
 MANIFEST = "manifest.json"
 CHECKSUM_FIELD = "manifest_xxh3_128"
 MAC_FIELD = "manifest_hmac_sha256"
+MAX_MANIFEST_BYTES = 16 << 20
+"""A manifest lists an artifact's files and counts (kilobytes); past this it is not one of runlib's."""
 
 
 class _Model(BaseModel):
@@ -154,12 +157,20 @@ def read_manifest(directory: str | Path) -> Manifest:
     missing, invalid, does not match its own checksum (edited or corrupted after the build) or its MAC
     (rewritten without the key, or written under another key)."""
     path = manifest_path(directory)
+    # a manifest replaced by a FIFO or a link to /dev/zero hung every reader; one of nested arrays ended
+    # in json's RecursionError (issue 28 item 13): regular files only, bounded, any nesting an error
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        raw = read_bounded(path, MAX_MANIFEST_BYTES, "the artifact's manifest")
+    except MissingFile:
         raise ManifestError(path, "no manifest (the artifact is not built)", advice=False) from None
-    except (OSError, ValueError) as exc:
-        raise ManifestError(path, f"not a readable JSON manifest ({exc})") from None
+    except UserError as exc:
+        raise ManifestError(path, f"not a readable manifest ({exc})") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ManifestError(path, f"over {MAX_MANIFEST_BYTES >> 20} MiB: not a manifest runlib wrote")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ManifestError(path, f"not a readable JSON manifest ({str(exc)[:200] or 'nested too deeply'})") from None
     checksum = data.pop(CHECKSUM_FIELD, None) if isinstance(data, dict) else None
     mac = data.pop(MAC_FIELD, None) if isinstance(data, dict) else None
     try:
