@@ -77,9 +77,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     text = schema_json()
     if args.out:
-        from runlib.util.atomic import write_text_atomic
+        from runlib.util.atomic import write_output
 
-        write_text_atomic(Path(args.out), text)
+        write_output(args.out, text)
     else:
         sys.stdout.write(text)
     return 0
@@ -212,9 +212,9 @@ def _cmd_shrink(args: argparse.Namespace) -> int:
 
     text, summary = shrink_file(args.spec, minutes=args.minutes, out=args.out or "SHRUNK.yaml")
     if args.out:
-        from runlib.util.atomic import write_text_atomic
+        from runlib.util.atomic import write_output
 
-        write_text_atomic(Path(args.out), text)
+        write_output(args.out, text)
         print(summary, file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -224,9 +224,9 @@ def _cmd_shrink(args: argparse.Namespace) -> int:
 def _write_review_spec(text: str, out: str | None, audit_text: str, what: str) -> None:
     """The spec to OUT (the audit to stdout) or to stdout (the audit to stderr, so the spec pipes clean)."""
     if out:
-        from runlib.util.atomic import write_text_atomic
+        from runlib.util.atomic import write_output
 
-        write_text_atomic(Path(out), text)
+        write_output(out, text)
         sys.stdout.write(audit_text)
         print(f"{what}: {out}")
     else:

@@ -17,12 +17,17 @@ file, and a symlink was replaced by a file):
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from runlib.errors import UserError
+
+FIFO_READER_WAIT_S = 10.0
+"""How long a write to a FIFO waits for a process to open its reading end."""
 
 
 def _umask() -> int:
@@ -40,8 +45,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UserError(f"{path} is a directory: give the path of a file to write")
     if st is not None and not stat.S_ISREG(st.st_mode):
-        with open(path, "wb") as f:  # a device or a FIFO: written in place, never replaced
-            f.write(data)
+        _write_in_place(path, data)  # a device or a FIFO: written in place, never replaced
         return
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,5 +62,43 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def _write_in_place(path: Path, data: bytes) -> None:
+    """Write to a device or a FIFO. open(2) of a FIFO for writing blocks until a reader opens it, forever
+    if none does (`-o fifo` hung); with O_NONBLOCK it fails at once with ENXIO instead (fifo(7)). The
+    descriptor is made blocking again for the write, so that a slow reader is waited for, not an error.
+    A reader started together with the writer (`cat fifo & runlib ... -o fifo`) may open its end a moment
+    later: the open is retried for FIFO_READER_WAIT_S, a bound, not forever."""
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if time.monotonic() >= deadline:
+                raise UserError(
+                    f"{path} is a FIFO (named pipe) that no process read within {FIFO_READER_WAIT_S:.0f} s: "
+                    "start its reader first"
+                ) from None
+            time.sleep(0.05)
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_output(path: str | os.PathLike[str], text: str) -> None:
+    """write_text_atomic for a file the user names (`-o`, `--out`): an OSError (a full device such as
+    /dev/full, a parent that is a file, a read-only file system, a name too long) is a UserError naming
+    the path, not a traceback. Stages call write_text_atomic: their OSError (a full disk) has its own message
+    (runlib.workflow.diskfull)."""
+    try:
+        write_text_atomic(Path(path), text)
+    except OSError as exc:
+        raise UserError(
+            f"{os.fspath(path)}: cannot write it ({exc.strerror or exc}); give a path to a file in a folder you can write"
+        ) from exc

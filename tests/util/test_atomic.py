@@ -87,3 +87,40 @@ def test_a_directory_is_refused(tmp_path, capsys):
         write_text_atomic(tmp_path, "x\n")
     assert main(["import", str(FIX / "train_gpt2.py"), "-o", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_a_fifo_without_a_reader_is_refused_not_waited_on_forever(tmp_path, capsys, monkeypatch):
+    """open(2) of a FIFO for writing blocks until a reader comes: `-o fifo` hung (issue 28 item 13)."""
+    monkeypatch.setattr("runlib.util.atomic.FIFO_READER_WAIT_S", 0.2)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    guard = threading.Timer(60, lambda: os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # unblocks a hung writer
+    guard.daemon = True
+    guard.start()
+    try:
+        assert main(["schema", "--out", str(fifo)]) == 2
+    finally:
+        guard.cancel()
+    err = capsys.readouterr().err
+    assert str(fifo) in err and "no process read" in err and "Traceback" not in err, err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param("/dev/full", id="full_device"),
+        pytest.param("{tmp}/a_file/spec.yaml", id="parent_is_a_file"),
+        pytest.param("{tmp}/" + "n" * 300 + ".yaml", id="name_too_long"),
+    ],
+)
+def test_out_that_cannot_be_written_is_exit_2_naming_it(target, tmp_path, capsys):
+    """An OSError of the write was a traceback with exit 1 (which means "the audit found errors")."""
+    if target == "/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    (tmp_path / "a_file").write_text("x")
+    out = target.format(tmp=tmp_path)
+    assert main(["import", str(FIX / "train_gpt2.py"), "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert out in err and "cannot write it" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"], "a temporary file was left behind"
