@@ -193,6 +193,19 @@ def test_cpu_run_counts_core_hours_in_every_view() -> None:
     assert "| GPU-hours |" in gpu and "ore-hours" not in gpu
 
 
+def test_small_run_hours_and_days_read_the_same_in_every_view() -> None:
+    """The reports rounded device-hours to one decimal and days to two (a shrunk run's 0.00871 core-hours
+    and 0.000181 days read '0.0' and '0.00') where the terminal printed three significant digits (issue 28 item 2: a number in two places comes from one function)."""
+    from runlib.audit.render import text
+
+    cpu = patched({"hardware.accelerator": "cpu", "hardware.devices_per_node": 2, "tokens": "200K"})
+    time_line = next(line for line in text.render(cpu).splitlines() if line.startswith("  time "))
+    hours, days = time_line.split()[1], time_line.split()[3]
+    markdown = report.render_markdown(report.build_blocks(cpu))
+    assert f"| Core-hours | {hours} " in markdown  # then "|" or " (budget ...)"
+    assert f"| Wall-clock days | {days} " in markdown
+
+
 def test_text_view_shows_the_memory_parts_and_their_assumptions() -> None:
     from runlib.audit.render import json_view, text
 

@@ -14,6 +14,7 @@ from runlib.errors import Diagnostic
 from runlib.plan import Plan
 from runlib.plan.flops import CONVENTION
 from runlib.plan.hardware import CATALOG, device_memory_text
+from runlib.spec.units import format_count
 
 SCHEMA_VERSION = 1
 
@@ -31,6 +32,17 @@ def device_hours_unit(accelerator: str) -> str:
     if accelerator == "cpu":
         return "core-hours"
     return "GPU-hours" if accelerator in CATALOG else "device-hours"
+
+
+def hours_text(hours: float | None) -> str:
+    """Device-hours as every view prints them (text, markdown, html, run report): three significant
+    digits with K/M/B suffixes, so a shrunk run's 0.00871 core-hours is not rounded to '0.0'."""
+    return format_count(hours) if hours is not None and math.isfinite(hours) else "n/a"
+
+
+def days_text(days: float | None) -> str:
+    """Wall-clock days as every view prints them: three significant digits."""
+    return f"{days:.3g}" if days is not None and math.isfinite(days) else "n/a"
 
 
 def derived(plan: Plan) -> dict[str, Any]:

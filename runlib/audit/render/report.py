@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from runlib.audit import AuditResult
 from runlib.audit.render import plots
-from runlib.audit.render.json_view import to_dict
+from runlib.audit.render.json_view import days_text, hours_text, to_dict
 from runlib.spec.units import format_count
 from runlib.util.report_dirs import SPEC_PATH_FILE, report_dir, spec_path_text
 
@@ -220,12 +220,12 @@ def _derived(result: AuditResult, dv: dict[str, Any]) -> list[Block]:
         ),
         (
             _sentence(dv["device_hours_unit"]),  # "Core-hours" on a CPU
-            _float(dv["gpu_hours"], ",.1f")
+            hours_text(dv["gpu_hours"])
             + (f" (budget {budget.gpu_hours:,})" if budget.gpu_hours is not None else ""),
         ),
         (
             "Wall-clock days",
-            _float(dv["wall_days"], ",.2f") + (f" (budget {budget.days:g})" if budget.days is not None else ""),
+            days_text(dv["wall_days"]) + (f" (budget {budget.days:g})" if budget.days is not None else ""),
         ),
         ("Devices", f"{dv['devices']} × {acc['key']}, {acc['memory_text']}, MFU {acc['mfu']:g}"),
         ("Data-parallel degree", str(dv["data_parallel"])),

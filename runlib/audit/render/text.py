@@ -6,7 +6,7 @@ import textwrap
 
 from runlib.audit import AuditResult
 from runlib.audit.registry import SEVERITIES
-from runlib.audit.render.json_view import device_hours_unit
+from runlib.audit.render.json_view import days_text, device_hours_unit, hours_text
 from runlib.plan.hardware import device_memory_text
 from runlib.plan.memory import GIB, MIB
 from runlib.spec.units import format_count
@@ -16,10 +16,6 @@ WIDTH = 80
 
 def _lr(x: float) -> str:
     return "0" if x == 0 else f"{x:.2g}"
-
-
-def _hours(h: float) -> str:
-    return format_count(h) if h == h and h != float("inf") else "n/a"
 
 
 def ladder_lines(result: AuditResult) -> list[str]:
@@ -107,8 +103,8 @@ def derived_lines(result: AuditResult) -> list[str]:
             initial_indent="  hardware    ",
             subsequent_indent=" " * 14,
         ),
-        f"  time        {_hours(plan.gpu_hours)} {device_hours_unit(spec.hardware.accelerator)}, "
-        f"{plan.wall_days:.3g} days",
+        f"  time        {hours_text(plan.gpu_hours)} {device_hours_unit(spec.hardware.accelerator)}, "
+        f"{days_text(plan.wall_days)} days",
         f"  references  batch {format_count(plan.references.optimal_batch_tokens)} tokens, "
         f"lr {plan.references.optimal_lr:.2g} (DeepSeek fit)",
         *ladder_lines(result),
