@@ -19,6 +19,8 @@ import stat
 from typing import Any
 
 from runlib.audit.enact import Refusal
+from runlib.errors import UserError
+from runlib.util.userfile import read_bounded, refusal
 
 FILE_FIELDS: dict[str, str] = {
     "data.sources.*.input.path": "SRC001 (the audit) and the gate's glob expansion (runlib.workflow.configs)",
@@ -42,18 +44,21 @@ def _problem(path: str) -> str | None:
         return f"{path!r} does not exist (relative paths are read from {os.getcwd()}, where the workflow runs)"
     except OSError as exc:
         return f"{path!r} cannot be read ({exc.strerror})"
+    except ValueError:  # os.stat of a path with a NUL byte (a traceback before)
+        return f"{path!r} holds a NUL character, which no file name can"
     if stat.S_ISDIR(st.st_mode):
         return f"{path!r} is a folder, not a file"
     if not stat.S_ISREG(st.st_mode):
         return f"{path!r} is not a regular file (a FIFO, socket or device)"
+    if refusal(path, st, "the file") is not None:  # /proc/kmsg: a regular file whose read blocks
+        return f"{path!r} is a kernel file (/proc or /sys), not a regular file"
     return None
 
 
 def _head(path: str) -> bytes:
-    try:
-        with open(os.path.expanduser(path), "rb") as f:
-            return f.read(HEAD_BYTES)
-    except OSError:
+    try:  # non-blocking open, regular files only: the file may have changed since _problem's stat
+        return read_bounded(os.path.expanduser(path), HEAD_BYTES, "the file")[:HEAD_BYTES]
+    except UserError:
         return b""
 
 

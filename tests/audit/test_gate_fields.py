@@ -108,10 +108,13 @@ GATE_CASES = {
         ("missing", _pretrained(f"{MISSING}/tokenizer.json"), "tokenizer.pretrained", "does not exist"),
         ("sentencepiece", _pretrained(str(ROOT / "README.md")), "tokenizer.pretrained", "not a Hugging Face"),
         ("folder", _pretrained(str(ROOT / "specs")), "tokenizer.pretrained", "folder"),
+        # os.stat of a NUL byte raised ValueError: a traceback of `runlib audit` and of the gate
+        ("nul_byte", _pretrained('"tok\\0enizer.json"'), "tokenizer.pretrained", "NUL character"),
     ],
     "eval.tasks[].path": [
         ("multiple_choice", _task(f"{MISSING}/task.jsonl"), "eval.tasks[0].path", "does not exist"),
         ("lm_eval", _lm_eval_task(f"{MISSING}/tasks"), "eval.tasks[0]", ""),
+        ("nul_byte", _task('"task\\0.jsonl"'), "eval.tasks[0].path", "NUL character"),
     ],
     "data.sources.*.input.path": [
         ("missing", _source(MISSING), "data.sources.docs.input.path", "matches no file"),
