@@ -57,6 +57,8 @@ from runlib.spec.units import Duration
 DEVICES = 2  # one training process per core of a 2-core machine
 MICRO_BATCH = 4
 MIN_PHASE_STEPS = 4
+MAX_MINUTES = 7 * 24 * 60
+"""--minutes at most a week: the stand-in run is sized for this machine, a week of it is far past any test."""
 STAND_IN_DOCS = (
     150  # documents per stand-in source (measured: python_docs ~245K tokens, python_code ~880K, arithmetic ~46K)
 )
@@ -288,8 +290,11 @@ def _steps(plan: Plan, budget_tokens: float, tokens_per_step: list[int]) -> list
 
 def shrink(loaded: LoadedSpec, minutes: float = 10.0) -> Shrunk:
     """The shrunk spec's data and its comments (pure but for the glob of file sources)."""
-    if not minutes > 0:
-        raise UserError(f"runlib shrink --minutes {minutes}: give a positive number of minutes")
+    if not 0 < minutes <= MAX_MINUTES:  # inf was a traceback, 1e300 a spec of 10^300 tokens (issue 28 item 14)
+        raise UserError(
+            f"runlib shrink --minutes {minutes:g}: give a number of minutes above 0 and at most {MAX_MINUTES:,} "
+            "(a week: shrink sizes a run for this machine)"
+        )
     spec = loaded.spec
     plan = derive(spec)
     if not plan.phases or not plan.tokens_total:

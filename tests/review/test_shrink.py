@@ -218,6 +218,14 @@ def test_minutes_scale_the_tokens():
     assert 3.5 < large / small < 4.5
 
 
+@pytest.mark.parametrize("minutes", ["inf", "nan", "1e300", "0", "-5"])
+def test_minutes_out_of_range_is_exit_2_not_a_traceback(minutes, capsys):
+    """--minutes inf ended in OverflowError (exit 1), 1e300 in a spec of 10^300 tokens (issue 28 item 14)."""
+    assert main(["shrink", str(OLMO2), "--minutes", minutes]) == 2
+    err = capsys.readouterr().err
+    assert "--minutes" in err and "10,080" in err and "Traceback" not in err, err
+
+
 def test_declared_tokens_are_what_the_stand_ins_hold():
     """Issue 28 item 4: a stand-in's declared tokens come from its own documents, not from the published
     epochs (OLMo 2's dclm: 1.00 epoch declared, 4.37 measured after tokenizing). The measured side is checked
