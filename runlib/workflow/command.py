@@ -24,14 +24,19 @@ import runlib
 SNAKEFILE = Path(runlib.__file__).resolve().parent.parent / "Snakefile"
 
 
-def snakemake_executable() -> str:
-    """`snakemake` when the one on PATH is this environment's; else the one beside this Python (a virtual
-    environment that is not activated), so the command runs the Snakemake that has runlib installed."""
-    beside = Path(sys.executable).parent / "snakemake"
-    found = shutil.which("snakemake")
+def executable(name: str) -> str:
+    """`name` when the one on PATH is this environment's; else the one beside this Python (a virtual
+    environment that is not activated), so the command runs the one that has runlib installed."""
+    beside = Path(sys.executable).parent / name
+    found = shutil.which(name)
     if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
-        return "snakemake"
-    return str(beside) if beside.exists() else "snakemake"
+        return name
+    return str(beside) if beside.exists() else name
+
+
+def snakemake_executable() -> str:
+    """This environment's snakemake (see executable)."""
+    return executable("snakemake")
 
 
 def snakemake_command(spec: str | Path, targets: Sequence[str] = (), cores: str = "2") -> str:

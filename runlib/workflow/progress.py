@@ -34,6 +34,8 @@ from typing import Any, TextIO
 
 from runlib.spec.units import format_count
 from runlib.util.report_dirs import report_dir
+from runlib.workflow.command import executable
+from runlib.workflow.settings import work_dir
 
 TTY_EVERY_S = 1.0  # redraw of the status line on a terminal
 POLL_EVERY_S = 5.0  # progress.json reads when not on a terminal
@@ -139,13 +141,14 @@ def summary_lines(spec_path: str, run_name: str, tracking_uri: str, ok: bool) ->
         lines.append(f"  run report:  {report}")
     audit_line = f"  audit:       {audit}"
     if not audit.exists():
-        audit_line += f"  (write it: runlib audit {shlex.quote(spec_path)} --format html)"
+        audit_line += f"  (write it: {shlex.quote(executable('runlib'))} audit {shlex.quote(spec_path)} --format html)"
     lines.append(audit_line)
     lines.append(
         f"  MLflow UI:   mlflow ui --backend-store-uri {shlex.quote(tracking_uri)}   (then http://127.0.0.1:5000)"
     )
     if not ok:
-        lines.append("  logs:        work/logs/<stage>/<key>.log (the failed job's path is printed above)")
+        logs = work_dir() / "logs"  # RUNLIB_WORK_DIR's, not the default ./work
+        lines.append(f"  logs:        {logs}/<stage>/<key>.log (the failed job's path is printed above)")
     return lines
 
 

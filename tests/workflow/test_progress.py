@@ -5,10 +5,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import shlex
+import sys
+from pathlib import Path
 
 import pytest
 
 from runlib.workflow import progress
+from runlib.workflow.command import executable
 from runlib.workflow.progress import PhaseTime, View
 
 KEY, NEXT = "a1b2c3d4e5f60718", "0f1e2d3c4b5a6978"
@@ -115,10 +119,11 @@ def test_the_end_names_the_reports_and_the_mlflow_command(tmp_path, monkeypatch)
     (tmp_path / "reports" / "demo" / "run").mkdir(parents=True)
     (tmp_path / "reports" / "demo" / "run" / "report.html").write_text("")
     lines = progress.summary_lines("specs/demo.yaml", "demo", "sqlite:////w/mlflow.db", ok=True)
+    runlib_cmd = shlex.quote(executable("runlib"))  # this environment's, as the run's own snakemake
     assert lines == [
         "runlib: the run is complete.",
         "  run report:  reports/demo/run/report.html",
-        "  audit:       reports/demo/audit/audit.html  (write it: runlib audit specs/demo.yaml --format html)",
+        f"  audit:       reports/demo/audit/audit.html  (write it: {runlib_cmd} audit specs/demo.yaml --format html)",
         "  MLflow UI:   mlflow ui --backend-store-uri sqlite:////w/mlflow.db   (then http://127.0.0.1:5000)",
     ]
     other = progress.summary_lines("copy.yaml", "demo", "sqlite:////w/mlflow.db", ok=False)
@@ -129,3 +134,18 @@ def test_the_end_names_the_reports_and_the_mlflow_command(tmp_path, monkeypatch)
     (tmp_path / "reports" / "demo" / "run-copy" / "report.html").write_text("")
     other = progress.summary_lines("copy.yaml", "demo", "sqlite:////w/mlflow.db", ok=True)
     assert other[1] == "  run report:  reports/demo/run-copy/report.html"  # a variant's, beside the baseline's
+
+
+def test_a_failed_run_points_at_the_logs_and_runlib_it_used(tmp_path, monkeypatch) -> None:
+    """The end of a failed run named ./work/logs whatever RUNLIB_WORK_DIR said, and a bare `runlib` that a
+    user who ran the venv's snakemake by its path does not have on PATH (issue 28 item 7: commands that
+    work where the user is)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("PATH", "/nonexistent")  # the venv is not activated
+    lines = progress.summary_lines("my.yaml", "demo", "sqlite:////w/mlflow.db", ok=False)
+    logs = next(line for line in lines if line.startswith("  logs:"))
+    assert f"{tmp_path / 'elsewhere' / 'logs'}/<stage>/<key>.log" in logs
+    audit = next(line for line in lines if line.startswith("  audit:"))
+    runlib = Path(sys.executable).parent / "runlib"
+    assert f"(write it: {runlib} audit my.yaml --format html)" in audit and runlib.is_file()
