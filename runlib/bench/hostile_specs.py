@@ -198,6 +198,21 @@ HOSTILE: list[Hostile] = [
     Hostile(
         "phase_name_300_chars", _replace("- {name: foundation", "- {name: " + "f" * 300), "SPEC002", "phases[0].name"
     ),
+    # source names name MLflow metrics (heldout/<source>/loss): '..', '.' and '' audited clean, passed the
+    # gate and the training, then MLflow refused the metric name in the track job
+    Hostile(
+        "source_name_dotdot", _replace("    web: {domain", '    "..": {domain'), "SPEC002", "data.sources....[key]"
+    ),
+    Hostile("source_name_empty", _replace("    web: {domain", '    "": {domain'), "SPEC002", "data.sources..[key]"),
+    Hostile(
+        "source_name_slash", _replace("    web: {domain", '    "w/eb": {domain'), "SPEC002", "data.sources.w/eb.[key]"
+    ),
+    Hostile(
+        "source_name_dash", _replace("    web: {domain", '    "-web": {domain'), "SPEC002", "data.sources.-web.[key]"
+    ),
+    Hostile(
+        "source_name_unicode", _replace("    web: {domain", "    wéb: {domain"), "SPEC002", "data.sources.wéb.[key]"
+    ),
 ]
 
 

@@ -485,7 +485,7 @@ def explain_error(error: dict[str, Any], loc: tuple[Any, ...], path: str) -> tup
             return (
                 f"{short_repr(got)} is not a valid name: lowercase letters, digits, '.', '_' and '-', "
                 "starting with a letter or digit (names become folder and run names)",
-                f"write `{key}: {fixed}`",
+                f"rename it to {fixed!r}" if key == "[key]" else f"write `{key}: {fixed}`",  # a mapping key: a source
             )
         return f"{short_repr(got)} does not match the pattern {ctx.get('pattern')}", f"use a value like the example{eg}"
     if kind in ("dict_type", "model_type", "model_attributes_type"):

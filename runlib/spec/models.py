@@ -359,8 +359,13 @@ class SourceSpec(SpecModel):
     """Fill-in-the-middle on this source's documents."""
 
 
+SourceName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)]
+"""A source's name: it names MLflow metrics (heldout/<source>/loss: MLflow refuses '..', '.' and ''), report
+rows and stage instances, as phase names do (issue 28 item 14)."""
+
+
 class DataSpec(SpecModel):
-    sources: dict[str, SourceSpec]
+    sources: dict[SourceName, SourceSpec]
     """Each source is a channel: its own mixture weight, loss curve and held-out set."""
     heldout_docs: int = Field(200, ge=0, le=1_000_000)
     """Documents per source kept out of training for per-channel perplexity (at most a million)."""
