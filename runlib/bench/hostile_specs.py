@@ -198,6 +198,19 @@ HOSTILE: list[Hostile] = [
     Hostile(
         "phase_name_300_chars", _replace("- {name: foundation", "- {name: " + "f" * 300), "SPEC002", "phases[0].name"
     ),
+    # the MLflow experiment: over 500 characters MLflow refused it in the track job; a newline or NUL
+    Hostile(
+        "experiment_newline",
+        _replace("experiment: case-base", 'experiment: "case\\nbase"'),
+        "SPEC002",
+        "tracking.experiment",
+    ),
+    Hostile(
+        "experiment_600_chars",
+        _replace("experiment: case-base", "experiment: " + "e" * 600),
+        "SPEC002",
+        "tracking.experiment",
+    ),
     # source names name MLflow metrics (heldout/<source>/loss): '..', '.' and '' audited clean, passed the
     # gate and the training, then MLflow refused the metric name in the track job
     Hostile(

@@ -34,7 +34,7 @@ from runlib.spec.bounded_yaml import (
     LimitExceeded,
     compose_bounded,
 )
-from runlib.spec.models import NAME_PATTERN, RunSpec
+from runlib.spec.models import NAME_PATTERN, ONE_LINE_PATTERN, RunSpec
 from runlib.spec.units import short_repr
 from runlib.util.userfile import read_bounded
 
@@ -486,6 +486,11 @@ def explain_error(error: dict[str, Any], loc: tuple[Any, ...], path: str) -> tup
                 f"{short_repr(got)} is not a valid name: lowercase letters, digits, '.', '_' and '-', "
                 "starting with a letter or digit (names become folder and run names)",
                 f"rename it to {fixed!r}" if key == "[key]" else f"write `{key}: {fixed}`",  # a mapping key: a source
+            )
+        if ctx.get("pattern") == ONE_LINE_PATTERN:
+            return (
+                f"{short_repr(got)} holds a control character (a newline, a tab, a NUL byte)",
+                "write it as one line of printable text",
             )
         return f"{short_repr(got)} does not match the pattern {ctx.get('pattern')}", f"use a value like the example{eg}"
     if kind in ("dict_type", "model_type", "model_attributes_type"):

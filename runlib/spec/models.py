@@ -40,6 +40,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # name inside another name): 100 characters keep the longest derived file name well under the 255
 # bytes of a file name (NAME_MAX, Linux limits.h) (issue 28 item 14)
 MAX_NAME_CHARS = 100
+ONE_LINE_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # printable text on one line: no control characters (NUL, newline, tab)
 # on the Field of a spec field that no stage reads (the audit and the plan do): the schema carries it
 # as "planning_only": true, the README lists these fields, and tests/spec/test_fields_enacted.py
 # checks that every other field reaches a stage key
@@ -771,7 +772,10 @@ class EvalSpec(SpecModel):
 
 
 class TrackingSpec(SpecModel):
-    experiment: str | None = None
+    # MLflow refuses an experiment name over 500 characters (mlflow/utils/validation.py,
+    # MAX_EXPERIMENT_NAME_LENGTH) in the track job, and the SQLite store's artifact folder is named after
+    # it (NAME_MAX 255 bytes): bounded and printable here, at the gate (issue 28 item 14)
+    experiment: str | None = Field(None, min_length=1, max_length=MAX_NAME_CHARS, pattern=ONE_LINE_PATTERN)
     """MLflow experiment (default: the run name); the tracking URI is machine-local, not part of the spec."""
 
 

@@ -250,6 +250,8 @@ def _artifact_location(name: str) -> str | None:
     if not tracking_uri().startswith("sqlite:"):
         return None  # a server decides (its --artifacts-destination); other stores use their default
     folder = re.sub(r"[^\w.-]", "_", name)
+    if not folder.strip("."):  # "." or "..": not a folder of its own under mlartifacts
+        folder = folder.replace(".", "_")
     return (work_dir() / "mlartifacts" / folder).resolve().as_uri()
 
 

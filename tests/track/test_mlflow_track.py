@@ -465,3 +465,12 @@ def test_stage_logged_to_mlflow_server(
             time.sleep(0.5)
         log.close()
     assert not _group_alive(pgid), "a process of the mlflow server's group survived SIGTERM"
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/../.."])
+def test_an_experiments_artifact_folder_stays_under_mlartifacts(name, tmp_path, monkeypatch):
+    """tracking.experiment '..' put its artifact folder at <work>/mlartifacts/.., the work directory itself."""
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    location = Path(mlflow_track._artifact_location(name).removeprefix("file://"))
+    assert location.parent == (tmp_path / "work" / "mlartifacts").resolve(), location
