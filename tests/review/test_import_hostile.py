@@ -88,6 +88,7 @@ HOSTILE = {
     "megatron_layers_nan": ("args.sh", _megatron("--num-layers 96", "--num-layers nan"), "--num-layers"),
     "megatron_lr_inf": ("args.sh", _megatron("--lr 6.0e-5", "--lr inf"), "--lr"),
     "megatron_layers_1e12": ("args.sh", _megatron("--num-layers 96", "--num-layers 1000000000000"), "--num-layers"),
+    "nanogpt_dataset_5000_chars": ("long.py", _nanogpt("dataset = '" + "d" * 5000 + "'\nn_layer = -1"), "n_layer"),
     "megatron_heads_zero": ("args.sh", _megatron("--num-attention-heads 96", "--num-attention-heads 0"), "args.sh"),
 }
 
@@ -126,3 +127,13 @@ def test_cli_exit_2_without_traceback(tmp_path, capsys, hang_guard):
         err = capsys.readouterr().err
         assert str(path) in err and "Traceback" not in err, (name, err)
         assert not (tmp_path / "out.yaml").exists(), "nothing written for a refused config"
+
+
+def test_a_5000_character_dataset_name_imports_with_a_short_source_name(tmp_path, hang_guard):
+    """It was refused as "YAML syntax error: mapping values are not allowed here" (a plain YAML key is at most
+    1,024 characters): names an importer derives are cut to the schema's 100."""
+    path = tmp_path / "long.py"
+    path.write_text(_nanogpt("dataset = '" + "d" * 5000 + "'"))
+    imported = import_file(path)
+    (source,) = imported.loaded.spec.data.sources
+    assert source == "d" * 100

@@ -14,13 +14,16 @@ import re
 from typing import Any
 
 from runlib.review.importers.draft import Draft, UnmappableConfig
+from runlib.spec.models import MAX_NAME_CHARS
 
 NAME_CHARS = re.compile(r"[^a-z0-9._-]+")
 
 
 def spec_name(text: str) -> str:
     """A spec name (lowercase, [a-z0-9._-], starting with a letter or digit) from free text."""
-    name = NAME_CHARS.sub("-", text.lower()).strip("-._")
+    # cut to the schema's length: a 5,000-character `dataset` became a source key YAML cannot write as a
+    # plain key (1,024 characters at most), reported as "YAML syntax error: mapping values are not allowed"
+    name = NAME_CHARS.sub("-", text.lower()).strip("-._")[:MAX_NAME_CHARS].strip("-._")
     return name or "imported"
 
 
