@@ -26,23 +26,28 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def previous_build(node: StageNode) -> Manifest | None:
-    """The most recently built manifest of the same stage instance under another key (manifests that
-    do not read, e.g. from an older runlib, are passed over)."""
+    """The earlier build of the same stage instance under another key that differs from this node in the
+    fewest config fields and inputs (changed_fields), the most recent of those; manifests that do not read,
+    e.g. from an older runlib, are passed over. Not simply the most recent: in a work directory that several
+    specs (a baseline and its variants) build into, that is often another spec's build, and the change it
+    shows (other inputs, other fields) is not the edit that made this key."""
     stage_dir = node.dir.parent
     if not stage_dir.is_dir():
         return None
-    best, best_mtime = None, -1.0
+    best, best_rank = None, (0, 0.0)
     for path in stage_dir.glob(f"*/{MANIFEST}"):
         if path.parent.name == node.key:
             continue
-        mtime = path.stat().st_mtime
-        if mtime > best_mtime:
-            try:
-                manifest = read_manifest(path.parent)
-            except UserError:
-                continue
-            if manifest.instance == node.instance:
-                best, best_mtime = manifest, mtime
+        try:
+            mtime = path.stat().st_mtime
+            manifest = read_manifest(path.parent)
+        except (OSError, UserError):
+            continue
+        if manifest.instance != node.instance:
+            continue
+        rank = (-len(changed_fields(node, manifest)), mtime)
+        if best is None or rank > best_rank:
+            best, best_rank = manifest, rank
     return best
 
 

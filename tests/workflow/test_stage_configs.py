@@ -278,6 +278,29 @@ def test_plan_names_the_config_fields_changed_since_the_last_build(
     assert "changed since last built: input tokenizer" in out
 
 
+def test_plan_compares_with_the_closest_earlier_build_not_the_newest(
+    work: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline and a variant with another tokenizer built into one work directory, then the baseline's
+    eval.heldout_tokens edited: the evaluations changed in heldout_tokens only. Comparing with the newest
+    build (the variant's) also named 'input model, input tokenizer, input tokens' as changed."""
+    baseline = load_spec(DEMO).spec
+    for node in build_graph(baseline).nodes:
+        fake_build(node)
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(DEMO.read_text().replace("  vocab_size: 3840", "  vocab_size: 3800"))
+    for node in build_graph(load_spec(variant).spec).nodes:
+        if not node.manifest_path.exists():
+            fake_build(node)
+            os.utime(node.manifest_path, (2e9, 2e9))  # built after the baseline
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(DEMO.read_text().replace("  heldout_tokens: 32K ", "  heldout_tokens: 16K "))
+    assert main(["plan", str(edited), "--format", "json"]) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out)["stages"] if not r["built"]]
+    assert rows and all(r["stage"] == "eval_phase" for r in rows)
+    assert all(r["changed"] == ["heldout_tokens"] for r in rows), rows
+
+
 def test_changed_fields_are_dotted_paths(work: Path) -> None:
     data = load_spec(TINY).spec.model_dump(mode="json")
     curate = data["data"]["sources"]["code"]["curate"]
