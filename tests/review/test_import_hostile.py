@@ -89,6 +89,11 @@ HOSTILE = {
     "megatron_lr_inf": ("args.sh", _megatron("--lr 6.0e-5", "--lr inf"), "--lr"),
     "megatron_layers_1e12": ("args.sh", _megatron("--num-layers 96", "--num-layers 1000000000000"), "--num-layers"),
     "nanogpt_dataset_5000_chars": ("long.py", _nanogpt("dataset = '" + "d" * 5000 + "'\nn_layer = -1"), "n_layer"),
+    "megatron_word_900kb": (
+        "args.sh",
+        _megatron("--lr 6.0e-5", "--lr 6.0e-5 --x " + "y" * 900_000),
+        "16,384 characters",
+    ),
     "megatron_heads_zero": ("args.sh", _megatron("--num-attention-heads 96", "--num-attention-heads 0"), "args.sh"),
 }
 

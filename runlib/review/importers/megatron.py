@@ -50,11 +50,21 @@ SWITCHES = {
 }
 
 
+MAX_COMMAND_CHARS = 16 * 1024
+"""One command, continuation lines joined: GPT-3 175B's argument list (the fixture) is ~1.5 KB. shlex.split
+of a 900 KB word took over a minute (issue 28 item 13); 16 KiB takes milliseconds."""
+
+
 def parse_args(text: str, file: str) -> dict[str, list[str]]:
     """--flag -> its values ([] for a switch), over every command in the file (torchrun's too)."""
     joined = re.sub(r"\\\r?\n", " ", text)
     out: dict[str, list[str]] = {}
-    for line in joined.splitlines():
+    for number, line in enumerate(joined.splitlines(), 1):
+        if len(line) > MAX_COMMAND_CHARS:  # shlex grows a word by string concatenation: quadratic in its length
+            raise UnmappableConfig(
+                f"{file}: command {number} (continuation lines joined) is over {MAX_COMMAND_CHARS:,} characters; "
+                "a Megatron-LM argument list is a few KB: is this the right file?"
+            )
         try:
             words = shlex.split(line, comments=True)
         except ValueError as exc:
