@@ -287,6 +287,9 @@ def write_export(
             (tmp / name).write_text(text)
         marker = {"architecture": architecture, "export_format": EXPORT_FORMAT, **provenance}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        # safetensors (0.8, a temporary file renamed) leaves the weights 0600 where every other file has the
+        # umask's mode: another user or an inference service could read the config but not the model
+        os.chmod(tmp / "model.safetensors", (tmp / MARKER).stat().st_mode & 0o777)
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.replace(out_dir, old)

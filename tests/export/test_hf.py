@@ -3,6 +3,8 @@ runlib's model's on the same tokens (fp32), for the Llama and GPT-2 shapes, tied
 grouped-query attention and biases; shapes without an equivalent are refused."""
 
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -92,3 +94,15 @@ def test_an_existing_folder_that_is_not_an_export_is_kept(tmp_path):
     _, out = export(tmp_path, SHAPES["gpt2-untied-nobias"])
     assert json.loads((out / MARKER).read_text())["export_format"] == EXPORT_FORMAT
     assert not list(tmp_path.glob(".hf.*"))
+
+
+def test_the_weights_are_as_readable_as_the_other_files(tmp_path):
+    """safetensors writes model.safetensors 0600: a colleague or an inference service that reads the
+    export's config.json (0644 under umask 022) was refused the weights."""
+    old = os.umask(0o022)
+    try:
+        _, out = export(tmp_path, SHAPES["llama-tied-gqa"])
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o644, modes
