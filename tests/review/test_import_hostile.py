@@ -94,6 +94,11 @@ HOSTILE = {
         _megatron("--lr 6.0e-5", "--lr 6.0e-5 --x " + "y" * 900_000),
         "16,384 characters",
     ),
+    # int() truncated a fractional count without a word: a model other than the config's
+    "hf_hidden_fraction": ("config.json", _hf(hidden_size=4096.5), "hidden_size = 4096.5 is not a whole number"),
+    "toml_steps_fraction": ("job.toml", _toml("steps = 1000", "steps = 1000.5"), "training.steps = 1000.5"),
+    "toml_seq_len_date": ("job.toml", _toml("seq_len = 8192", "seq_len = 1979-05-27"), "training.seq_len"),
+    "nanogpt_layers_fraction": ("frac.py", _nanogpt("n_layer = 12.5"), "n_layer = 12.5 is not a whole number"),
     "megatron_heads_zero": ("args.sh", _megatron("--num-attention-heads 96", "--num-attention-heads 0"), "args.sh"),
 }
 

@@ -91,6 +91,19 @@ MAX_SOURCE_NUMBER = 10**15
 (1e300, a 5,000-digit integer) is a typo or an attack, and arithmetic on it overflows a float."""
 
 
+def whole(value: Any, file: str, field: str) -> int:
+    """A count read from a config: an integer, or a float without a fraction (4096.0). int() of 4096.5
+    gave 4096 without a word: a model other than the config's (issue 28 item 14)."""
+    if isinstance(value, float) and not value.is_integer():
+        raise UnmappableConfig(f"{file}: {field} = {value!r} is not a whole number; write the count the run used")
+    if isinstance(value, bool):
+        raise UnmappableConfig(f"{file}: {field} = {value!r} is not a number")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise UnmappableConfig(f"{file}: {field} = {str(value)[:40]!r} is not a whole number") from None
+
+
 def check_source_values(value: Any, file: str, field: str = "") -> None:
     """UnmappableConfig naming the file and the field when a value of the parsed config is not finite,
     is larger than MAX_SOURCE_NUMBER, or sits more than MAX_SOURCE_DEPTH levels deep. Iterative, so a

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from runlib.review.importers.common import fill_defaults, spec_name
+from runlib.review.importers.common import fill_defaults, spec_name, whole
 from runlib.review.importers.draft import Draft, UnmappableConfig
 
 FAMILIES = ("llama", "mistral", "qwen2", "olmo2", "gpt2", "gpt_neox")
@@ -33,7 +33,7 @@ def _need(config: dict[str, Any], key: str, file: str, family: str) -> Any:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UnmappableConfig(f"{file}: {key} = {value!r} is not a number")
-    return value
+    return whole(value, file, key)  # every value read through _need is a count
 
 
 def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str]:

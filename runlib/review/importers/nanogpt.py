@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runlib.review.importers.common import MAX_SOURCE_NUMBER, check_source_values, fill_defaults, spec_name
+from runlib.review.importers.common import MAX_SOURCE_NUMBER, check_source_values, fill_defaults, spec_name, whole
 from runlib.review.importers.draft import Draft, UnmappableConfig
 
 # train.py's defaults (karpathy/nanoGPT train.py, "default config values designed to train a gpt2 (124M) on OpenWebText")
@@ -161,16 +161,16 @@ def import_nanogpt(path: Path, text: str) -> Draft:
         world = int(match.group(1)) * (int(_NNODES.search(text).group(1)) if _NNODES.search(text) else 1)
     per_node = int(match.group(1)) if match else 1
     nodes = world // per_node
-    gas_global = int(cfg["gradient_accumulation_steps"])
+    gas_global = whole(cfg["gradient_accumulation_steps"], file, "gradient_accumulation_steps")
     if gas_global % world:
         raise UnmappableConfig(
             f"{file}: gradient_accumulation_steps = {gas_global} is not divisible by the {world} DDP processes "
             "(train.py asserts it): fix the config or the launch command"
         )
-    micro, block = int(cfg["batch_size"]), int(cfg["block_size"])
+    micro, block = whole(cfg["batch_size"], file, "batch_size"), whole(cfg["block_size"], file, "block_size")
     grad_accum = gas_global // world
     step_tokens = micro * block * gas_global
-    max_iters = int(cfg["max_iters"])
+    max_iters = whole(cfg["max_iters"], file, "max_iters")
 
     d = Draft()
     d.header = [
@@ -197,10 +197,10 @@ def import_nanogpt(path: Path, text: str) -> Draft:
         d.assume("hardware.nodes", 1, "no torchrun launch line in the config: a single process")
         d.assume("hardware.devices_per_node", 1, "no torchrun launch line in the config: a single process")
 
-    n_embd = int(cfg["n_embd"])
-    d.set("model.layers", int(cfg["n_layer"]), note("n_layer"))
+    n_embd = whole(cfg["n_embd"], file, "n_embd")
+    d.set("model.layers", whole(cfg["n_layer"], file, "n_layer"), note("n_layer"))
     d.set("model.d_model", n_embd, note("n_embd"))
-    d.set("model.heads", int(cfg["n_head"]), note("n_head"))
+    d.set("model.heads", whole(cfg["n_head"], file, "n_head"), note("n_head"))
     d.set("model.d_ff", 4 * n_embd, "4 * n_embd (model.py MLP)")
     d.set("model.activation", "gelu", "nn.GELU (model.py)")
     d.set("model.norm", "layernorm", "LayerNorm (model.py)")
@@ -208,7 +208,9 @@ def import_nanogpt(path: Path, text: str) -> Draft:
     d.set("model.position", "learned", "wpe, block_size rows (model.py)")
     d.set("model.tie_embeddings", True, "wte.weight = lm_head.weight (model.py)")
     d.set(
-        "model.vocab_size", int(names.get("vocab_size", GPT2_PADDED_VOCAB)), "GPT-2's 50257 padded to 50304 (train.py)"
+        "model.vocab_size",
+        whole(names.get("vocab_size", GPT2_PADDED_VOCAB), file, "vocab_size"),
+        "GPT-2's 50257 padded to 50304 (train.py)",
     )
     d.set("model.seq_len", block, note("block_size"))
 
@@ -248,11 +250,11 @@ def import_nanogpt(path: Path, text: str) -> Draft:
         note("grad_clip") + ("; 0 disables clipping" if not cfg["grad_clip"] else ""),
     )
 
-    warmup = int(cfg["warmup_iters"])
+    warmup = whole(cfg["warmup_iters"], file, "warmup_iters")
     if cfg["decay_lr"]:
         d.set("schedule.kind", "cosine", "get_lr: linear warmup, then cosine (train.py)")
         d.set("schedule.warmup", f"{warmup} steps", note("warmup_iters"))
-        decay_iters = int(cfg["lr_decay_iters"])
+        decay_iters = whole(cfg["lr_decay_iters"], file, "lr_decay_iters")
         if decay_iters != max_iters:
             d.set(
                 "schedule.decay", f"{max(decay_iters - warmup, 1)} steps", "lr_decay_iters - warmup_iters; min_lr after"

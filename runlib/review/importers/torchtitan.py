@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from runlib.review.importers.common import check_source_values, fill_defaults, spec_name
+from runlib.review.importers.common import check_source_values, fill_defaults, spec_name, whole
 from runlib.review.importers.draft import Draft, UnmappableConfig
 
 # torchtitan/models/llama3/__init__.py: llama3_configs (vocab from the Llama 3 tokenizer: 128,256)
@@ -123,6 +123,7 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     d.set("model.tie_embeddings", False, "separate tok_embeddings and output")
     d.set("model.vocab_size", LLAMA3_VOCAB, "the Llama 3 tokenizer's 128,256 ids")
     seq, where = _get(cfg, "training", "seq_len", 2048)
+    seq = whole(seq, file, "training.seq_len")
     d.set("model.seq_len", int(seq), where or "training.seq_len default")
     d.set(
         "tokenizer.pretrained",
@@ -135,10 +136,17 @@ def import_torchtitan(path: Path, text: str) -> Draft:
 
     par = cfg.get("parallelism", {})
     old = cfg.get("training", {})
-    tp = int(par.get("tensor_parallel_degree", old.get("tensor_parallel_degree", 1)))
-    pp = int(par.get("pipeline_parallel_degree", old.get("pipeline_parallel_degree", 1)))
-    cp = int(par.get("context_parallel_degree", old.get("context_parallel_degree", 1)))
-    replicate = int(par.get("data_parallel_replicate_degree", old.get("data_parallel_replicate_degree", 1)))
+    degree = {
+        name: whole(par.get(name, old.get(name, 1)), file, f"parallelism.{name}")
+        for name in (
+            "tensor_parallel_degree",
+            "pipeline_parallel_degree",
+            "context_parallel_degree",
+            "data_parallel_replicate_degree",
+        )
+    }
+    tp, pp = degree["tensor_parallel_degree"], degree["pipeline_parallel_degree"]
+    cp, replicate = degree["context_parallel_degree"], degree["data_parallel_replicate_degree"]
     if world % (tp * pp * cp):
         raise UnmappableConfig(f"{file}: tensor {tp} x pipeline {pp} x context {cp} does not divide the {world} GPUs")
     dp = world // (tp * pp * cp)
@@ -172,6 +180,10 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     if local is None:
         local, where = 8, "torchtitan's default local_batch_size"
     global_batch, _ = _get(cfg, "training", "global_batch_size", -1)
+    local, global_batch = (
+        whole(local, file, "training.local_batch_size"),
+        whole(global_batch, file, "training.global_batch_size"),
+    )
     per_step = int(local) * dp
     accum = 1
     if int(global_batch) > 0:
@@ -192,6 +204,7 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         f"{per_step * accum} sequences of {int(seq)} on dp {dp}",
     )
     steps, where = _get(cfg, "training", "steps", 10000)
+    steps = whole(steps, file, "training.steps")
     run_tokens = int(steps) * per_step * accum * int(seq)
 
     opt = cfg.get("optimizer", {})
