@@ -18,8 +18,9 @@ Preferred:
 
 How to fix:
     Curate more tokens for the source, or lower its mixture weights (the finding gives both the
-    tokens it would need and the weights that keep it at 4 epochs). Warning above 4 epochs, error
-    above 16.
+    tokens it would need and the weights that keep it at 4 epochs); a source that is a phase's whole
+    mixture keeps weight 1 whatever it is scaled by, so there the fix is other sources or fewer
+    tokens. Warning above 4 epochs, error above 16.
 """
 
 import math
@@ -43,20 +44,31 @@ def check(ctx: Context) -> Iterator[Finding]:
         if source.name not in ctx.spec.data.sources:
             continue  # undeclared: MIX002
         factor = WARN_EPOCHS / epochs
-        uses = []
+        uses, alone = [], []
         for phase in ctx.spec.phases:
             weight = phase.mixture.get(source.name, 0.0)
             if weight > 0:
                 uses.append(f"{phase.name}: {weight:g} -> {weight * factor:.3g}")
+                if all(w <= 0 for name, w in phase.mixture.items() if name != source.name):
+                    alone.append(phase.name)
         needed = math.ceil(source.tokens_used / WARN_EPOCHS)
         severity = "error" if epochs > ERROR_EPOCHS else "warning"
+        if len(alone) == len(uses):  # its only source wherever it is used: renormalizing undoes a lower weight
+            other = (
+                f"or, as it is the whole mixture of {', '.join(alone)}, train {'that phase' if len(alone) == 1 else 'those phases'} "
+                f"on {factor:.3g}x the tokens, or add other sources so that it is at most {factor:.3g} of the mixture"
+            )
+        else:
+            other = (
+                f"or scale its mixture weights by {factor:.3g} to stay at {WARN_EPOCHS:g} epochs "
+                f"({'; '.join(uses)}) and renormalize the rest"
+            )
         yield ctx.finding(
             f"data.sources.{source.name}.tokens",
             f"source {source.name!r} is seen {epochs:.1f} epochs: the phases draw {format_count(source.tokens_used)} tokens "
             f"from its {format_count(source.tokens_available or 0)} (more than {WARN_EPOCHS:g} epochs adds little, "
             f"more than {ERROR_EPOCHS:g} next to nothing; Muennighoff et al. 2023)",
-            f"curate at least {format_count(needed)} tokens for {source.name!r}, or scale its mixture weights by "
-            f"{factor:.3g} to stay at {WARN_EPOCHS:g} epochs ({'; '.join(uses)}) and renormalize the rest",
+            f"curate at least {format_count(needed)} tokens for {source.name!r}, {other}",
             value=needed,
             severity=severity,
         )
