@@ -6,6 +6,7 @@ counts must equal the published ones; what the source does not say is marked `# 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,23 @@ def test_cli_writes_the_spec_and_audits_it(tmp_path, capsys):
     from runlib.spec import load_spec
 
     assert load_spec(out).spec.name == "gpt2-124m"
+
+
+def test_readme_import_example_quotes_the_real_output(tmp_path, capsys, monkeypatch):
+    """The README's import example, run as written (from a directory of its own, the fixture by the
+    repository's path): its first and last two lines are what the command prints (it said 2 warnings
+    after RUN012 made them 3)."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```\n\$ runlib import (?P<args>[^\n]*)\n(?P<quoted>.*?)```", readme, re.S)
+    assert block, "the README's import example"
+    fixture, *rest = block["args"].split()
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", str(ROOT / fixture), *rest]) == 1
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    quoted = block["quoted"].strip().splitlines()
+    first = quoted[0].split("   (")[0]  # the README abbreviates the message in parentheses
+    assert any(line.startswith(first) for line in printed), first
+    assert quoted[-2:] == printed[-2:]
 
 
 @pytest.mark.parametrize(
