@@ -139,6 +139,8 @@ def train_phase_loop(run: PhaseRun, accelerator) -> dict:
     model, optimizer, dp_rank, dp_size = engine.model, engine.optimizer, engine.dp_rank, engine.dp_size
     if engine.rank == 0:  # the tests and the log read this line: the layout that really runs
         print(f"runlib worker: mesh {json.dumps(engine.mesh_dims())}", flush=True)
+        if state["step"] > span.start_step:  # the log says where a rerun picked up, not only the step lines
+            print(f"runlib worker: resumed at step {state['step']} ({state['tokens']:,} tokens) from a checkpoint", flush=True)
     metrics = run.scratch_dir / "metrics.jsonl"  # beside the checkpoints, so a resumed job keeps its history
     if engine.rank == 0 and metrics.exists():  # drop what was logged after the checkpoint: it is replayed
         kept = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= state["step"]]

@@ -234,8 +234,10 @@ def test_sigkill_mid_phase_then_resume_is_bitwise_identical(tokenized, tmp_path)
     proc.wait()
     assert not (out / "final.pt").exists() and dcp_ckpt.latest_checkpoint(scratch) is not None
 
+    resumed_from = int(dcp_ckpt.latest_checkpoint(scratch).name.split("-")[1])
     resumed = launch(graph, node, out, scratch, 1)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"runlib worker: resumed at step {resumed_from} " in resumed.stdout  # the log says so
     a, b = weights(tmp_path / "ref" / "final.pt"), weights(out / "final.pt")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
