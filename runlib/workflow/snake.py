@@ -152,10 +152,14 @@ class Workflow:
         # RAYON_NUM_THREADS: tokenizers would otherwise use every core, whatever the rule's threads.
         # `>>`: two specs sharing a stage (one work dir, two snakemake runs) run one job each on the same
         # log; the one waiting for the build lock once truncated the builder's log (issue 28 item 15).
-        # run_stage heads each attempt with its pid and time.
+        # run_stage heads each attempt with its pid and time. Snakemake also deletes a job's declared log
+        # before the job runs (snakemake/jobs.py, Job.remove_existing_output), which unlinked the builder's
+        # log under it and a killed attempt's log at the rerun: so the declared log is a symlink to
+        # <key>.attempts.log, which holds every attempt; deleting the link leaves the attempts file.
         return (
+            "ln -sfn {wildcards.key:q}.attempts.log {log:q} && "
             f'RAYON_NUM_THREADS={{threads}} "$RUNLIB_PYTHON" -m runlib {stage.replace("_", "-")} '
-            "--key {wildcards.key:q} >> {log:q} 2>&1"
+            '--key {wildcards.key:q} >> "$(dirname {log:q})"/{wildcards.key:q}.attempts.log 2>&1'
         )
 
     def train_processes(self) -> int:
