@@ -109,7 +109,7 @@ def test_gate_refuses_context_parallelism_on_cpu(gate_env, capsys):
     spec = load_spec_text(text).spec
     assert (spec.parallelism.context, spec.hardware.devices_per_node) == (2, 4)
     spec_path = _demo_with(gate_env, text)
-    with pytest.raises(GateRefused, match="cannot enact"):
+    with pytest.raises(GateRefused, match="cannot run"):
         Workflow(spec_path)
     err = capsys.readouterr().err
     assert re.search(r"variant\.yaml:64: RUN001 parallelism\.context: .*gloo", err)

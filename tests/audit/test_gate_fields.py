@@ -168,7 +168,7 @@ def test_warc_input_is_refused_at_the_gate_with_line_and_fix(gate_env, capsys):
     )
     spec = gate_env / "warc.yaml"
     spec.write_text(text)
-    with pytest.raises(GateRefused, match="cannot enact"):
+    with pytest.raises(GateRefused, match="cannot run"):
         Workflow(str(spec))
     err = capsys.readouterr().err
     line = _line_of(text, "format: warc")
