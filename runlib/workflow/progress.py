@@ -132,6 +132,25 @@ def plain_due(last_at: float | None, last_fraction: float | None, now: float, fr
     return now - last_at >= PLAIN_EVERY_S or fraction - last_fraction >= PLAIN_EVERY_FRACTION
 
 
+LAST_LINE_BYTES = 4096  # a failed stage's reason is its log's last line: read no more than this of it
+
+
+def last_log_line(path: str) -> str | None:
+    """The last non-empty line of a log (its last LAST_LINE_BYTES, at most 300 characters), or None when it
+    cannot be read: what a failed job said last, shown under 'FAILED' so the reason needs no `cat`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LAST_LINE_BYTES))
+            tail = f.read(LAST_LINE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return None
+    return lines[-1] if len(lines[-1]) <= 300 else lines[-1][:297] + "..."
+
+
 def summary_lines(spec_path: str, run_name: str, tracking_uri: str, ok: bool) -> list[str]:
     """What the end of a run prints: the run report, the audit report and the MLflow UI command."""
     report = report_dir(run_name, spec_path, "run") / "report.html"  # the Snakefile's target, the audit's rule
@@ -228,6 +247,9 @@ class View:
             job = self.jobs.pop(int(getattr(record, "jobid", -1)), None)
             if job is not None:
                 self.say(f"runlib: FAILED {job.label}; its log: {job.log or '(none)'}")
+                reason = last_log_line(job.log) if job.log else None
+                if reason:  # a stage's refusal (a tampered input, a full disk) is one line at its log's end
+                    self.say(f"  {reason}")
                 self._clear_status_if_idle()
         else:
             match = _SLURM_SUBMITTED.search(record.getMessage() if record.msg is not None else "")

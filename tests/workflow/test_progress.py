@@ -149,3 +149,16 @@ def test_a_failed_run_points_at_the_logs_and_runlib_it_used(tmp_path, monkeypatc
     audit = next(line for line in lines if line.startswith("  audit:"))
     runlib = Path(sys.executable).parent / "runlib"
     assert f"(write it: {runlib} audit my.yaml --format html)" in audit and runlib.is_file()
+
+
+def test_a_failed_job_shows_the_last_line_of_its_log(tmp_path) -> None:
+    """A stage that refuses a tampered input says why on its log's last line; the console showed only
+    'FAILED ...; its log: ...', so the reason took a `cat` (seen with a corrupted token shard)."""
+    log = tmp_path / "stage.log"
+    log.write_text("== runlib train-phase --key k: pid 1 ==\n" + "x" * 10_000 + "\nartifact tokenize/abc: train.bin differs\n\n")
+    v, out = view(tmp_path, tty=False)
+    v.on_record(record("job_info", jobid=4, rule_name="train_phase", wildcards={"key": KEY}, log=[str(log)]))
+    v.on_record(record("job_error", jobid=4))
+    failed = out.getvalue().splitlines()[-2:]
+    assert failed == [f"runlib: FAILED train_phase foundation; its log: {log}", "  artifact tokenize/abc: train.bin differs"]
+
