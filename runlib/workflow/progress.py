@@ -136,7 +136,8 @@ LAST_LINE_BYTES = 4096  # a failed stage's reason is its log's last line: read n
 
 
 def last_log_line(path: str) -> str | None:
-    """The last non-empty line of a log (its last LAST_LINE_BYTES, at most 300 characters), or None when it
+    """The last non-empty line of a log (its last LAST_LINE_BYTES, at most 1,000 characters: a refusal ends with
+    its rebuild command), or None when it
     cannot be read: what a failed job said last, shown under 'FAILED' so the reason needs no `cat`."""
     try:
         with open(path, "rb") as f:
@@ -148,7 +149,7 @@ def last_log_line(path: str) -> str | None:
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     if not lines:
         return None
-    return lines[-1] if len(lines[-1]) <= 300 else lines[-1][:297] + "..."
+    return lines[-1] if len(lines[-1]) <= 1000 else lines[-1][:997] + "..."
 
 
 def summary_lines(spec_path: str, run_name: str, tracking_uri: str, ok: bool) -> list[str]:
