@@ -136,9 +136,9 @@ LAST_LINE_BYTES = 4096  # a failed stage's reason is its log's last line: read n
 
 
 def last_log_line(path: str) -> str | None:
-    """The last non-empty line of a log (its last LAST_LINE_BYTES, at most 1,000 characters: a refusal ends with
-    its rebuild command), or None when it
-    cannot be read: what a failed job said last, shown under 'FAILED' so the reason needs no `cat`."""
+    """The last non-empty line of a log (read from its last LAST_LINE_BYTES; at most 1,000 characters, as a
+    refusal ends with its rebuild command), or None when it cannot be read: what a failed job said last,
+    shown under 'FAILED' so the reason needs no `cat`."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
