@@ -107,6 +107,19 @@ def test_cli_writes_the_spec_and_audits_it(tmp_path, capsys):
     assert load_spec(out).spec.name == "gpt2-124m"
 
 
+def test_a_config_in_the_hub_cache_is_named_after_its_repository(tmp_path):
+    """Llama 3.2 1B's published config.json has no _name_or_path; from the Hugging Face cache
+    (models--meta-llama--Llama-3.2-1B/snapshots/<commit>/config.json) the run was named after the commit."""
+    snapshot = tmp_path / "models--meta-llama--Llama-3.2-1B" / "snapshots" / ("4e20de36" * 5)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((FIX / "hf" / "llama3-8b.config.json").read_text())
+    assert import_file(snapshot / "config.json").loaded.spec.name == "llama-3.2-1b"
+    plain = tmp_path / "my-model"
+    plain.mkdir()
+    (plain / "config.json").write_text((FIX / "hf" / "llama3-8b.config.json").read_text())
+    assert import_file(plain / "config.json").loaded.spec.name == "my-model"
+
+
 def test_readme_import_example_quotes_the_real_output(tmp_path, capsys, monkeypatch):
     """The README's import example, run as written (from a directory of its own, the fixture by the
     repository's path): its first and last two lines are what the command prints (it said 2 warnings

@@ -27,6 +27,16 @@ MAX_PRETRAIN_SEQ = 8192  # a max_position_embeddings above this is taken as a co
 CHINCHILLA_TOKENS_PER_PARAM = 20
 
 
+def model_dir_name(path: Path) -> str:
+    """The model's name from where its config.json lies: the folder, or in the Hugging Face hub cache
+    (huggingface_hub's layout, models--<org>--<name>/snapshots/<commit>/config.json) the repository's
+    name, not the commit hash (Llama 3.2's published config.json has no _name_or_path)."""
+    folder = path.parent  # not resolved: in the cache config.json is a link into blobs/
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name.split("--")[-1]
+    return folder.name
+
+
 def _need(config: dict[str, Any], key: str, file: str, family: str) -> Any:
     if key not in config or config[key] is None:
         raise UnmappableConfig(f"{file}: {family} config without {key!r}; is this the model's config.json?")
@@ -172,7 +182,7 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
             refused.append(f"{source} = {str(error.get('input'))[:40]} ({path}: {error['msg']})")
         raise UnmappableConfig(f"{file}: " + "; ".join(refused) + ": write the values of a real model") from None
     params = count_params(model, vocab, seq)
-    name = spec_name(str(config.get("_name_or_path") or path.parent.name or family).split("/")[-1])
+    name = spec_name(str(config.get("_name_or_path") or model_dir_name(path) or family).split("/")[-1])
     d.set("name", name)
     d.set("description", f"Imported from {path.name} ({family}, {params.total / 1e9:.3g}B parameters)")
     d.header = [
