@@ -66,7 +66,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         guess = difflib.get_close_matches(args.code.upper(), codes, n=1)
         listing = "; `runlib explain` lists them (`runlib explain hardware`: the accelerators)"
         hint = f"; did you mean {guess[0]}?" if guess else listing
-        raise UserError(f"runlib explain: unknown check code {args.code!r}{hint}")
+        raise UserError(f"runlib explain: unknown check code {args.code[:80]!r}{hint}")  # not 100 KB echoed back
     print(f"{check.code} ({check.name}), default severity: {check.severity}\n")
     print(check.doc)
     return 0

@@ -90,6 +90,8 @@ def test_explain(capsys):
     assert "did you mean PREC001" in capsys.readouterr().err
     assert main(["explain"]) == 0
     assert "MIX001" in capsys.readouterr().out
+    assert main(["explain", "X" * 100_000]) == 2  # a hostile argument is not echoed back whole
+    assert len(capsys.readouterr().err) < 500
 
 
 def test_usage_errors_exit_2():

@@ -100,7 +100,7 @@ class StageGraph:
             known = names + list(branches)
             guess = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {guess[0]!r}?" if guess else f"the phases: {', '.join(known)}"
-            raise UserError(f"{where}: {name!r} is not a phase of this spec (nor <phase>@<branch>); {hint}")
+            raise UserError(f"{where}: {name[:80]!r} is not a phase of this spec (nor <phase>@<branch>); {hint}")
         if node is None:
             raise UserError(f"{where}: this spec does not train its own phases (ladder.train_target: false)")
         return node
