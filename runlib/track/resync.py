@@ -85,6 +85,28 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextmanager
+def one_tracker() -> Iterator[None]:
+    """Hold the work directory's tracking lock (an exclusive flock on <work>/locks/track.lock) for the block.
+
+    The track jobs of a workflow run beside each other and beside training (rules/track.smk gives them no
+    core), and two MLflow writers on one SQLite store fail with "database is locked" once SQLite's busy
+    timeout passes (sqlite3.connect's 5 s default): one failed a track step of the data DAG test on a
+    loaded machine. Waiting here instead keeps the writers in turn; the wait counts against the deadline."""
+    import fcntl
+
+    from runlib.workflow.settings import work_dir
+
+    path = work_dir() / "locks" / "track.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # interrupted by the deadline's SIGALRM (TrackDeadline)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 @dataclass(frozen=True)
 class Resynced:
     instance: str
@@ -183,7 +205,9 @@ def _update_parent(spec, graph, manifests: dict, parent: tuple, reused: set[str]
 def retry_marker(stamp: str | Path) -> Path:
     """Written beside a track stamp when tracking failed: rules/track.smk makes it an input of the track
     job, newer than the stamp, so the next `snakemake` tracks again (a failed track once left a stamp
-    that Snakemake took as done: never re-tracked). Removed when a track succeeds."""
+    that Snakemake took as done: never re-tracked). Kept, older than the stamp, when a track succeeds: Snakemake
+    records a job's set of inputs, so a marker that came and went would change that set and rerun the track
+    job on the run after the retry ("Set of input files has changed since last execution")."""
     return Path(f"{stamp}.retry")
 
 
@@ -252,7 +276,7 @@ def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
     bound_mlflow_requests()
     limit_s = track_deadline_s()
     try:
-        with deadline(limit_s):
+        with deadline(limit_s), one_tracker():
             rows = resync(spec_path)
     except TrackDeadline:
         exc = UserError(
@@ -285,5 +309,8 @@ def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
         return 2
     if stamp is not None:
         write_text_atomic(Path(stamp), summary + "\n")
-        retry_marker(stamp).unlink(missing_ok=True)
+        marker = retry_marker(stamp)
+        if marker.exists():
+            before = Path(stamp).stat().st_mtime_ns - 1_000_000_000  # older than the stamp: nothing to retry
+            os.utime(marker, ns=(before, before))
     return 0

@@ -113,3 +113,25 @@ def test_damaged_store_is_named_and_the_track_step_retried(tmp_path, monkeypatch
     assert marker.exists() and marker.stat().st_mtime_ns > stamp.stat().st_mtime_ns
     rule = Path(ROOT / "rules" / "track.smk").read_text()
     assert '+ ".retry"' in rule and "track_retry," in rule, "rules/track.smk: the retry marker is an input of track"
+
+
+def test_a_retry_that_succeeds_keeps_the_marker_older_than_the_stamp(tmp_path, monkeypatch, capsys):
+    """Snakemake records the set of a job's inputs: a marker removed after a successful retry changed that
+    set, so the data DAG's next `snakemake` ran the track job once more ("Set of input files has changed").
+    The marker stays, older than the new stamp, so the inputs are the same and nothing reruns."""
+    from runlib.track.resync import main_resync, retry_marker
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
+    stamp = tmp_path / "tracked" / "stamp"
+    stamp.parent.mkdir()
+    stamp.write_text("not recorded: earlier failure\n")
+    marker = retry_marker(stamp)
+    marker.write_text("earlier failure\n")
+    later = stamp.stat().st_mtime_ns + 1_000_000_000
+    os.utime(marker, ns=(later, later))
+    assert main_resync(TINY, stamp=stamp) == 0, capsys.readouterr().err
+    assert not stamp.read_text().startswith("not recorded:")
+    assert marker.exists() and marker.stat().st_mtime_ns < stamp.stat().st_mtime_ns
