@@ -9,9 +9,8 @@ compute fp32, bf16, fp16 (where the device has it: PREC004), master weights fp32
 fp32 or bf16, optimizer states in the dtype of the parameters the optimizer updates. Every other
 value is a refusal here, with the reason and the fix. These mirror the checks of
 runlib.model.parallelize and runlib.train.optim, made before any job starts. The curation stage reads
-data.sources.*.input.format jsonl, parquet, text and builtin; warc is refused (RUN011) until web curation
-lands (issue 22). The rules read plain
-values (no RunSpec), so the trainer can call `refusals` with its stage config's fields; nothing here
+data.sources.*.input.format jsonl, parquet, text and builtin; warc is refused (RUN011) until runlib reads
+WARC. The rules read plain values (no RunSpec), so the trainer can call `refusals` with its stage config's fields; nothing here
 imports torch.
 """
 
@@ -215,7 +214,7 @@ def precision_refusals(*, compute: str, master_weights: str, optimizer_states: s
     return out
 
 
-# ------------------------------------------------------------------- model and precision fields (issue 12)
+# ------------------------------------------------------------------- model and precision fields
 
 # fields of model.* that runlib's tensor-parallel plan (runlib.model.parallelize) has no layout for: the
 # plan shards q/k/v by heads and keeps the two pre-norms of a sequential block sequence-parallel; ALiBi's
@@ -328,15 +327,16 @@ def train_config_refusals(config: Any) -> list[Refusal]:
     )
 
 
-# ----------------------------------------------------------------- input formats (issue 28 item 6)
+# ----------------------------------------------------------------- input formats
 
 # input.format values the schema accepts (a spec may plan a web crawl) that runlib.curate.readers cannot
 # read: value -> (reason, fix)
 FORMATS_NOT_ENACTED: dict[str, tuple[str, str]] = {
     "warc": (
-        "the curation stage has no WARC reader yet (web curation, with HTML extraction, comes with issue 22), "
+        "the curation stage has no WARC reader (nor HTML text extraction) yet, "
         "so its first job would fail",
-        'convert to jsonl (one {"text": ...} object per line; WARC input comes with issue 22)',
+        'extract the pages\' text with a WARC tool and convert it to jsonl (one {"text": ...} object per line): '
+        "runlib reads no WARC yet",
     ),
 }
 

@@ -1,4 +1,4 @@
-"""Files a spec names, checked before any job starts (issue 28 item 6): the rule for every field that
+"""Files a spec names, checked before any job starts: the rule for every field that
 names a file is a check at the workflow gate, reported at the field's line.
 
 FILE_FIELDS lists the schema's fields that name a file (their Field carries NAMES_FILE,

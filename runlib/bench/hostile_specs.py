@@ -113,7 +113,7 @@ HOSTILE: list[Hostile] = [
     Hostile("integer_5000_digits", _replace("seed: 0", "seed: " + "9" * 5000), "SPEC003"),
     Hostile("hex_integer_5000_digits", _replace("seed: 0", "seed: 0x" + "f" * 5000), "SPEC003"),
     Hostile("integer_key_5000_digits", _prepend("? " + "9" * 5000 + "\n: 1\n"), "SPEC003"),
-    # explicit tags: refused whatever they say (issue 28 item 14: `!!str 5` and python/object/apply passed)
+    # explicit tags: refused whatever they say (`!!str 5` and python/object/apply passed)
     Hostile("explicit_int_tag_on_text", _replace("seed: 0", "seed: !!int abc"), "SPEC001"),
     Hostile("explicit_bool_tag_on_text", _replace("bias: false", "bias: !!bool maybe"), "SPEC001"),
     Hostile("explicit_str_tag_on_number", _replace("seed: 0", "seed: !!str 0"), "SPEC001"),

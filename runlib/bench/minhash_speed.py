@@ -25,7 +25,7 @@ space (fewer words: one shingle); rensa gets the shingle strings (RMinHash.diges
 rensa's bulk path), datasketch gets their UTF-8 bytes (MinHash.update_batch).
 Peers: rensa 0.5.0 (Rust, R-MinHash), datasketch 2.0.0 (numpy). Install them with
 `pip install rensa==0.5.0 datasketch==2.0.0`; a missing peer is reported and skipped.
-Goal (issue 9): runlib >= 0.8x rensa's signatures/s with recall >= 97% of the true pairs.
+Goal: runlib >= 0.8x rensa's signatures/s with recall >= 97% of the true pairs.
 """
 
 from __future__ import annotations

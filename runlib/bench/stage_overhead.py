@@ -12,7 +12,7 @@ times each, median CPU-seconds (user + system, of the process and its children, 
 With --track, also one `runlib track --resync` over the artifacts built so far, and a second one that
 finds them recorded: what MLflow costs now that stage jobs do not import it (the workflow's track rule).
 --repo runs another checkout's runlib (e.g. a `git worktree` of the commit before) to compare code paths.
-Goal (issue 9): a stage job's fixed cost under 0.5 CPU-s above the interpreter (was 3.3 s, 85% MLflow).
+Goal: a stage job's fixed cost under 0.5 CPU-s above the interpreter (was 3.3 s, 85% MLflow).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ _MAGIC = re.compile(r"[*?[]")
 MAX_DOCUMENT_BYTES = 64 << 20
 """One jsonl line, or one `text` file: a document of 64 MiB is a whole book series (War and Peace is
 3.2 MB); a longer one is a file without newlines, a wrong format or a decompression bomb, refused with
-its file:line before it is held in memory (a 1 GiB line ended in MemoryError: issue 28 item 14)."""
+its file:line before it is held in memory (a 1 GiB line ended in MemoryError)."""
 
 MAX_GZIP_RATIO = 100
 """Decompressed bytes per compressed byte of a .gz input: text compresses 3-10x with gzip, deflate's
@@ -290,7 +290,7 @@ def decode_repairing(data: bytes) -> tuple[str, int]:
 def _read_text(
     source_name: str, source: SourceSpec, file: str, name: str, repairs: Counter[str]
 ) -> Iterator[tuple[str, str]]:
-    try:  # a FIFO, a device or /proc/kmsg is refused, not waited on (issue 28 item 13)
+    try:  # a FIFO, a device or /proc/kmsg is refused, not waited on
         with open_regular(file, "a text file") as f:
             data = f.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:

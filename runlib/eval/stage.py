@@ -35,7 +35,7 @@ NOT_COUNTED = frozenset({"chance_acc", "examples_requested"})
 def evaluate_phase(
     config: EvalConfig, model_dir: Path, tokenizer_dir: Path, token_dirs: dict[str, Path], out_dir: Path
 ) -> dict[str, Any]:
-    # the task files must be what the key was computed from (issue 28 item 9): checked before anything loads
+    # the task files must be what the key was computed from: checked before anything loads
     for name, files in config.task_files.items():
         field = f"eval.tasks ({name}).path"
         for file in files:

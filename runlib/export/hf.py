@@ -46,7 +46,7 @@ from runlib.spec.models import ModelSpec
 
 NORM_EPS = 1e-5  # runlib.model.transformer.NORM_EPS (not imported: this module must not import torch)
 MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
-# in MARKER: 2 writes the RoPE base in the keys of transformers 4.x and 5.x (rope_config); 1 (before issue 28)
+# in MARKER: 2 writes the RoPE base in the keys of transformers 4.x and 5.x (rope_config); 1 (runlib 0.1 before this change)
 # wrote it only in `rope_parameters`, which 4.x never reads (it ran such an export at base 10000)
 EXPORT_FORMAT = 2
 TOKENIZER_FILE = "tokenizer.json"

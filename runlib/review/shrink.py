@@ -80,7 +80,7 @@ TRAIN_SHARE = 0.5
 # training step alone (README, `python -m runlib.bench.train_step`; the demo's foundation phase ran at
 # ~5,800 on 2 quiet cores, 2026-12-01). The other stages (curation, tokenizer, tokenizing, evaluation, report,
 # each job's start): 0.5-4 minutes. Measured: the 10-minute shrink of OLMo 2 7B ran in 4 minutes in all
-# (issue 28 item 8: ~1M tokens, so at most ~1 minute besides training); curation, the tokenizer and
+# (~1M tokens, so at most ~1 minute besides training); curation, the tokenizer and
 # tokenizing of its nine stand-ins took 4.3 minutes on 2 cores shared with five other jobs.
 RATES_TOKENS_PER_S = {"SMALL": (2_150, 6_000), "DEMO": (3_500, 5_964)}
 OTHER_STAGES_MIN = (0.5, 4.0)
@@ -290,7 +290,7 @@ def _steps(plan: Plan, budget_tokens: float, tokens_per_step: list[int]) -> list
 
 def shrink(loaded: LoadedSpec, minutes: float = 10.0) -> Shrunk:
     """The shrunk spec's data and its comments (pure but for the glob of file sources)."""
-    if not 0 < minutes <= MAX_MINUTES:  # inf was a traceback, 1e300 a spec of 10^300 tokens (issue 28 item 14)
+    if not 0 < minutes <= MAX_MINUTES:  # inf was a traceback, 1e300 a spec of 10^300 tokens
         raise UserError(
             f"runlib shrink --minutes {minutes:g}: give a number of minutes above 0 and at most {MAX_MINUTES:,} "
             "(a week: shrink sizes a run for this machine)"

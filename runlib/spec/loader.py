@@ -648,7 +648,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     file = str(path)
     try:
         # never more than the limit (the file may be huge); a FIFO, a device or /proc/kmsg is refused
-        # before it is read (runlib.util.userfile): reading one blocks forever (issue 28 item 13)
+        # before it is read (runlib.util.userfile): reading one blocks forever
         raw = read_bounded(path, MAX_DOCUMENT_BYTES, "the spec file")
         if len(raw) > MAX_DOCUMENT_BYTES:
             raise _size_problem(raw, file)

@@ -38,7 +38,7 @@ os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 # names become folder, file and MLflow run names (reports/<name>/run/..., a Snakemake log path with the
 # name inside another name): 100 characters keep the longest derived file name well under the 255
-# bytes of a file name (NAME_MAX, Linux limits.h) (issue 28 item 14)
+# bytes of a file name (NAME_MAX, Linux limits.h)
 MAX_NAME_CHARS = 100
 ONE_LINE_PATTERN = r"^[^\x00-\x1f\x7f]+$"  # printable text on one line: no control characters (NUL, newline, tab)
 # on the Field of a spec field that no stage reads (the audit and the plan do): the schema carries it
@@ -362,7 +362,7 @@ class SourceSpec(SpecModel):
 
 SourceName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)]
 """A source's name: it names MLflow metrics (heldout/<source>/loss: MLflow refuses '..', '.' and ''), report
-rows and stage instances, as phase names do (issue 28 item 14)."""
+rows and stage instances, as phase names do."""
 
 
 class DataSpec(SpecModel):
@@ -774,7 +774,7 @@ class EvalSpec(SpecModel):
 class TrackingSpec(SpecModel):
     # MLflow refuses an experiment name over 500 characters (mlflow/utils/validation.py,
     # MAX_EXPERIMENT_NAME_LENGTH) in the track job, and the SQLite store's artifact folder is named after
-    # it (NAME_MAX 255 bytes): bounded and printable here, at the gate (issue 28 item 14)
+    # it (NAME_MAX 255 bytes): bounded and printable here, at the gate
     experiment: str | None = Field(None, min_length=1, max_length=MAX_NAME_CHARS, pattern=ONE_LINE_PATTERN)
     """MLflow experiment (default: the run name); the tracking URI is machine-local, not part of the spec."""
 

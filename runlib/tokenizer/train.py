@@ -369,7 +369,7 @@ def _pretrained(cfg: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -
         raise UserError(
             f"tokenizer.pretrained: {cfg.pretrained!r} does not exist (relative paths start at {Path.cwd()})"
         )
-    # read once: the bytes used are the bytes compared with the digest the stage's key holds (issue 28 item 9)
+    # read once: the bytes used are the bytes compared with the digest the stage's key holds
     data = src.read_bytes()
     keyed = cfg.pretrained_file
     if keyed is not None and bytes_digest(data) != keyed.digest:

@@ -39,7 +39,7 @@ from runlib.errors import UserError
 # MLFLOW_HTTP_REQUEST_MAX_RETRIES (default 7) times with backoff (mlflow/environment_variables.py,
 # mlflow/utils/rest_utils.py). The tracking process sets both lower unless the user has set them, and
 # the whole resync runs under TRACK_DEADLINE_S (RUNLIB_TRACK_DEADLINE_S overrides): past it, the run
-# goes on untracked and the next track step retries (issue 28 item 13).
+# goes on untracked and the next track step retries.
 HTTP_REQUEST_TIMEOUT_S = 20
 HTTP_REQUEST_MAX_RETRIES = 2
 TRACK_DEADLINE_S = 300.0

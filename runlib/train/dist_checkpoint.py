@@ -30,7 +30,7 @@ directory whose files all match (sizes first, then digests, split over the ranks
 line each, about every newer one it skips (truncated, flipped bytes, a missing digests.json): a corrupt
 newest checkpoint costs the steps since the one before it, never every retry.
 
-Planted checkpoints (issue 28 item 11). DCP's FileSystemReader reads `.metadata` with plain pickle.load
+Planted checkpoints. DCP's FileSystemReader reads `.metadata` with plain pickle.load
 (torch/distributed/checkpoint/filesystem.py, FileSystemReader.read_metadata, torch 2.13), so a checkpoint
 directory planted by anyone who can write the scratch directory ran code on resume. Two defences:
 - Authentication, before anything is unpickled: `digests.json` carries an HMAC-SHA256 (`hmac_sha256`) under

@@ -4,7 +4,7 @@ The data is fsync'd before the rename, so after a crash of the machine (not only
 name points at whole content: rename is atomic, but without the fsync a file system may commit the
 rename before the data (the ext4 "zero-length file" problem; POSIX rename(2), Linux fsync(2)).
 
-What the name points at is kept (issue 28 item 12: `-o /dev/null`, run as root, became a regular 0600
+What the name points at is kept (`-o /dev/null`, run as root, became a regular 0600
 file, and a symlink was replaced by a file):
 - a symbolic link is followed: its target is written (atomically when the target is a regular file or
   does not exist yet), and the link stays;

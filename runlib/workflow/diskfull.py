@@ -1,4 +1,4 @@
-"""A stage that runs out of disk: said as such, with the place and the fix (issue 28 item 15).
+"""A stage that runs out of disk: said as such, with the place and the fix.
 
 Before, a full disk surfaced as whatever the writer said: torch.save's "unexpected pos 8896 vs 8790"
 (PyTorch caffe2/serialize/inline_container.cc: its writer checks the position after each short

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from runlib.stageconfig import StageConfig
 
 # Bump a stage's version when its code changes what it writes.
-# 3: manifests hold XXH3-128 file digests and their own checksum (issue 8); an artifact built before has
+# 3: manifests hold XXH3-128 file digests and their own checksum; an artifact built before has
 # neither, would fail verification on every read, and is rebuilt under its new key instead.
-# +1 each (issue 28 item 10): manifests carry an HMAC-SHA256 and the digests of the inputs they read; one
+# +1 each: manifests carry an HMAC-SHA256 and the digests of the inputs they read; one
 # built before has neither, is refused on every read, and is rebuilt under its new key instead.
 STAGE_VERSIONS: dict[str, int] = {
     "curate_shard": 5,

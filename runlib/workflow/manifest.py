@@ -158,7 +158,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     (rewritten without the key, or written under another key)."""
     path = manifest_path(directory)
     # a manifest replaced by a FIFO or a link to /dev/zero hung every reader; one of nested arrays ended
-    # in json's RecursionError (issue 28 item 13): regular files only, bounded, any nesting an error
+    # in json's RecursionError: regular files only, bounded, any nesting an error
     try:
         raw = read_bounded(path, MAX_MANIFEST_BYTES, "the artifact's manifest")
     except MissingFile:

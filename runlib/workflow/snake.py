@@ -151,7 +151,7 @@ class Workflow:
     def command(stage: str) -> str:
         # RAYON_NUM_THREADS: tokenizers would otherwise use every core, whatever the rule's threads.
         # `>>`: two specs sharing a stage (one work dir, two snakemake runs) run one job each on the same
-        # log; the one waiting for the build lock once truncated the builder's log (issue 28 item 15).
+        # log; the one waiting for the build lock once truncated the builder's log.
         # run_stage heads each attempt with its pid and time. Snakemake also deletes a job's declared log
         # before the job runs (snakemake/jobs.py, Job.remove_existing_output), which unlinked the builder's
         # log under it and a killed attempt's log at the rerun: so the declared log is a symlink to

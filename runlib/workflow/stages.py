@@ -170,7 +170,7 @@ def run_stage(stage: str, spec_path: str, key: str) -> Manifest:
         try:
             manifest = _build_from_spec(stage, spec_path, key)
             _stamp(stage, key, manifest)
-        except (OSError, RuntimeError) as exc:  # a full disk: say so, not the writer's words (issue 28 item 15)
+        except (OSError, RuntimeError) as exc:  # a full disk: say so, not the writer's words
             message = disk_full_message(ref.instance, ref.dir, exc)
             if message is None:
                 raise

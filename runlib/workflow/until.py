@@ -1,6 +1,6 @@
 """`snakemake --until <rule>` on a rule whose jobs depend on jobs of the same rule (train_phase: each phase
 starts from the previous phase's state) stopped with Snakemake's "BUG: Out of jobs ready to be started,
-but not all files built yet" (issue 28 item 15).
+but not all files built yet".
 
 The cause is Snakemake's --until itself (snakemake 9, dag.py `DAG.finish`): when an --until job finishes,
 the jobs depending on it are not marked ready ("Skip jobs that are marked as until jobs"), so phase 2

@@ -1,5 +1,4 @@
-"""Every spec field that names a file or a capability is checked at the workflow gate, at its line (issue 28
-item 6).
+"""Every spec field that names a file or a capability is checked at the workflow gate, at its line.
 
 Files: the schema's fields that name a file carry NAMES_FILE (runlib.spec.models); each is listed in
 runlib.audit.named_files.FILE_FIELDS and has a case here in which its file is missing (or unreadable as
@@ -173,7 +172,7 @@ def test_warc_input_is_refused_at_the_gate_with_line_and_fix(gate_env, capsys):
     err = capsys.readouterr().err
     line = _line_of(text, "format: warc")
     assert f"{spec}:{line}: RUN011 data.sources.docs.input.format" in err
-    assert "convert to jsonl" in err and "issue 22" in err
+    assert "convert it to jsonl" in err and "reads no WARC yet" in err
 
 
 # ------------------------------------------------------------------------------------- capabilities

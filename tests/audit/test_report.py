@@ -195,7 +195,7 @@ def test_cpu_run_counts_core_hours_in_every_view() -> None:
 
 def test_small_run_hours_and_days_read_the_same_in_every_view() -> None:
     """The reports rounded device-hours to one decimal and days to two (a shrunk run's 0.00871 core-hours
-    and 0.000181 days read '0.0' and '0.00') where the terminal printed three significant digits (issue 28 item 2: a number in two places comes from one function)."""
+    and 0.000181 days read '0.0' and '0.00') where the terminal printed three significant digits (a number in two places comes from one function)."""
     from runlib.audit.render import text
 
     cpu = patched({"hardware.accelerator": "cpu", "hardware.devices_per_node": 2, "tokens": "200K"})

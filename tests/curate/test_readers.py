@@ -145,7 +145,7 @@ def test_id_root():
     assert relative_name("/elsewhere/a.jsonl", Path("data")) == "/elsewhere/a.jsonl"
 
 
-# --- hostile data (issue 28 items 13 and 14): bounded memory and time, file:line, never a traceback ---
+# --- hostile data: bounded memory and time, file:line, never a traceback ---
 
 HANG_GUARD_S = 60  # a guard against a hang (each read below takes well under a second), not a timing bound
 

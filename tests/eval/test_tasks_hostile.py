@@ -1,4 +1,4 @@
-"""Hostile task files (issue 28 items 13, 14): deep nesting and 5,000-digit integers are refused at
+"""Hostile task files: deep nesting and 5,000-digit integers are refused at
 file:line (they were a RecursionError and a ValueError traceback), non-UTF-8 too."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every number shown in two places comes from one function (issue 28 item 2): the planned LR (audit text,
+"""Every number shown in two places comes from one function: the planned LR (audit text,
 JSON, the audit's and the run report's plots, the trainer's schedule), the memory per device (the plot's bars,
 its table, the JSON, the text), the audit's findings (`runlib audit` and the run report), the epochs per
 source (`runlib audit` and `runlib diff`) and the device memory on a CPU spec.

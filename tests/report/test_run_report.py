@@ -36,7 +36,7 @@ TASKS = {
     "web-continuation": {"kind": "answer_loglik", "loglik_mean": -41.5, "loglik_per_token": -2.75, "n": 50},
 }
 INTERVALS = 8
-# fields a newer Manifest requires (issue 28 item 10: the digests of the inputs a stage read), empty here
+# fields a newer Manifest requires (the digests of the inputs a stage read), empty here
 NEWER_FIELDS = {"input_digests": {}} if "input_digests" in Manifest.model_fields else {}
 
 
@@ -308,7 +308,7 @@ def test_a_manifest_that_does_not_validate_is_reported_not_raised(spec_path: Pat
     assert "unreadable (not a valid manifest)" in md
 
 
-# ------------------------------------------------------------------ honest numbers (issue 13)
+# ------------------------------------------------------------------ honest numbers
 
 
 def test_honest_numbers_of_a_cpu_run(tmp_path: Path, work: Path) -> None:

@@ -1,5 +1,5 @@
 """Two spec files of one run name (a variant beside its baseline) keep their own run reports, each linking the
-other's (issue 28 item 3); the run report's directory follows the audit report's rule (runlib.util.report_dirs)."""
+other's; the run report's directory follows the audit report's rule (runlib.util.report_dirs)."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def test_llama2_batch_ramp_with_absent_input_files():
     assert rows["phase pretrain", "steps"].b < rows["phase pretrain", "steps"].a
     assert "SCHED004" in {f.code for f in d.appeared}
     assert [r.instance for r in d.reruns] == ["train_phase pretrain", "eval_phase pretrain"]
-    # the data and the tokenizer file are not on this machine: placeholders on both sides (issue 28 item 9)
+    # the data and the tokenizer file are not on this machine: placeholders on both sides
     assert d.placeholder_sources == ["public_mix", "tokenizer.pretrained"] and d.hours_unit == "GPU-hours"
     assert d.rerun_device_hours > 100_000  # 2T tokens of a 7B model
 

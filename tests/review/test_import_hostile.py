@@ -1,4 +1,4 @@
-"""Malformed and hostile import configs (issue 28 items 13 and 14): each is refused with exit 2 naming the
+"""Malformed and hostile import configs: each is refused with exit 2 naming the
 file (and the field, where one is at fault), never a traceback (exit 1 means "the audit found errors"),
 never a hang.
 

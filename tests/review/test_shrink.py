@@ -86,7 +86,7 @@ def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path, tmp_path
         return [plan.phases[i].tokens / total for i in kept]
 
     assert shares(plan_shrunk) == pytest.approx(shares(plan_original), abs=0.02)
-    # no finding of shrink's own choices (issue 28 item 8): TOK004 is avoided, the others are silenced with a
+    # no finding of shrink's own choices: TOK004 is avoided, the others are silenced with a
     # reason naming shrink (a published spec with too few held-out documents keeps its MIX006 in view)
     shown = {f.code for f in result.findings}
     assert not shown & {"TOK004", "SCHED008", "PAR005"}, shown
@@ -220,7 +220,7 @@ def test_minutes_scale_the_tokens():
 
 @pytest.mark.parametrize("minutes", ["inf", "nan", "1e300", "0", "-5"])
 def test_minutes_out_of_range_is_exit_2_not_a_traceback(minutes, capsys):
-    """--minutes inf ended in OverflowError (exit 1), 1e300 in a spec of 10^300 tokens (issue 28 item 14)."""
+    """--minutes inf ended in OverflowError (exit 1), 1e300 in a spec of 10^300 tokens."""
     assert main(["shrink", str(OLMO2), "--minutes", minutes]) == 2
     err = capsys.readouterr().err
     assert "--minutes" in err and "10,080" in err and "Traceback" not in err, err
@@ -248,7 +248,7 @@ def test_declared_tokens_are_what_the_stand_ins_hold():
 
 
 def test_the_stated_time_is_a_range_that_holds_the_measured_run():
-    # issue 28 item 8: OLMo 2 shrunk for "~10 min" ran in 4 minutes in all
+    # OLMo 2 shrunk for "~10 min" ran in 4 minutes in all
     _, summary = shrink_file(OLMO2, minutes=10)
     low, high = wall_minutes(shrink(load_spec(OLMO2), minutes=10).data["tokens"], 10)
     assert low <= 4 <= high
@@ -314,7 +314,7 @@ def test_shrunk_olmo2_runs_end_to_end_and_diff_matches_the_dry_run(tmp_path, mon
     name = load_spec(spec).spec.name
     assert (report_dir(name, spec, "run", tmp_path / "reports") / "report.html").exists()
     print(f"shrunk OLMo 2 7B end to end: {seconds:.0f} s")
-    # issue 28 item 4: the epochs the audit declares before the run are those tokenizing measured (within
+    # the epochs the audit declares before the run are those tokenizing measured (within
     # 1.25x: BYTES_PER_TRAIN_TOKEN was measured on this spec; another Python's standard library moves it)
     from runlib.workflow.measured import measured_tokens
 

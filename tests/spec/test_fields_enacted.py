@@ -46,7 +46,7 @@ DELETE = object()
 # Fields that reach no stage key by design, with the reason. Keep this list tiny: a field a stage
 # ignores belongs in a stage config, and one only the plan and the audit read is planning-only.
 NOT_KEYED: dict[str, str] = {
-    "name": "names the run's reports and MLflow runs; renaming a run must change no key (issue 7)",
+    "name": "names the run's reports and MLflow runs; renaming a run must change no key",
     "tracking.experiment": "where MLflow records the run, not what any stage computes",
     "phases[].branches[].name": "names a branch's stages (train_phase anneal@<name>), not what they compute",
 }

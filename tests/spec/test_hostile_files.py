@@ -1,4 +1,4 @@
-"""A spec or config that is a FIFO, a device or a kernel file (issue 28 item 13): refused with exit 2 naming
+"""A spec or config that is a FIFO, a device or a kernel file: refused with exit 2 naming
 it, never waited on. Before, `open()` of a FIFO blocked until a writer came, so audit, diff, shrink,
 import and the Snakemake gate all hung forever.
 

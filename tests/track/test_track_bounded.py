@@ -1,4 +1,4 @@
-"""Tracking never holds up training (issue 28 item 13): a stalled MLflow server (it answers /health but
+"""Tracking never holds up training: a stalled MLflow server (it answers /health but
 never the API) held `runlib track` 7+ minutes, and a track job holding a core delayed the next phase.
 
 The server here is real (a local HTTP server whose API handler never answers); `runlib track --resync

@@ -1,4 +1,4 @@
-"""MLflow's wall time of a run counts from that run's own start (issue 28 item 2e): a variant that reuses its
+"""MLflow's wall time of a run counts from that run's own start: a variant that reuses its
 baseline's first phases spans only the builds it made itself, not the baseline's."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training metrics at one token interval across phases, each record the mean over its interval (issue 13)."""
+"""Training metrics at one token interval across phases, each record the mean over its interval."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`-o`/`--out` and every atomic write keep what the name points at (issue 28 item 12): `-o /dev/null` run
+"""`-o`/`--out` and every atomic write keep what the name points at: `-o /dev/null` run
 as root became a regular 0600 file, and a symbolic link was replaced by a file. Devices and FIFOs are
 written in place, links are written through, regular files are still replaced atomically with their
 permission bits kept.
@@ -90,7 +90,7 @@ def test_a_directory_is_refused(tmp_path, capsys):
 
 
 def test_a_fifo_without_a_reader_is_refused_not_waited_on_forever(tmp_path, capsys, monkeypatch):
-    """open(2) of a FIFO for writing blocks until a reader comes: `-o fifo` hung (issue 28 item 13)."""
+    """open(2) of a FIFO for writing blocks until a reader comes: `-o fifo` hung."""
     monkeypatch.setattr("runlib.util.atomic.FIFO_READER_WAIT_S", 0.2)
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

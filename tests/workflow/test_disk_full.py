@@ -1,4 +1,4 @@
-"""A stage that runs out of disk says so, with the place and the fix (issue 28 item 15): before, a full
+"""A stage that runs out of disk says so, with the place and the fix: before, a full
 disk surfaced as the writer's words ("unexpected pos 8896 vs 8790" from torch.save, a traceback of
 OSError 28 or 27) with exit 1.
 

@@ -1,4 +1,4 @@
-"""Fault injection (issue 8): SIGKILL each stage kind at random instants, then run it again; the
+"""Fault injection: SIGKILL each stage kind at random instants, then run it again; the
 artifact must equal the uninterrupted build's and no orphan may remain. Then corrupt one file of each
 artifact kind: verification names it.
 

@@ -1,5 +1,4 @@
-"""Files a stage reads are keyed by their content, and builtin sources by the Python whose files they read
-(issue 28, items 9 and 15).
+"""Files a stage reads are keyed by their content, and builtin sources by the Python whose files they read.
 
 A pretrained tokenizer (tokenizer.pretrained) and an eval task file or folder (eval.tasks[].path) were
 keyed by their path only: replacing the tokenizer.json or editing a task file kept every key, so the old

@@ -1,4 +1,4 @@
-"""Hostile manifests (issue 28 items 13 and 14): a manifest.json replaced by a FIFO or a link to /dev/zero
+"""Hostile manifests: a manifest.json replaced by a FIFO or a link to /dev/zero
 hung `runlib verify`, `snakemake` and every stage that reads its inputs' manifests; one of nested arrays
 ended in a RecursionError traceback. Each is now a ManifestError (a UserError: exit 2) naming the file.
 

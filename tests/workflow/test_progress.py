@@ -138,7 +138,7 @@ def test_the_end_names_the_reports_and_the_mlflow_command(tmp_path, monkeypatch)
 
 def test_a_failed_run_points_at_the_logs_and_runlib_it_used(tmp_path, monkeypatch) -> None:
     """The end of a failed run named ./work/logs whatever RUNLIB_WORK_DIR said, and a bare `runlib` that a
-    user who ran the venv's snakemake by its path does not have on PATH (issue 28 item 7: commands that
+    user who ran the venv's snakemake by its path does not have on PATH (commands that
     work where the user is)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "elsewhere"))

@@ -1,5 +1,5 @@
-"""The README says exactly which files of a rebuilt artifact are byte for byte the first build's (issue 28
-item 15: it said rebuilt phases were identical, and their measured throughput is not). The sentence must
+"""The README says exactly which files of a rebuilt artifact are byte for byte the first build's (it
+said rebuilt phases were identical, and their measured throughput is not). The sentence must
 name exactly the fields tests/workflow/test_faults.py leaves out of its comparison (MEASURED), so the
 claim and the test that checks it cannot drift apart."""
 

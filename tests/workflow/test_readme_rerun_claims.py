@@ -1,4 +1,4 @@
-"""The README's claims about what an edit reruns, one test per claim (issue 28, item 5).
+"""The README's claims about what an edit reruns, one test per claim.
 
 Each test quotes its claim (and fails when the README no longer says it), edits a spec the way the claim
 says, builds the stage graph of both and compares the stage keys: a stage reruns exactly when its key

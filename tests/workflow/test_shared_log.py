@@ -1,6 +1,6 @@
 """Two specs built together in one work dir share the stage jobs of their common artifacts, and so their
 logs: the job that waited for the build lock once truncated the builder's log (`> log`), leaving no
-trace of the build (issue 28 item 15). The workflow's stage command now appends, and each attempt starts
+trace of the build. The workflow's stage command now appends, and each attempt starts
 with a line naming its pid and time.
 
 The command is the Snakefile's own (Workflow.command), run twice at once by the shell on one log, for a

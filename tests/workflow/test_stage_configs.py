@@ -400,7 +400,7 @@ def test_plan_keys_follow_the_content_of_file_sources(
 
 def test_batch_ramps_key_the_training_phases() -> None:
     """Issue 8, problem 3: ramps of 8 sequences for 5 steps then 32, and 16 for 8 steps then 32, gave
-    one training key; the loader's segments (issue 7) are in the train_phase config now."""
+    one training key; the loader's segments are in the train_phase config now."""
     data = load_spec(TINY).spec.model_dump(mode="json")
 
     def ramped(first: int, steps: int) -> StageGraph:

@@ -1,4 +1,4 @@
-"""A tamper that reseals the manifest (issue 28 item 10): a token shard poisoned and its manifest's file
+"""A tamper that reseals the manifest: a token shard poisoned and its manifest's file
 digest, content hash and checksum rewritten. Without the key the MAC refuses it on every read; with the key
 (or before any MAC) the chain refuses it: the phase that read the shard recorded other digests. The key file
 (runlib.util.mac_key): another key refuses every manifest, creation is race-free, bad key files are exit 2."""

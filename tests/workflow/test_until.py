@@ -1,5 +1,4 @@
-"""`snakemake --until train_phase` stopped with Snakemake's "BUG: Out of jobs ready to be started"
-(issue 28 item 15): each phase's job depends on the previous phase's, and Snakemake's --until starts no
+"""`snakemake --until train_phase` stopped with Snakemake's "BUG: Out of jobs ready to be started": each phase's job depends on the previous phase's, and Snakemake's --until starts no
 job depending on an --until job (runlib/workflow/until.py). The gate now refuses it before any job, with
 the targets that build every phase and stop there."""
 

@@ -4,7 +4,7 @@ Why it matters:
     The schema accepts input.format: warc so that a spec can plan a web crawl (Common Crawl ships
     WARC files), but runlib's curation stage reads jsonl, parquet, text and builtin sources only: a
     WARC source passed schema, audit, diff and plan and then failed in its first curation job. Web
-    curation (WARC records, HTML extraction) comes with issue 22; until then the workflow gate
+    curation (WARC records, HTML extraction) is not built yet; until then the workflow gate
     refuses the spec before any job starts.
 
 Flagged:

@@ -49,7 +49,7 @@ def detect_format(path: Path, text: str) -> str:
 
 
 def read_config(path: Path) -> str:
-    # a FIFO, a device or /proc/kmsg is refused before it is read: reading one blocks (issue 28 item 13)
+    # a FIFO, a device or /proc/kmsg is refused before it is read: reading one blocks
     try:
         raw = read_bounded(path, MAX_CONFIG_BYTES, "the config file")
     except UserError as exc:

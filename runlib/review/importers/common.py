@@ -81,7 +81,7 @@ def fill_defaults(draft: Draft, run_tokens: int, source: str = "web") -> None:
     )
 
 
-# --- the source's values, checked before any is mapped (issue 28 item 14) ---------------------------
+# --- the source's values, checked before any is mapped ---------------------------
 
 MAX_SOURCE_DEPTH = 16
 """Nesting of a config's tables, objects and lists: HF config.json and torchtitan TOML files nest 3."""
@@ -93,7 +93,7 @@ MAX_SOURCE_NUMBER = 10**15
 
 def whole(value: Any, file: str, field: str) -> int:
     """A count read from a config: an integer, or a float without a fraction (4096.0). int() of 4096.5
-    gave 4096 without a word: a model other than the config's (issue 28 item 14)."""
+    gave 4096 without a word: a model other than the config's."""
     if isinstance(value, float) and not value.is_integer():
         raise UnmappableConfig(f"{file}: {field} = {value!r} is not a whole number; write the count the run used")
     if isinstance(value, bool):

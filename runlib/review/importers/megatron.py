@@ -52,7 +52,7 @@ SWITCHES = {
 
 MAX_COMMAND_CHARS = 16 * 1024
 """One command, continuation lines joined: GPT-3 175B's argument list (the fixture) is ~1.5 KB. shlex.split
-of a 900 KB word took over a minute (issue 28 item 13); 16 KiB takes milliseconds."""
+of a 900 KB word took over a minute; 16 KiB takes milliseconds."""
 
 
 def parse_args(text: str, file: str) -> dict[str, list[str]]:

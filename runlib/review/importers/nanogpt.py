@@ -77,7 +77,7 @@ class TooLarge(ValueError):
 def _bounded(result: Any) -> Any:
     """The result of one operation, or TooLarge past MAX_SOURCE_NUMBER or not finite: checked after every
     operation, so that no operand exceeds ~50 bits and repeated squaring (`x = x*x` 26 times: 2^26-bit
-    integers, minutes of multiplication) stops at its third step (issue 28 item 13)."""
+    integers, minutes of multiplication) stops at its third step."""
     if isinstance(result, complex):
         raise ValueError("complex")
     if isinstance(result, float) and not math.isfinite(result):
