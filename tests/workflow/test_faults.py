@@ -29,7 +29,9 @@ from tests.workflow.conftest import TINY
 # one xdist worker runs the module, so the reference chain is built once
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
 SEED = 8
-TRIALS = {"curate_shard": 2, "curate_source": 2, "train_tokenizer": 2, "tokenize": 2, "train_phase": 3, "eval_phase": 2}
+# train_phase: 2 instants (3 cost a minute of the suite); a kill in the middle of a phase and its bitwise resume
+# is tests/train/test_phase_training.py::test_sigkill_mid_phase_then_resume_is_bitwise_identical
+TRIALS = {"curate_shard": 2, "curate_source": 2, "train_tokenizer": 2, "tokenize": 2, "train_phase": 2, "eval_phase": 2}
 # files holding measurements of the job that wrote them (throughput, memory, the tokens it trained):
 # compared by the fields that describe the result
 MEASURED = {
