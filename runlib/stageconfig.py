@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_serializer
 
+from runlib.util.keyed import omit_new_fields_at_default
+
 
 class StageConfig(BaseModel):
     """What one stage instance reads; frozen, and hashed (as JSON) into the stage's key.
@@ -26,9 +28,4 @@ class StageConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_new_fields_at_default(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for name in self.KEYED_WHEN_SET:
-                if name in data and getattr(self, name) == type(self).model_fields[name].default:
-                    del data[name]
-        return data
+        return omit_new_fields_at_default(self, self.KEYED_WHEN_SET, handler(self))

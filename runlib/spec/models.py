@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from runlib.spec.units import BatchSizeField, Count, Duration, DurationField
+from runlib.util.keyed import omit_new_fields_at_default
 
 # pydantic looks up its plugins (the entry points of every installed distribution: ~60 ms of the cold
 # start in a venv of ~350 packages) when it builds the first validator. The spec models use none, so
@@ -107,12 +108,7 @@ class KeyedWhenSet(SpecModel):
 
     @model_serializer(mode="wrap")
     def _omit_new_fields_at_default(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for name in self.KEYED_WHEN_SET:
-                if name in data and getattr(self, name) == type(self).model_fields[name].default:
-                    del data[name]
-        return data
+        return omit_new_fields_at_default(self, self.KEYED_WHEN_SET, handler(self))
 
 
 class HardwareSpec(SpecModel):
