@@ -6,9 +6,9 @@ rule curate_shard:
         WF.log("curate_shard"),
     benchmark:
         WF.benchmark("curate_shard")
+    threads: WF.threads("curate_shard")
     resources:
-        mem_mb=2000,
-        runtime=30,
+        **WF.resources("curate_shard"),
     shell:
         WF.command("curate_shard")
 
@@ -23,8 +23,8 @@ rule curate_source:
         WF.log("curate_source"),
     benchmark:
         WF.benchmark("curate_source")
+    threads: WF.threads("curate_source")
     resources:
-        mem_mb=2000,
-        runtime=30,
+        **WF.resources("curate_source"),
     shell:
         WF.command("curate_source")

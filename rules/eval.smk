@@ -8,9 +8,8 @@ rule eval_phase:
         WF.log("eval_phase"),
     benchmark:
         WF.benchmark("eval_phase")
-    threads: 1
+    threads: WF.threads("eval_phase")
     resources:
-        mem_mb=4000,
-        runtime=60,
+        **WF.resources("eval_phase"),
     shell:
         WF.command("eval_phase")

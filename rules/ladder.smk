@@ -8,9 +8,8 @@ rule fit_ladder:
         WF.log("fit_ladder"),
     benchmark:
         WF.benchmark("fit_ladder")
-    threads: 1
+    threads: WF.threads("fit_ladder")
     resources:
-        mem_mb=1000,
-        runtime=30,
+        **WF.resources("fit_ladder"),
     shell:
         WF.command("fit_ladder")

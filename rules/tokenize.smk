@@ -8,9 +8,8 @@ rule tokenize:
         WF.log("tokenize"),
     benchmark:
         WF.benchmark("tokenize")
-    threads: 1
+    threads: WF.threads("tokenize")
     resources:
-        mem_mb=4000,
-        runtime=60,
+        **WF.resources("tokenize"),
     shell:
         WF.command("tokenize")

@@ -8,9 +8,8 @@ rule train_tokenizer:
         WF.log("train_tokenizer"),
     benchmark:
         WF.benchmark("train_tokenizer")
-    threads: 2
+    threads: WF.threads("train_tokenizer")
     resources:
-        mem_mb=4000,
-        runtime=60,
+        **WF.resources("train_tokenizer"),
     shell:
         WF.command("train_tokenizer")

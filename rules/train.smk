@@ -8,8 +8,8 @@ rule train_phase:
         WF.log("train_phase"),
     benchmark:
         WF.benchmark("train_phase")
-    threads: WF.train_processes()
+    threads: WF.threads("train_phase")
     resources:
-        **WF.train_resources(),
+        **WF.resources("train_phase"),
     shell:
         WF.command("train_phase")

@@ -11,13 +11,15 @@ import difflib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runlib.errors import UserError
+from runlib.graph.registry import STAGES
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from runlib.audit import audit_spec_file
     from runlib.errors import SpecError
+    from runlib.graph.measured import audit_spec_file
 
     try:
         result = audit_spec_file(args.spec)
@@ -52,7 +54,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from runlib.audit.checks import all_checks, get_check
 
     if args.code and args.code.lower() == "hardware":  # the accelerator catalog: hardware.accelerator's keys
-        from runlib.plan.hardware import catalog_lines
+        from runlib.spec.hardware import catalog_lines
 
         print("\n".join(catalog_lines()))
         return 0
@@ -88,9 +90,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
+    from runlib.graph.build import build_graph
+    from runlib.graph.plan_view import find_instance, plan_rows, render, stage_view
     from runlib.spec import load_spec
-    from runlib.workflow.graph import build_graph
-    from runlib.workflow.plan_view import find_instance, plan_rows, render, stage_view
 
     graph = build_graph(load_spec(args.spec).spec)
     if args.stage:  # one stage's config (JSON whatever --format says: it is the config itself)
@@ -106,22 +108,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """Every built artifact of the spec (or of --stage) against its manifest (its MAC, sizes and XXH3-128
-    digests) and its built inputs against what it recorded reading (the chain: runlib.workflow.artifacts)."""
+    digests) and its built inputs against what it recorded reading (the chain: runlib.store.artifacts)."""
     import time
 
+    from runlib.graph.build import build_graph
+    from runlib.graph.plan_view import find_instance
     from runlib.spec import load_spec
-    from runlib.workflow.artifacts import is_built, verify_artifact
-    from runlib.workflow.graph import build_graph
-    from runlib.workflow.keys import STAGE_VERSIONS
-    from runlib.workflow.manifest import rebuild_advice
-    from runlib.workflow.plan_view import find_instance
+    from runlib.store.artifacts import is_built, verify_artifact
+    from runlib.store.manifest import rebuild_advice
 
     if not args.spec:
         raise UserError("runlib verify: give the spec (or set RUNLIB_SPEC)")
     graph = build_graph(load_spec(args.spec).spec)
     if not args.stage:
         nodes = list(graph.nodes)
-    elif args.stage in STAGE_VERSIONS:
+    elif args.stage in STAGES:
         nodes = graph.of(args.stage)
     else:
         nodes = [find_instance(graph, args.stage)]
@@ -154,7 +155,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from runlib.workflow.stages import run_stage
+    from runlib.graph.stages import run_stage
 
     if not args.spec:
         raise UserError(f"runlib {args.stage.replace('_', '-')}: give --spec (or set RUNLIB_SPEC)")
@@ -171,7 +172,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from runlib.export.phase import export_phase
+    from runlib.graph.export import export_phase
 
     if not args.spec:
         raise UserError("runlib export: give the spec (or set RUNLIB_SPEC)")
@@ -247,6 +248,19 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return result.exit_code()
 
 
+def _cmd_sample_web(args: argparse.Namespace) -> int:
+    """A sample crawl made from this machine's pydoc pages (runlib.curate.sample_web)."""
+    from pathlib import Path
+
+    from runlib.curate.sample_web import sample_crawl
+
+    if not 1 <= args.files <= 1000:
+        raise UserError(f"--files {args.files}: give 1 to 1000 WARC files")
+    paths = sample_crawl(Path(args.directory), args.files)
+    print(f"sample crawl: {', '.join(str(p) for p in paths)} and {Path(args.directory) / 'blocklist'}")
+    return 0
+
+
 def _cmd_propose(args: argparse.Namespace) -> int:
     """A spec that spends a hardware budget by the compute-optimal fit, then its audit (runlib.review.propose)."""
     from runlib.audit import audit_loaded
@@ -260,21 +274,12 @@ def _cmd_propose(args: argparse.Namespace) -> int:
     return result.exit_code()
 
 
-STAGE_COMMANDS = {
-    "curate-shard": "curate one shard of one source (normalize, filter, dedup within the shard)",
-    "curate-source": "join a source's shards: dedup across shards, split off the held-out documents",
-    "train-tokenizer": "train the byte-level BPE tokenizer on the train_on mixture",
-    "tokenize": "tokenize one curated source into token shards (train and held-out)",
-    "train-phase": "train one phase from the previous phase's end (accelerate launch, one process per device)",
-    "eval-phase": "evaluate a phase's model: held-out loss per source and the spec's tasks",
-    "fit-ladder": "fit L(N, D) to the ladder's rungs and predict the spec's held-out loss (spec: ladder)",
-}
+if TYPE_CHECKING:
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]  # what add_subparsers returns
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runlib", description="Audit and run LLM pre-training specs.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_spec_commands(sub: Subcommands) -> None:
+    """audit, explain, plan, verify: read the spec and what is built; never torch, accelerate or mlflow."""
     p = sub.add_parser("audit", help="derive every quantity of a spec and check it for inconsistencies")
     p.add_argument("spec", help="run spec (YAML)")
     p.add_argument("--format", choices=["text", "json", "markdown", "html"], default="text")
@@ -315,13 +320,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_verify)
 
-    for command, text in STAGE_COMMANDS.items():
-        p = sub.add_parser(command, help=f"stage: {text}")
+
+def _add_workflow_commands(sub: Subcommands) -> None:
+    """One subcommand per stage kind (runlib.graph.registry), and what the workflow's last rules call."""
+    for kind in STAGES.values():  # one subcommand per stage kind (runlib.graph.registry)
+        p = sub.add_parser(kind.command, help=f"stage: {kind.help}")
         p.add_argument("--spec", default=os.environ.get("RUNLIB_SPEC"), help="run spec (YAML); default $RUNLIB_SPEC")
         p.add_argument("--key", required=True, help="the stage key (the artifact folder name)")
         # stages never record themselves in MLflow (the workflow's track rule does); kept for old scripts
         p.add_argument("--no-track", action="store_true", help=argparse.SUPPRESS)
-        p.set_defaults(func=_cmd_stage, stage=command.replace("-", "_"))
+        p.set_defaults(func=_cmd_stage, stage=kind.name)
 
     p = sub.add_parser("report", help="write the run report (loss, LR, eval tables, wall time per stage)")
     p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
@@ -353,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_track)
 
+
+def _add_review_commands(sub: Subcommands) -> None:
+    """diff, shrink, import, propose, schema: specs written or compared, never run."""
     p = sub.add_parser("diff", help="what changing spec A into B does: fields, plan, findings, stages that rerun")
     p.add_argument("a", help="the spec as it is (YAML)")
     p.add_argument("b", help="the spec as proposed (YAML)")
@@ -389,9 +400,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", help="write the spec here (default: stdout, the audit on stderr)")
     p.set_defaults(func=_cmd_propose)
 
+    p = sub.add_parser(
+        "sample-web",
+        help="write a sample web crawl (WARC files of pydoc pages with planted cases, and a blocklist) into DIR",
+    )
+    p.add_argument(
+        "directory",
+        help="where to write crawl-*.warc.gz and blocklist/ (specs/variants/demo-web.yaml reads work/web-sample)",
+    )
+    p.add_argument("--files", type=int, default=2, help="WARC files to deal the records into (default 2)")
+    p.set_defaults(func=_cmd_sample_web)
+
     p = sub.add_parser("schema", help="print the JSON schema of the run spec")
     p.add_argument("--out", help="write it to this file instead")
     p.set_defaults(func=_cmd_schema)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="runlib", description="Audit and run LLM pre-training specs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_spec_commands(sub)
+    _add_workflow_commands(sub)
+    _add_review_commands(sub)
     return parser
 
 
@@ -402,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except UserError as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -2,16 +2,36 @@ from pathlib import Path
 
 import pytest
 
+from tests import helpers
+
 ROOT = Path(__file__).resolve().parent.parent
-# a verbatim copy of shared/design/spec-reference.yaml (the spec format contract), so a clean clone tests it
+# the spec format contract, by example, kept verbatim (tests/spec/test_loader.py pins its digest)
 REFERENCE_SPEC = ROOT / "tests" / "fixtures" / "spec-reference.yaml"
-SHARED_REFERENCE_SPEC = ROOT.parent / "shared" / "design" / "spec-reference.yaml"
 BASE_SPEC = ROOT / "runlib" / "audit" / "cases_base.yaml"
 
 
 @pytest.fixture
 def base_text() -> str:
     return BASE_SPEC.read_text()
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's own work directory, <tmp_path>/work (RUNLIB_WORK_DIR; not created), with tmp_path as the
+    working directory and MLFLOW_TRACKING_URI unset: no artifact, log or MLflow record lands in the
+    repository's ./work or ./mlruns, or on a tracking server of the environment."""
+    work = tmp_path / "work"
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return work
+
+
+@pytest.fixture
+def hang_guard():
+    """The test fails after tests.limits.HANG_GUARD_S seconds instead of hanging (helpers.hang_guard)."""
+    with helpers.hang_guard():
+        yield
 
 
 # Rough seconds of the longest test modules on 2 quiet cores (`pytest --durations=40`, 2026-12-01, summed per module).

@@ -1,4 +1,5 @@
-"""Hang guards for tests that run subprocesses.
+"""Hang guards for tests that run subprocesses, and for those that run a command in-process under
+SIGALRM (tests.helpers.hang_guard).
 
 A guard ends a test that hangs; it is never a timing assertion. It is set far above the slowest run seen
 under load (the longest end-to-end test takes about 8 minutes on 2 busy cores), so only a real hang trips

@@ -48,7 +48,7 @@ def test_the_gpu_rows_have_the_sizes_they_are_named_for_and_a_plan():
     for row in gpu_check.GPU_ROWS:
         s = gpu_check.GPU_SETTINGS
         spec = gpu_check.bench_spec(
-            gpu_check.SHAPES[row.model], s["vocab"], s["seq_len"], row.micro_batch, row.recompute, "h200", "fsdp"
+            gpu_check.SHAPES[row.model], s.vocab, s.seq_len, row.micro_batch, row.recompute, "h200", "fsdp"
         )
         plan = derive(spec)
         sizes[row.model] = plan.params.total
@@ -152,9 +152,9 @@ def test_memory_check_bench_parts_without_launching_processes(tmp_path):
 
     from runlib.bench import memory_check
     from runlib.data.loader import PhaseLoader
+    from runlib.graph.build import build_graph
     from runlib.spec import load_spec
     from runlib.train.worker import special_token_ids
-    from runlib.workflow.graph import build_graph
 
     spec = load_spec(Path(__file__).parent / "fixtures" / "tiny.yaml").spec
     dirs = memory_check.synthetic_inputs(spec, tmp_path)
@@ -166,3 +166,29 @@ def test_memory_check_bench_parts_without_launching_processes(tmp_path):
     batch = loader.micro_batch(0, 0, 0, 2, cfg.micro_batch)
     assert batch.input_ids.shape == (cfg.micro_batch, cfg.seq_len)
     assert bool((batch.doc_ids[:, 1:] != batch.doc_ids[:, :-1]).any())  # several documents: the mask is built
+
+
+def test_deadline_restores_the_handler_and_is_a_no_op_off_the_main_thread():
+    """runlib.util.deadline, which gpu_check's parts and `runlib track --resync` share."""
+    import signal
+    import threading
+
+    from runlib.util.deadline import deadline
+
+    before = signal.getsignal(signal.SIGALRM)
+    with deadline(30.0, lambda: AssertionError("fired")):
+        assert signal.getsignal(signal.SIGALRM) is not before
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    with deadline(None, lambda: AssertionError("fired")):
+        assert signal.getsignal(signal.SIGALRM) is before
+    seen = []
+
+    def off_main() -> None:
+        with deadline(0.01, lambda: AssertionError("fired")):
+            time.sleep(0.05)
+        seen.append(signal.getsignal(signal.SIGALRM))
+
+    thread = threading.Thread(target=off_main)
+    thread.start()
+    thread.join()
+    assert seen == [before]

@@ -157,7 +157,7 @@ def test_plan_of_a_mixture_the_audit_refuses_exits_2_naming_the_phase(tmp_path, 
     assert "phase anneal: the mixture has no source with a positive weight" in err and "Traceback" not in err
 
 
-# --- issue 13: the audit names missing input files, speaks our words, keeps its JSON contract ----------
+# --- the audit names missing input files, speaks our words, keeps its JSON contract ----------
 
 
 @pytest.fixture
@@ -210,7 +210,7 @@ def test_cpu_run_counts_core_hours(capsys):
 def test_audit_reports_a_glob_the_stage_would_refuse(tmp_path, capsys, data_here):
     """A symbolic link loop under `**` (runlib.curate.inputs refuses it) is an SRC001 error too; a glob too
     large to walk within the audit's bound is an info finding, not a guess."""
-    from runlib.audit.checks.src001_source_files_missing import match_state
+    from runlib.audit.facts import match_state
 
     loop = tmp_path / "loop"
     (loop / "sub").mkdir(parents=True)

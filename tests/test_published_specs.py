@@ -33,7 +33,7 @@ PUBLISHED: dict[str, tuple[int, str]] = {
         1_100_048_384,
         "TinyLlama-1.1B-intermediate-step-1431k-3T checkpoint (arXiv 2401.02385)",
     ),
-    # issue 12: ALiBi + embedding LayerNorm + biases, tied ("176,247M" in arXiv 2211.05100 Table 3)
+    # ALiBi + embedding LayerNorm + biases, tied ("176,247M" in arXiv 2211.05100 Table 3)
     "specs/bloom-176b.yaml": (176_247_271_424, "bigscience/bloom checkpoint (arXiv 2211.05100 Table 3: 176,247M)"),
     # parallel blocks with one biased LayerNorm, bias-free linear layers, multi-query attention
     "specs/falcon-7b.yaml": (6_921_720_704, "tiiuae/falcon-7b checkpoint (arXiv 2311.16867)"),
@@ -76,7 +76,7 @@ def test_parameter_count_matches_published(spec_path: str) -> None:
 
 @pytest.mark.parametrize("spec_file", SPECS, ids=[p.name for p in SPECS])
 def test_spec_audits_without_errors(spec_file: Path) -> None:
-    from runlib.audit import audit_spec_file
+    from runlib.graph.measured import audit_spec_file
 
     result = audit_spec_file(spec_file)
     for finding in result.findings:
@@ -89,7 +89,7 @@ def test_spec_audits_without_errors(spec_file: Path) -> None:
 
 def test_demo_has_nothing_the_trainer_refuses() -> None:
     """The published specs may describe layouts runlib does not enact (RUN warnings); the demo must run."""
-    from runlib.audit import audit_spec_file
+    from runlib.graph.measured import audit_spec_file
 
     result = audit_spec_file(ROOT / "specs" / "demo.yaml")
     assert [f.code for f in result.findings if f.code.startswith("RUN")] == []
@@ -108,7 +108,7 @@ def test_parameter_count_matches_the_papers_rounding(spec_path: str) -> None:
 
 
 def _codes(spec_file: str) -> dict[str, list]:
-    from runlib.audit import audit_spec_file
+    from runlib.graph.measured import audit_spec_file
 
     out: dict[str, list] = {}
     for f in audit_spec_file(ROOT / spec_file).findings:

@@ -3,7 +3,7 @@
 A branch trains from the checkpoint at the end of the phase before it, as WSD anneals branched from one
 stable checkpoint (Hu et al. 2024, MiniCPM, arXiv 2404.06395, section 4): its run is the spec with the
 last phase's mixture, tokens and seq_len and the schedule's decay replaced by the branch's
-(runlib.spec.branches.branch_run, the run runlib.workflow.configs.branch_specs builds its stages from).
+(runlib.spec.branches.branch_run, the run runlib.graph.configs.branch_specs builds its stages from).
 Every check runs over that run; what the base spec's audit does not already report is reported at the
 branch:
 
@@ -93,7 +93,7 @@ def branch_findings(
 ) -> list[Finding]:
     """The findings of each branch's run (`audit_run`: its plan and the checks over it) that the base run's
     findings `base` do not hold, at the branch; [] for a spec whose last phase has no branches (branches of
-    an earlier phase are refused by runlib.workflow.configs.branch_specs and not audited)."""
+    an earlier phase are refused by runlib.graph.configs.branch_specs and not audited)."""
     if not spec.phases or not spec.phases[-1].branches:
         return []
     last = len(spec.phases) - 1

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
 
-from runlib.audit.enact import Refusal
 from runlib.errors import UserError
+from runlib.plan.enact import Refusal
+from runlib.spec.models import EvalTaskSpec, RunSpec
 from runlib.util.userfile import read_bounded, refusal
 
 FILE_FIELDS: dict[str, str] = {
-    "data.sources.*.input.path": "SRC001 (the audit) and the gate's glob expansion (runlib.workflow.configs)",
+    "data.sources.*.input.path": "SRC001 (the audit) and the gate's glob expansion (runlib.graph.configs)",
+    "data.sources.*.curate.url_filter.blocklist": "the gate's config building (runlib.graph.configs.named_files)",
     "tokenizer.pretrained": "RUN012",
     "eval.tasks[].path": "RUN012 (multiple_choice, answer_loglik); lm_eval: the harness gate (runlib.eval.harness.gate)",
 }
@@ -94,7 +95,8 @@ def tokenizer_refusals(pretrained: str | None) -> list[Refusal]:
     return []
 
 
-def task_refusals(tasks: list[Any]) -> list[Refusal]:
+def task_refusals(tasks: list[EvalTaskSpec]) -> list[Refusal]:
+    """RUN012 for each eval task whose file (tasks[].path) is not a readable file here."""
     out = []
     for i, task in enumerate(tasks):
         if task.path is None or task.kind not in TASK_KINDS_WITH_FILES:
@@ -114,6 +116,6 @@ def task_refusals(tasks: list[Any]) -> list[Refusal]:
     return out
 
 
-def named_file_refusals(spec: Any) -> list[Refusal]:
+def named_file_refusals(spec: RunSpec) -> list[Refusal]:
     """RUN012: the files the spec names that are not here (tokenizer.pretrained, eval task files)."""
     return tokenizer_refusals(spec.tokenizer.pretrained) + task_refusals(spec.eval.tasks)

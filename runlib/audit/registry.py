@@ -7,22 +7,38 @@ A check is a module under runlib/audit/checks/ with:
   check(ctx) -> Iterator[Finding]
   PASS, FAIL                  cases as data: patches over the base spec (cases_base.yaml) on which the
                               check must stay silent / must fire (run by one parametrized test)
-A check reads the spec and the plan; it never does I/O.
+A check reads the spec, the plan and the facts gathered for it from this machine (runlib.audit.facts); it
+never does I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Literal
+from typing import Literal, TypeAlias, TypeGuard
 
+from runlib.audit.facts import FileFacts
 from runlib.plan import Plan
 from runlib.spec import RunSpec, SourceMap
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 DELETE = "__delete__"  # in a case patch: remove the key
+# what a finding's value may be: data the JSON view writes as it is (runlib.audit.render.json_view)
+JsonValue: TypeAlias = "str | int | float | bool | None | Sequence[JsonValue] | Mapping[str, JsonValue]"
+
+
+def is_json_value(x: object) -> TypeGuard[JsonValue]:
+    """Whether x is JSON data: None, a str, bool, int or float, or a list or tuple of JSON data, or a dict of
+    str keys to JSON data."""
+    if x is None or isinstance(x, (str, bool, int, float)):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(is_json_value(v) for v in x)
+    if isinstance(x, dict):
+        return all(isinstance(k, str) and is_json_value(v) for k, v in x.items())
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +48,11 @@ class Finding:
     path: str  # spec path, e.g. "phases[2].seq_len"
     message: str  # what was found, with the numbers
     fix: str  # how to fix it
-    value: Any = None  # the corrected value, when there is exactly one
+    value: JsonValue = None  # the corrected value, when there is exactly one
     line: int | None = None
     col: int | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         return {
             "code": self.code,
             "severity": self.severity,
@@ -100,28 +116,34 @@ def summarize(items: list[str], head: int = 3, tail: int = 1) -> str:
 class Case:
     """A check's test case: a patch over the base spec, and for a fail case the expected severity."""
 
-    patch: dict[str, Any]
+    patch: Mapping[str, object]  # dotted spec path -> the value there (runlib.audit.cases.apply_patch)
     severity: Severity | None = None
 
 
-def case(patch: dict[str, Any], severity: Severity | None = None) -> Case:
+def case(patch: Mapping[str, object], severity: Severity | None = None) -> Case:
     return Case(patch, severity)
 
 
 @dataclass
 class Context:
-    """What a check reads: the spec, its plan, and where each path sits in the file."""
+    """What a check reads: the spec, its plan, what this machine holds of its files, and where each path sits
+    in the file."""
 
     spec: RunSpec
     plan: Plan
+    files: FileFacts
     source_map: SourceMap | None = None
     code: str = ""
     severity: Severity = "error"
     prior: list[Finding] = field(default_factory=list)  # findings of the checks run before (AUDIT001 reads them)
 
     def finding(
-        self, path: str, message: str, fix: str, value: Any = None, severity: Severity | None = None
+        self, path: str, message: str, fix: str, value: object = None, severity: Severity | None = None
     ) -> Finding:
+        """A finding of this check at `path` (its line and column from the source map, when there is one);
+        `value`, the corrected value, must be JSON data (is_json_value): the JSON view writes it as it is."""
+        if not is_json_value(value):
+            raise TypeError(f"{self.code}: a finding's value must be JSON data, not {value!r}")
         line = col = None
         if self.source_map is not None:
             pos = self.source_map.position(path)
@@ -143,7 +165,7 @@ class CheckInfo:
 
     @classmethod
     def from_module(cls, module: ModuleType) -> CheckInfo:
-        def as_case(c: Any) -> Case:
+        def as_case(c: Case | Mapping[str, object]) -> Case:
             return c if isinstance(c, Case) else Case(dict(c))
 
         return cls(

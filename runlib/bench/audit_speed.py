@@ -14,6 +14,7 @@ ramp), reported with and without loading (YAML parse + validation); goal: 1,000 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import random
 import statistics
@@ -22,6 +23,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from runlib.audit import audit, audit_loaded
+from runlib.audit.cases import case_data
+from runlib.spec import load_spec_text, validate_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +56,7 @@ def cold_start(runs: int) -> tuple[list[float], list[float]]:
     return baseline, audit
 
 
-def generated_patches(n: int, seed: int = 0) -> list[dict]:
+def generated_patches(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     patches = []
     for _ in range(n):
@@ -71,14 +79,6 @@ def generated_patches(n: int, seed: int = 0) -> list[dict]:
 
 def in_process(n: int) -> tuple[float, float]:
     """(audits/s from a validated spec, audits/s from YAML text including parse and validation)."""
-    import io
-
-    from ruamel.yaml import YAML
-
-    from runlib.audit import audit, audit_loaded
-    from runlib.audit.cases import case_data
-    from runlib.spec import load_spec_text, validate_data
-
     datas = [case_data(p) for p in generated_patches(n)]
     specs = [validate_data(d).spec for d in datas]
     texts = []

@@ -43,17 +43,29 @@ import gc
 import json
 import os
 import resource
-import signal
 import socket
 import statistics
 import sys
-import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from runlib.plan import Plan, derive
+from runlib.spec.loader import validate_data
+from runlib.spec.models import ModelSpec, Recompute, RunSpec, Sharding
+from runlib.train.config import ParallelConfig
+from runlib.util.deadline import deadline
+
+if (
+    TYPE_CHECKING
+):  # torch and the runlib modules that import it load in main(): `--help` and the tests' plans do without
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from runlib.model.transformer import Transformer
 
 GIB = 2**30
 MEAN_DOC_TOKENS = 512
@@ -72,9 +84,23 @@ SHAPES: dict[str, dict[str, int]] = {
 class Row:
     model: str
     micro_batch: int
-    backend: str  # sdpa | flex
+    backend: Literal["sdpa", "flex"]
     documents: bool
-    recompute: str  # none | selective | full
+    recompute: Recompute
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What differs between the GPU run and the CPU smoke run besides the rows."""
+
+    seq_len: int
+    vocab: int
+    accelerator: str
+    part_cap_s: float  # each part is stopped after this
+    min_start_s: float  # no part starts with less of the budget left
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 # in priority order: the rows after the first eight run only while the time budget lasts
@@ -96,17 +122,16 @@ CPU_ROWS = [
     Row("toy", 2, "sdpa", True, "full"),
     Row("toy", 2, "sdpa", True, "selective"),
 ]
-GPU_SETTINGS = {"seq_len": 2048, "vocab": 32768, "accelerator": "h200", "part_cap_s": 120.0, "min_start_s": 30.0}
-CPU_SETTINGS = {"seq_len": 64, "vocab": 256, "accelerator": "cpu", "part_cap_s": 120.0, "min_start_s": 0.0}
+GPU_SETTINGS = Settings(seq_len=2048, vocab=32768, accelerator="h200", part_cap_s=120.0, min_start_s=30.0)
+CPU_SETTINGS = Settings(seq_len=64, vocab=256, accelerator="cpu", part_cap_s=120.0, min_start_s=0.0)
 
 
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def _model(layers: int, d_model: int, heads: int, seq_len: int, vocab: int):
+def _model(layers: int, d_model: int, heads: int, seq_len: int, vocab: int) -> tuple[ModelSpec, Transformer]:
     """The parity model: kv_heads heads/3, SwiGLU width 8/3 d (rounded to 64)."""
-    from runlib.model.transformer import Transformer
-    from runlib.spec.models import ModelSpec
+    from runlib.model.transformer import Transformer  # imports torch
 
     spec = ModelSpec(
         layers=layers,
@@ -119,7 +144,7 @@ def _model(layers: int, d_model: int, heads: int, seq_len: int, vocab: int):
     return spec, Transformer(spec, vocab, seq_len)
 
 
-def _doc_ids(n: int, length: int, mean_doc: int, device):
+def _doc_ids(n: int, length: int, mean_doc: int, device: torch.device) -> torch.Tensor:
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -132,29 +157,11 @@ class PartTimeout(Exception):
     pass
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float | None):
-    """Raise PartTimeout in this (main) thread after `seconds` (SIGALRM; Python code only: a blocking
-    CUDA call returns first)."""
-    usable = (
-        seconds is not None and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
-        yield
-        return
-
-    def expire(signum, frame):
-        # an exception raised inside a finalizer or weakref callback is printed and dropped: fire again
-        signal.setitimer(signal.ITIMER_REAL, 1.0)
-        raise PartTimeout(f"timed out after {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def time_limit(seconds: float | None) -> contextlib.AbstractContextManager[None]:
+    """Raise PartTimeout in this (main) thread after `seconds` (runlib.util.deadline: SIGALRM, Python code
+    only: a blocking CUDA call returns first). It fires again each second after: an exception raised inside
+    a finalizer or weakref callback is printed and dropped."""
+    return deadline(seconds, lambda: PartTimeout(f"timed out after {seconds:g} s"), rearm_s=1.0)
 
 
 def _error(exc: BaseException) -> str:
@@ -165,11 +172,12 @@ def _error(exc: BaseException) -> str:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @contextlib.contextmanager
-def process_group(device):
+def process_group(device: torch.device) -> Iterator[tuple[DeviceMesh | None, dict[str, Any]]]:
     """A process group of world 1 (NCCL on CUDA, gloo on CPU) and the 1-D ("dp_shard",) mesh of size 1
     FSDP2 shards over; yields (mesh or None, info). Environment and group are restored on exit."""
     import torch.distributed as dist
@@ -190,8 +198,10 @@ def process_group(device):
                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
             )
             backend = "nccl" if device.type == "cuda" else "gloo"
-            kwargs = {"device_id": device} if device.type == "cuda" else {}
-            dist.init_process_group(backend, **kwargs)
+            if device.type == "cuda":
+                dist.init_process_group(backend, device_id=device)
+            else:
+                dist.init_process_group(backend)
             created = True
             info["backend"] = backend
         from torch.distributed.device_mesh import init_device_mesh
@@ -217,7 +227,7 @@ def process_group(device):
 # ----------------------------------------------------------------------------------------- parts
 
 
-def parity(device, length: int, grads: bool = True) -> dict:
+def parity(device: torch.device, length: int, grads: bool = True) -> dict[str, Any]:
     """Max |difference| of logits (and of a gradient) between flex and SDPA-mask backends, in fp32.
     flex_attention has no backward on CPU (torch 2.13), so the CPU smoke compares logits only."""
     import torch
@@ -235,20 +245,29 @@ def parity(device, length: int, grads: bool = True) -> dict:
             logits = model(ids, None, docs)
             if grads:
                 logits.float().square().mean().backward()
-        grad = model.layers[0].attention.wq.weight.grad
+        grad = model.get_parameter("layers.0.attention.wq.weight").grad
         out[backend] = (logits.detach(), grad.detach().clone() if grad is not None else None)
-    result = {"seq_len": length, "logits_max_abs_diff": float((out["flex"][0] - out["sdpa"][0]).abs().max())}
+    result: dict[str, Any] = {
+        "seq_len": length,
+        "logits_max_abs_diff": float((out["flex"][0] - out["sdpa"][0]).abs().max()),
+    }
     if grads:
-        result["grad_max_abs_diff"] = float((out["flex"][1] - out["sdpa"][1]).abs().max())
+        flex_grad, sdpa_grad = out["flex"][1], out["sdpa"][1]
+        assert flex_grad is not None and sdpa_grad is not None  # both backends ran backward
+        result["grad_max_abs_diff"] = float((flex_grad - sdpa_grad).abs().max())
     return result
 
 
 def bench_spec(
-    shape: dict, vocab: int, seq_len: int, micro_batch: int, recompute: str, accelerator: str, sharding: str
-):
+    shape: dict[str, int],
+    vocab: int,
+    seq_len: int,
+    micro_batch: int,
+    recompute: Recompute,
+    accelerator: str,
+    sharding: Sharding,
+) -> RunSpec:
     """The RunSpec of one row: one device, one phase, the row's shape, batch and layout."""
-    from runlib.spec.loader import validate_data
-
     data = {
         "name": "gpu-check",
         "hardware": {"accelerator": accelerator, "nodes": 1, "devices_per_node": 1},
@@ -266,14 +285,14 @@ def bench_spec(
     return validate_data(data).spec
 
 
-def _sync(device) -> None:
+def _sync(device: torch.device) -> None:
     import torch
 
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
-def _cleanup(device) -> None:
+def _cleanup(device: torch.device) -> None:
     import torch
 
     gc.collect()
@@ -283,38 +302,51 @@ def _cleanup(device) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def train_row(device, mesh, row: Row, settings: dict, warmup: int, steps: int, result: dict) -> None:
-    """Fill `result` (also on failure: whatever was measured stays) with one row's measurements."""
-    import torch
-    import torch.nn.functional as F
-
-    from runlib.model.parallelize import apply_fsdp, clip_grad_norm_, forward_context, parallelize, set_recompute
-    from runlib.model.transformer import Transformer
-    from runlib.plan import derive
-    from runlib.train.optim import build_optimizer
-
-    shape, seq, vocab = SHAPES[row.model], settings["seq_len"], settings["vocab"]
-    sharding = "fsdp" if mesh is not None else "none"
-    spec = bench_spec(shape, vocab, seq, row.micro_batch, row.recompute, settings["accelerator"], sharding)
+def _row_plan(row: Row, settings: Settings, sharding: Sharding, result: dict[str, Any]) -> tuple[RunSpec, Plan]:
+    """The row's spec and plan; the plan's figures (parameters, FLOPs per token, memory) go into `result`."""
+    spec = bench_spec(
+        SHAPES[row.model],
+        settings.vocab,
+        settings.seq_len,
+        row.micro_batch,
+        row.recompute,
+        settings.accelerator,
+        sharding,
+    )
     plan = derive(spec)
     phase = plan.phases[0]
     result.update(
         params=plan.params.total,
-        seq_len=seq,
+        seq_len=settings.seq_len,
         vocab=plan.vocab_rows,
-        parallel="fsdp2 (1-process mesh dp_shard=1)" if mesh is not None else "none (one process, autocast)",
+        parallel="fsdp2 (1-process mesh dp_shard=1)" if sharding == "fsdp" else "none (one process, autocast)",
         precision="bf16 compute, fp32 master weights, fp32 grads, fp32 AdamW states",
         flops_per_token=phase.flops_per_token,
         peak_tflops=plan.peak_flops() / 1e12,
         plan_gib=phase.memory.total / GIB,
         plan_breakdown_gib={k: round(v / GIB, 3) for k, v in phase.memory.as_dict().items()},
     )
-    _cleanup(device)
+    return spec, plan
+
+
+def _row_model(
+    device: torch.device, mesh: DeviceMesh | None, row: Row, spec: RunSpec, plan: Plan, result: dict[str, Any]
+) -> torch.nn.Module:
+    """The row's model, laid out as runlib trains it (runlib.model.parallelize: FSDP2 on the mesh)."""
+    import torch
+
+    from runlib.model.parallelize import apply_fsdp, parallelize, set_recompute  # import torch
+    from runlib.model.transformer import Transformer
+
+    sharding: Sharding = "fsdp" if mesh is not None else "none"
+    seq = spec.model.seq_len
     torch.manual_seed(0)
     with torch.device(device):
-        model = Transformer(spec.model, plan.vocab_rows, seq)
-    model.attention_backend = row.backend
-    parallel = SimpleNamespace(
+        base = Transformer(spec.model, plan.vocab_rows, seq)
+    base.attention_backend = row.backend
+    parallel = ParallelConfig(
+        nodes=1,
+        processes_per_node=1,
         dp_replicate=1,
         dp_shard=1,
         tp=1,
@@ -325,31 +357,58 @@ def train_row(device, mesh, row: Row, settings: dict, warmup: int, steps: int, r
         offload=False,
     )
     try:
-        model = parallelize(model, mesh, parallel, spec.precision)
+        model = parallelize(base, mesh, parallel, spec.precision)
     except Exception as exc:  # record it, and shard the way parallelize would (a fresh model)
         if mesh is None:
             raise
         result["parallelize_error"] = _error(exc)
-        del model
+        del base
         torch.manual_seed(0)
         with torch.device(device):
-            model = Transformer(spec.model, plan.vocab_rows, seq)
-        model.attention_backend = row.backend
-        set_recompute(model, row.recompute)
+            base = Transformer(spec.model, plan.vocab_rows, seq)
+        base.attention_backend = row.backend
+        set_recompute(base, row.recompute)
+        model = base
     if mesh is not None:
         from torch.distributed.fsdp import FSDPModule
 
         if not isinstance(model, FSDPModule):  # a parallelize that drops size-1 mesh dims: shard here
-            apply_fsdp(model, mesh, spec.precision, True, False)
-            model.runlib_autocast = None
+            # under sharding fsdp, parallelize returns the model itself (no DDP wrapper)
+            apply_fsdp(base, mesh, spec.precision, True, False)
+            base.runlib_autocast = None
+            model = base
             result["parallel"] += " via apply_fsdp"
+    return model
+
+
+def _train_steps(
+    device: torch.device,
+    model: torch.nn.Module,
+    row: Row,
+    spec: RunSpec,
+    plan: Plan,
+    warmup: int,
+    steps: int,
+    result: dict[str, Any],
+) -> None:
+    """`warmup` + `steps` training steps of the row on random tokens; their times and losses into `result`."""
+    import torch
+    import torch.nn.functional as F
+
+    from runlib.model.parallelize import clip_grad_norm_, forward_context  # import torch
+    from runlib.train.optim import build_optimizer
+
+    seq, phase = spec.model.seq_len, plan.phases[0]
+    grad_clip = spec.optimizer.grad_clip
+    assert grad_clip is not None  # bench_spec sets it
     optimizer = build_optimizer(model, spec.optimizer, spec.precision)
     ids = torch.randint(0, plan.vocab_rows, (row.micro_batch, seq + 1), device=device)
     inputs, targets = ids[:, :-1], ids[:, 1:]
     doc_ids = _doc_ids(row.micro_batch, seq, MEAN_DOC_TOKENS, device) if row.documents else None
     if doc_ids is not None:
         result["documents_per_row"] = float((doc_ids[:, -1] + 1).float().mean())
-    times, losses = [], []
+    times: list[float] = []
+    losses: list[float] = []
     for step in range(warmup + steps):
         _sync(device)
         start = time.perf_counter()
@@ -357,8 +416,8 @@ def train_row(device, mesh, row: Row, settings: dict, warmup: int, steps: int, r
             logits = model(inputs, None, doc_ids)
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         del logits
-        loss.backward()
-        clip_grad_norm_(model, spec.optimizer.grad_clip)
+        loss.backward()  # type: ignore[no-untyped-call]  # torch: Tensor.backward is unannotated
+        clip_grad_norm_(model, grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         _sync(device)
@@ -379,6 +438,13 @@ def train_row(device, mesh, row: Row, settings: dict, warmup: int, steps: int, r
             )
     result["loss_first"], result["loss_last"] = losses[0], losses[-1]
     result["loss_finite"] = all(map(lambda x: x == x and abs(x) != float("inf"), losses))
+    del optimizer
+
+
+def _record_memory(device: torch.device, result: dict[str, Any]) -> None:
+    """The row's peak memory: the CUDA allocator's, against the plan's; on the CPU the process's peak RSS."""
+    import torch
+
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated() / GIB
         result.update(
@@ -392,17 +458,34 @@ def train_row(device, mesh, row: Row, settings: dict, warmup: int, steps: int, r
         result.update(
             memory_basis="process peak RSS (interpreter and libraries included; no ratio)", peak_gib=rss, ratio=None
         )
-    del model, optimizer
+
+
+def train_row(
+    device: torch.device,
+    mesh: DeviceMesh | None,
+    row: Row,
+    settings: Settings,
+    warmup: int,
+    steps: int,
+    result: dict[str, Any],
+) -> None:
+    """Fill `result` (also on failure: whatever was measured stays) with one row's measurements."""
+    spec, plan = _row_plan(row, settings, "fsdp" if mesh is not None else "none", result)
+    _cleanup(device)
+    model = _row_model(device, mesh, row, spec, plan, result)
+    _train_steps(device, model, row, spec, plan, warmup, steps, result)
+    _record_memory(device, result)
+    del model
 
 
 # ----------------------------------------------------------------------------------------- output
 
 
-def summary_table(rows: list[dict]) -> str:
+def summary_table(rows: list[dict[str, Any]]) -> str:
     head = ("model", "backend", "documents", "recompute", "tokens/s", "MFU", "peak GiB", "plan GiB", "ratio", "note")
     lines = []
 
-    def fmt(value, spec):
+    def fmt(value: object, spec: str) -> str:
         return format(value, spec) if isinstance(value, (int, float)) and value is not None else "-"
 
     for r in rows:
@@ -428,7 +511,7 @@ def summary_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _write(results: dict, out: Path | None) -> None:
+def _write(results: dict[str, Any], out: Path | None) -> None:
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -441,11 +524,11 @@ def _log(message: str) -> None:
     print(message, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    t0 = time.perf_counter()
-    import torch
+# ----------------------------------------------------------------------------------------- main
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 8 on CUDA, 2 on CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per row (default: 3 on CUDA, 1 on CPU)")
     parser.add_argument(
@@ -456,45 +539,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--models", default=None, help="comma-separated subset of the rows' models (125M, 1B, toy)")
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-    settings = GPU_SETTINGS if cuda else CPU_SETTINGS
-    rows = GPU_ROWS if cuda else CPU_ROWS
-    if args.models:
-        wanted = {m.strip() for m in args.models.split(",")}
-        rows = [r for r in rows if r.model in wanted]
-    steps = args.steps if args.steps is not None else (8 if cuda else 2)
-    warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
-    if cuda:
-        torch.cuda.set_device(device)
-        import torch._dynamo
+    return parser.parse_args(argv)
 
-        # flex_attention recompiles per shape and mask (parity fp32, 125M and 1B in bf16, fwd and bwd)
-        for name in ("recompile_limit", "cache_size_limit"):
-            with contextlib.suppress(Exception):
-                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
-    else:
-        _log("no CUDA device: toy-sized CPU smoke run of the same code (gloo, SDPA only)")
-    results: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-        "torch": torch.__version__,
-        "settings": {**settings, "warmup_steps": warmup, "timed_steps": steps, "budget_s": args.budget_s},
-        "complete": False,
-    }
 
-    def remaining() -> float:
-        return args.budget_s - (time.perf_counter() - t0)
+def _prepare_cuda(device: torch.device) -> None:
+    import torch
+    import torch._dynamo
 
-    def part_limit() -> float | None:
-        left = remaining()
-        if left < settings["min_start_s"] or left <= 0:
-            return None
-        return min(settings["part_cap_s"], max(left, settings["min_start_s"]))
+    torch.cuda.set_device(device)
+    # flex_attention recompiles per shape and mask (parity fp32, 125M and 1B in bf16, fwd and bwd)
+    for name in ("recompile_limit", "cache_size_limit"):
+        with contextlib.suppress(Exception):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
 
-    # 1. parity
+
+def _run_parity(
+    device: torch.device, cuda: bool, limit: float | None, results: dict[str, Any], out: Path | None
+) -> None:
+    """Part 1, parity, under its time limit (None: the budget is spent, the part skipped)."""
     start = time.perf_counter()
-    limit = part_limit()
     if limit is None:
         results["parity"] = {"skipped": "time budget spent"}
     else:
@@ -506,9 +569,21 @@ def main(argv: list[str] | None = None) -> int:
         results["parity"]["wall_s"] = time.perf_counter() - start
     _log(f"parity: {json.dumps(results['parity'])}")
     _cleanup(device)
-    _write(results, args.out)
+    _write(results, out)
 
-    # 2. training rows
+
+def _run_rows(
+    device: torch.device,
+    cuda: bool,
+    rows: list[Row],
+    settings: Settings,
+    warmup: int,
+    steps: int,
+    args: argparse.Namespace,
+    part_limit: Callable[[], float | None],
+    results: dict[str, Any],
+) -> None:
+    """Part 2, the training rows, each under its time limit, in one process group; an entry per row."""
     results["training"] = []
     with process_group(device) as (mesh, pg_info):
         results["process_group"] = pg_info
@@ -542,16 +617,49 @@ def main(argv: list[str] | None = None) -> int:
                 entry["wall_s"] = time.perf_counter() - start
                 with contextlib.suppress(Exception):
                     _cleanup(device)
+            shown = ("tokens_per_s", "mfu", "peak_gib", "plan_gib", "ratio", "wall_s", "error")
             _log(
                 f"{row.model} {row.backend} docs={row.documents} recompute={row.recompute}: "
-                + json.dumps(
-                    {
-                        k: entry.get(k)
-                        for k in ("tokens_per_s", "mfu", "peak_gib", "plan_gib", "ratio", "wall_s", "error")
-                    }
-                )
+                + json.dumps({k: entry.get(k) for k in shown})
             )
             _write(results, args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    t0 = time.perf_counter()
+    import torch
+
+    args = _arguments(argv)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    settings = GPU_SETTINGS if cuda else CPU_SETTINGS
+    rows = GPU_ROWS if cuda else CPU_ROWS
+    if args.models:
+        wanted = {m.strip() for m in args.models.split(",")}
+        rows = [r for r in rows if r.model in wanted]
+    steps: int = args.steps if args.steps is not None else (8 if cuda else 2)
+    warmup: int = args.warmup if args.warmup is not None else (3 if cuda else 1)
+    if cuda:
+        _prepare_cuda(device)
+    else:
+        _log("no CUDA device: toy-sized CPU smoke run of the same code (gloo, SDPA only)")
+    results: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "torch": torch.__version__,
+        "settings": {**settings.as_dict(), "warmup_steps": warmup, "timed_steps": steps, "budget_s": args.budget_s},
+        "complete": False,
+    }
+
+    budget_s: float = args.budget_s
+
+    def part_limit() -> float | None:
+        left = budget_s - (time.perf_counter() - t0)
+        if left < settings.min_start_s or left <= 0:
+            return None
+        return min(settings.part_cap_s, max(left, settings.min_start_s))
+
+    _run_parity(device, cuda, part_limit(), results, args.out)
+    _run_rows(device, cuda, rows, settings, warmup, steps, args, part_limit, results)
     results["elapsed_s"] = time.perf_counter() - t0
     results["complete"] = True
     _write(results, args.out)

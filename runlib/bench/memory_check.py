@@ -9,9 +9,9 @@ records as details.memory.measured_peak_bytes_per_rank) against the plan's memor
 (of the larger rank): `plan` is the estimate the phase's config carries (what the manifest compares),
 `cpu model` is phase_memory(..., accelerator="cpu") (the CPU model, runlib/plan/memory.py docstring),
 the same figure once the plan passes the accelerator through. Peer: the measurement itself.
-Goal: every ratio within 0.8-1.2 (issue 9, item 4).
+Goal: every ratio within 0.8-1.2.
 
-How: the phase's real TrainPhaseConfig (runlib.workflow.graph.build_graph, as the train_phase stage
+How: the phase's real TrainPhaseConfig (runlib.graph.build.build_graph, as the train_phase stage
 receives it) with its span cut to --steps optimizer steps, checkpoint.every and monitor.eval_every set
 so one resumable checkpoint and one held-out evaluation fall inside the run (the real phase has them
 too), launched the way the stage launches it (runlib.train.phase.launch_phase: `accelerate launch` of
@@ -34,6 +34,20 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runlib.data.shards import token_dtype, write_shard
+from runlib.graph.build import build_graph
+from runlib.plan import derive
+from runlib.plan.memory import phase_memory
+from runlib.spec import load_spec
+from runlib.spec.models import RunSpec
+from runlib.store.manifest import Manifest, Timings, write_manifest
+from runlib.tokenizer.special import EOS_ID, special_ids
+from runlib.train.config import TrainPhaseConfig
+from runlib.train.phase import launch_phase
 
 MIB = 2**20
 DOC_TOKENS_MEAN = {"wiki": 600, "code": 1500, "synthetic": 16}  # typical document lengths by domain
@@ -42,11 +56,6 @@ HELDOUT_TOKENS = 40_000
 
 def write_tokens(directory: Path, tokens: int, mean_len: int, vocab: int, reserved: int, seed: int) -> None:
     """Train and held-out shards of about `tokens` + HELDOUT_TOKENS synthetic tokens, EOS-terminated documents."""
-    import numpy as np
-
-    from runlib.data.shards import token_dtype, write_shard
-    from runlib.tokenizer.special import EOS_ID
-
     rng = np.random.default_rng(seed)
     dtype = token_dtype("auto", vocab - 1)
     for split, amount in (("train", tokens), ("heldout", HELDOUT_TOKENS)):
@@ -62,9 +71,6 @@ def write_tokens(directory: Path, tokens: int, mean_len: int, vocab: int, reserv
 
 def write_tokenizer_manifest(directory: Path, reserved: int) -> None:
     """The tokenizer artifact's manifest as far as the worker reads it (eos_id, special_ids)."""
-    from runlib.tokenizer.special import EOS_ID, special_ids
-    from runlib.workflow.manifest import Manifest, Timings, write_manifest
-
     directory.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(
         stage="train_tokenizer",
@@ -82,20 +88,23 @@ def write_tokenizer_manifest(directory: Path, reserved: int) -> None:
     write_manifest(directory, manifest)
 
 
-def synthetic_inputs(spec, root: Path) -> dict[str, Path]:
+def synthetic_inputs(spec: RunSpec, root: Path) -> dict[str, Path]:
     """Role -> directory: the tokenizer and one token artifact per source."""
     reserved = spec.tokenizer.reserved_tokens
+    vocab = spec.model.vocab_size
+    if vocab is None:
+        raise SystemExit("memory_check: give the spec a model.vocab_size (the synthetic tokens are drawn below it)")
     write_tokenizer_manifest(root / "tokenizer", reserved)
     dirs = {"tokenizer": root / "tokenizer"}
     for i, (name, source) in enumerate(sorted(spec.data.sources.items())):
         mean = DOC_TOKENS_MEAN.get(source.domain, 600)
         tokens = int(source.tokens or 200_000)
-        write_tokens(root / f"tokens-{name}", tokens, mean, spec.model.vocab_size, reserved, spec.seed + i)
+        write_tokens(root / f"tokens-{name}", tokens, mean, vocab, reserved, spec.seed + i)
         dirs[f"tokens:{name}"] = root / f"tokens-{name}"
     return dirs
 
 
-def short_config(config, steps: int):
+def short_config(config: TrainPhaseConfig, steps: int) -> TrainPhaseConfig:
     """The phase's config cut to `steps` optimizer steps, with one resumable checkpoint and one evaluation inside."""
     span = config.span
     per_step = (span.end_tokens - span.start_tokens) / max(1, span.end_step - span.start_step)
@@ -113,26 +122,22 @@ def short_config(config, steps: int):
     )
 
 
-def layout_spec(spec, layout: str):
+def layout_spec(spec: RunSpec, layout: str) -> RunSpec:
     if layout == "fsdp":
         return spec.model_copy(update={"parallelism": spec.parallelism.model_copy(update={"sharding": "fsdp"})})
     return spec
 
 
-def run_layout(spec, layout: str, steps: int, data: dict[str, Path], root: Path) -> list[dict]:
+def run_layout(spec: RunSpec, layout: str, steps: int, data: dict[str, Path], root: Path) -> list[dict[str, Any]]:
     """Every phase of the spec in order under one layout: estimate, measured peak RSS per rank, ratio."""
-    from runlib.plan import derive
-    from runlib.plan.memory import phase_memory
-    from runlib.train.phase import launch_phase
-    from runlib.workflow.graph import build_graph
-
     spec = layout_spec(spec, layout)
     graph = build_graph(spec)
     plan = derive(spec)
     processes = 1 if layout == "1proc" else None
     rows, previous = [], None
-    for node in sorted(graph.of("train_phase"), key=lambda n: n.config.phase_index):
-        config = short_config(node.config, steps)
+    phases = [(node, node.config_as(TrainPhaseConfig)) for node in graph.of("train_phase")]
+    for node, phase_config in sorted(phases, key=lambda pair: pair[1].phase_index):
+        config = short_config(phase_config, steps)
         inputs = {role: data[role] for role in graph.input_nodes(node) if role != "previous"}
         if previous is not None:
             inputs["previous"] = previous
@@ -185,9 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", default="spec,1proc")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
-
-    from runlib.spec import load_spec
-
     spec = load_spec(args.spec).spec
     rows = []
     with tempfile.TemporaryDirectory(prefix="memory_check-") as tmp:

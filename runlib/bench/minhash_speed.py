@@ -37,6 +37,8 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +51,17 @@ BANDS, ROWS, THRESHOLD = DEFAULTS.bands, DEFAULTS.rows, DEFAULTS.threshold
 BEFORE_BANDS, BEFORE_ROWS = 14, 8  # FineWeb's (datatrove examples/fineweb.py), runlib's default before
 SEED = 1
 JACCARD_LEVELS = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
-REPORT_BINS = ((0.3, 0.5), (0.5, 0.6), (0.6, 0.65), (0.65, 0.7), (0.7, 0.72), (0.72, 0.75), (0.75, 0.8), (0.8, 0.9))
-REPORT_BINS += ((0.9, 1.01),)
+REPORT_BINS: tuple[tuple[float, float], ...] = (
+    (0.3, 0.5),
+    (0.5, 0.6),
+    (0.6, 0.65),
+    (0.65, 0.7),
+    (0.7, 0.72),
+    (0.72, 0.75),
+    (0.75, 0.8),
+    (0.8, 0.9),
+    (0.9, 1.01),
+)
 GRID = ((14, 8), (16, 7), (18, 6), (20, 5), (22, 5), (24, 4), (28, 4))
 
 
@@ -60,7 +71,7 @@ GRID = ((14, 8), (16, 7), (18, 6), (20, 5), (22, 5), (24, 4), (28, 4))
 def _vocabulary(rng: random.Random, size: int) -> list[str]:
     letters = "abcdefghijklmnopqrstuvwxyz"
     accented = "éèàüöçñ"
-    words = set()
+    words: set[str] = set()
     while len(words) < size:
         n = min(12, max(1, int(rng.expovariate(1 / 5)) + 1))
         word = "".join(rng.choice(letters) for _ in range(n))
@@ -101,7 +112,7 @@ def _shingle_set(text: str, ngram: int = NGRAM) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)} or {()}
 
 
-def jaccard(a: set, b: set) -> float:
+def jaccard(a: set[tuple[str, ...]], b: set[tuple[str, ...]]) -> float:
     return len(a & b) / len(a | b)
 
 
@@ -161,11 +172,14 @@ def _shingle_strings(text: str, ngram: int = NGRAM) -> list[str]:
     return [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
-def runlib_signatures(module, num_perm: int) -> Callable[[list[str]], np.ndarray]:
+Signer = Callable[[list[str]], np.ndarray]  # texts -> their (docs, permutations) signature matrix
+
+
+def runlib_signatures(module: ModuleType, num_perm: int) -> Signer:
     return lambda texts: module.signatures(texts, NGRAM, num_perm)
 
 
-def rensa_signatures(num_perm: int) -> Callable[[list[str]], np.ndarray]:
+def rensa_signatures(num_perm: int) -> Signer:
     def run(texts: list[str]) -> np.ndarray:
         from rensa import RMinHash
 
@@ -175,7 +189,7 @@ def rensa_signatures(num_perm: int) -> Callable[[list[str]], np.ndarray]:
     return run
 
 
-def datasketch_signatures(num_perm: int) -> Callable[[list[str]], np.ndarray]:
+def datasketch_signatures(num_perm: int) -> Signer:
     def run(texts: list[str]) -> np.ndarray:
         from datasketch import MinHash
 
@@ -229,11 +243,11 @@ def dedup_pairs(sigs: np.ndarray, texts: list[str], bands: int, rows: int, thres
     return pairs
 
 
-def quality(pairs: np.ndarray, n: int, truth: dict[tuple[int, int], float], threshold: float) -> dict:
+def quality(pairs: np.ndarray, n: int, truth: dict[tuple[int, int], float], threshold: float) -> dict[str, Any]:
     predicted = cluster_pairs(n, pairs)
     positives = {p for p, j in truth.items() if j >= threshold}
     hits = predicted & positives
-    by_bin = {}
+    by_bin: dict[tuple[float, float], tuple[int, int]] = {}
     for lo, hi in REPORT_BINS:
         in_bin = [p for p, j in truth.items() if lo <= j < hi]
         by_bin[(lo, hi)] = (sum(p in predicted for p in in_bin), len(in_bin))
@@ -250,7 +264,7 @@ def s_curve(j: float, bands: int = BANDS, rows: int = ROWS) -> float:
     return 1 - (1 - j**rows) ** bands
 
 
-def _quality_row(name: str, q: dict) -> str:
+def _quality_row(name: str, q: dict[str, Any]) -> str:
     bins = "".join(f"  {h / n if n else float('nan'):>9.1%}" for h, n in q["bins"].values())
     return f"  {name:<14} {q['recall']:7.1%} {q['precision']:9.1%}{bins}"
 
@@ -258,8 +272,8 @@ def _quality_row(name: str, q: dict) -> str:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--docs", type=int, default=4000)
     parser.add_argument("--words", type=int, default=400, help="median words per document")
     parser.add_argument("--repeats", type=int, default=5)
@@ -274,13 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"module timed and used for the {BEFORE_BANDS}x{BEFORE_ROWS} 'before' rows (default: --runlib-module), "
         "e.g. a copy of runlib/curate/minhash.py from an older commit on PYTHONPATH",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    texts = make_corpus(args.docs, args.words)
-    truth = true_pairs(texts)
-    module = importlib.import_module(args.runlib_module)
-    perms, before_perms = BANDS * ROWS, BEFORE_BANDS * BEFORE_ROWS
-    impls: dict[str, Callable[[list[str]], np.ndarray]] = {"runlib": runlib_signatures(module, perms)}
+
+def _implementations(module: ModuleType, before_module: ModuleType, perms: int, before_perms: int) -> dict[str, Signer]:
+    """runlib's signatures and the installed peers', at the defaults' permutations and at the 'before' ones."""
+    impls: dict[str, Signer] = {"runlib": runlib_signatures(module, perms)}
     peers = [name for name in ("rensa", "datasketch") if _available(name)]
     for name in {"rensa", "datasketch"} - set(peers):
         print(f"{name}: not installed, skipped (pip install rensa==0.5.0 datasketch==2.0.0)")
@@ -288,23 +301,22 @@ def main(argv: list[str] | None = None) -> int:
         impls["rensa"] = rensa_signatures(perms)
     if "datasketch" in peers:
         impls["datasketch"] = datasketch_signatures(perms)
-    before_module = importlib.import_module(args.before_module) if args.before_module else module
     impls[f"runlib@{before_perms}"] = runlib_signatures(before_module, before_perms)
     if "rensa" in peers:
         impls[f"rensa@{before_perms}"] = rensa_signatures(before_perms)
-    words = sum(len(minhash.simplified_words(t)) for t in texts)
-    print(
-        f"{len(texts)} documents, {words / len(texts):.0f} words each on average, {NGRAM}-word shingles; "
-        f"defaults {BANDS} bands x {ROWS} rows = {perms} permutations, verified at Jaccard >= {THRESHOLD}; "
-        f"{sum(j >= args.threshold for j in truth.values())} true pairs (exact Jaccard >= {args.threshold})"
-    )
+    return impls
 
+
+def _timed_rounds(
+    impls: dict[str, Signer], texts: list[str], repeats: int, before_module: ModuleType, before_perms: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, np.ndarray]]:
+    """(seconds per implementation, seconds of the dedup step now and before, the last round's signatures)."""
     seconds: dict[str, list[float]] = {name: [] for name in impls}
     dedup_seconds: dict[str, list[float]] = {"now": [], "before": []}
     sigs: dict[str, np.ndarray] = {}
     for fn in impls.values():  # warm-up, untimed: imports, runlib's power tables, rensa's first call
         fn(texts[:20])
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, fn in impls.items():
             started = time.perf_counter()
             sigs[name] = fn(texts)
@@ -317,13 +329,23 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         before_module.duplicates(sigs[f"runlib@{before_perms}"], BEFORE_BANDS, BEFORE_ROWS)
         dedup_seconds["before"].append(time.perf_counter() - started)
-    rate = {name: len(texts) / statistics.median(s) for name, s in seconds.items()}
+    return seconds, dedup_seconds, sigs
 
+
+def _print_speed(
+    texts: list[str],
+    seconds: dict[str, list[float]],
+    dedup_seconds: dict[str, list[float]],
+    repeats: int,
+    before_module: ModuleType,
+    before_perms: int,
+) -> None:
+    rate = {name: len(texts) / statistics.median(s) for name, s in seconds.items()}
     print(
-        f"\nspeed, median of {args.repeats} interleaved rounds (text -> signature matrix; "
+        f"\nspeed, median of {repeats} interleaved rounds (text -> signature matrix; "
         f"runlib@{before_perms}: {before_module.__name__}):"
     )
-    for name in impls:
+    for name in seconds:
         at = name.partition("@")[2]
         ref = f"runlib@{at}" if at else "runlib"
         print(f"  {name:<14} {rate[name]:9.0f} signatures/s   {ref} / {name}: {rate[ref] / rate[name]:5.2f}x")
@@ -339,6 +361,14 @@ def main(argv: list[str] | None = None) -> int:
             "rensa's signatures alone"
         )
 
+
+def _print_quality(
+    sigs: dict[str, np.ndarray],
+    texts: list[str],
+    truth: dict[tuple[int, int], float],
+    threshold: float,
+    before_perms: int,
+) -> None:
     print(
         f"\nquality: LSH {BANDS}x{ROWS} + exact Jaccard >= {THRESHOLD} + union-find (the curate stage's), "
         "pairs in one cluster; recall by exact Jaccard bucket:"
@@ -348,17 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'':<14} {'recall':>7} {'precision':>9}{header}")
     print(f"  {'(true pairs)':<14} {'':>7} {'':>9}" + "".join(f"  {counts[b]:>9}" for b in REPORT_BINS))
     n = len(texts)
-    for name in [name for name in impls if "@" not in name]:
-        print(
-            _quality_row(
-                name, quality(dedup_pairs(sigs[name], texts, BANDS, ROWS, THRESHOLD), n, truth, args.threshold)
-            )
-        )
-    lsh_only = quality(minhash.candidate_pairs(sigs["runlib"], BANDS, ROWS), n, truth, args.threshold)
+    for name in [name for name in sigs if "@" not in name]:
+        print(_quality_row(name, quality(dedup_pairs(sigs[name], texts, BANDS, ROWS, THRESHOLD), n, truth, threshold)))
+    lsh_only = quality(minhash.candidate_pairs(sigs["runlib"], BANDS, ROWS), n, truth, threshold)
     print(_quality_row("runlib LSH only", lsh_only) + f"   ({BANDS}x{ROWS}, no verification)")
     before_pairs = minhash.candidate_pairs(sigs[f"runlib@{before_perms}"], BEFORE_BANDS, BEFORE_ROWS)
     print(
-        _quality_row("runlib before", quality(before_pairs, n, truth, args.threshold))
+        _quality_row("runlib before", quality(before_pairs, n, truth, threshold))
         + f"   ({BEFORE_BANDS}x{BEFORE_ROWS}, no verification: datatrove's)"
     )
     for label, (b, r) in (
@@ -369,27 +395,49 @@ def main(argv: list[str] | None = None) -> int:
             key: sum(s_curve(j, b, r) for j in truth.values() if key[0] <= j < key[1]) / max(1, counts[key])
             for key in REPORT_BINS
         }
-        positives = [j for j in truth.values() if j >= args.threshold]
+        positives = [j for j in truth.values() if j >= threshold]
         ceiling = sum(s_curve(j, b, r) for j in positives) / max(1, len(positives))
         print(f"  {label:<14} {ceiling:7.1%} {'':>9}" + "".join(f"  {v:>9.1%}" for v in mean.values()))
     print("  (S-curve: the mean chance that a pair of the bucket is an LSH candidate, 1 - (1 - J^rows)^bands)")
 
-    if args.grid:
-        grid_sigs = module.signatures(texts, NGRAM, 128)
-        print(f"\ngrid: runlib signatures (first bands*rows of 128 permutations), verified at Jaccard >= {THRESHOLD}")
+
+def _print_grid(module: ModuleType, texts: list[str], truth: dict[tuple[int, int], float], threshold: float) -> None:
+    grid_sigs = module.signatures(texts, NGRAM, 128)
+    print(f"\ngrid: runlib signatures (first bands*rows of 128 permutations), verified at Jaccard >= {THRESHOLD}")
+    print(
+        f"  {'banding':<8} {'perms':>5} {'candidates':>10} {'verify s':>8} {'recall':>7} {'precision':>9}  S({THRESHOLD})"
+    )
+    for b, r in GRID:
+        started = time.perf_counter()
+        pairs = dedup_pairs(grid_sigs[:, : b * r], texts, b, r, THRESHOLD)
+        spent = time.perf_counter() - started
+        candidates = len(minhash.candidate_pairs(np.ascontiguousarray(grid_sigs[:, : b * r]), b, r))
+        q = quality(pairs, len(texts), truth, threshold)
         print(
-            f"  {'banding':<8} {'perms':>5} {'candidates':>10} {'verify s':>8} {'recall':>7} {'precision':>9}  S({THRESHOLD})"
+            f"  {f'{b}x{r}':<8} {b * r:>5} {candidates:>10} {spent:>8.3f} {q['recall']:7.1%} "
+            f"{q['precision']:9.1%}  {s_curve(THRESHOLD, b, r):.3f}"
         )
-        for b, r in GRID:
-            started = time.perf_counter()
-            pairs = dedup_pairs(grid_sigs[:, : b * r], texts, b, r, THRESHOLD)
-            spent = time.perf_counter() - started
-            candidates = len(minhash.candidate_pairs(np.ascontiguousarray(grid_sigs[:, : b * r]), b, r))
-            q = quality(pairs, n, truth, args.threshold)
-            print(
-                f"  {f'{b}x{r}':<8} {b * r:>5} {candidates:>10} {spent:>8.3f} {q['recall']:7.1%} "
-                f"{q['precision']:9.1%}  {s_curve(THRESHOLD, b, r):.3f}"
-            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    texts = make_corpus(args.docs, args.words)
+    truth = true_pairs(texts)
+    module = importlib.import_module(args.runlib_module)
+    perms, before_perms = BANDS * ROWS, BEFORE_BANDS * BEFORE_ROWS
+    before_module = importlib.import_module(args.before_module) if args.before_module else module
+    impls = _implementations(module, before_module, perms, before_perms)
+    words = sum(len(minhash.simplified_words(t)) for t in texts)
+    print(
+        f"{len(texts)} documents, {words / len(texts):.0f} words each on average, {NGRAM}-word shingles; "
+        f"defaults {BANDS} bands x {ROWS} rows = {perms} permutations, verified at Jaccard >= {THRESHOLD}; "
+        f"{sum(j >= args.threshold for j in truth.values())} true pairs (exact Jaccard >= {args.threshold})"
+    )
+    seconds, dedup_seconds, sigs = _timed_rounds(impls, texts, args.repeats, before_module, before_perms)
+    _print_speed(texts, seconds, dedup_seconds, args.repeats, before_module, before_perms)
+    _print_quality(sigs, texts, truth, args.threshold, before_perms)
+    if args.grid:
+        _print_grid(module, texts, truth, args.threshold)
     return 0
 
 

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ def cpu_seconds(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def stage_keys(python: str, repo: Path, spec: Path, env: dict[str, str]) -> list[dict]:
+def stage_keys(python: str, repo: Path, spec: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     """The spec's stages as the measured checkout computes them (its keys may differ from this one's)."""
     out = subprocess.run(
         [python, "-m", "runlib", "plan", str(spec), "--format", "json"],
@@ -52,7 +53,8 @@ def stage_keys(python: str, repo: Path, spec: Path, env: dict[str, str]) -> list
         text=True,
         check=True,
     )
-    return json.loads(out.stdout)["stages"]
+    stages: list[dict[str, Any]] = json.loads(out.stdout)["stages"]
+    return stages
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

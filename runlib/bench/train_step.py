@@ -44,6 +44,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from runlib.data.shards import write_shard
+from runlib.plan import derive
+from runlib.plan.params import head_dim, kv_heads
+from runlib.spec import load_spec
+from runlib.train.config import TrainPhaseConfig, build_train_phase_configs
+
+if TYPE_CHECKING:  # torch, accelerate and the runlib modules that import torch load in the functions that train
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
 
 SHARD_TOKENS = 300_000  # per source; the loader wraps around (epochs) when a turn reads more
 MEAN_DOC_TOKENS = {"arithmetic": 24}  # other sources: 300
@@ -52,15 +66,12 @@ MEAN_DOC_TOKENS = {"arithmetic": 24}  # other sources: 300
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def phase_config(spec_path: str, processes: int, accum: int, steps: int):
+def phase_config(spec_path: str, processes: int, accum: int, steps: int) -> TrainPhaseConfig:
     """The spec's first phase's TrainPhaseConfig, with the benchmark's changes (see the docstring)."""
-    from runlib.plan import derive
-    from runlib.spec import load_spec
-    from runlib.train.config import build_train_phase_configs
-
     spec = load_spec(spec_path).spec
     cfg = build_train_phase_configs(spec, derive(spec))[0]
     batch = cfg.micro_batch * processes * accum
@@ -82,27 +93,24 @@ def phase_config(spec_path: str, processes: int, accum: int, steps: int):
     )
 
 
-def special_ids(cfg) -> dict[str, int]:
+def special_ids(cfg: TrainPhaseConfig) -> dict[str, int]:
     """EOS and the FIM ids: the vocabulary's last four rows; synthetic text uses the ids below them."""
     top = cfg.vocab_rows
     return {"eos": top - 4, "fim_prefix": top - 3, "fim_middle": top - 2, "fim_suffix": top - 1}
 
 
-def write_shards(cfg, root: Path, seed: int) -> dict[str, Path]:
-    import numpy as np
-
-    from runlib.data.shards import write_shard
-
+def write_shards(cfg: TrainPhaseConfig, root: Path, seed: int) -> dict[str, Path]:
     rng = np.random.default_rng(seed)
     dirs = {}
     for name in sorted(cfg.loader.mixture):
         mean = MEAN_DOC_TOKENS.get(name, 300)
-        docs, total = [], 0
+        docs: list[list[int]] = []
+        total = 0
         while total < SHARD_TOKENS:
             n = int(rng.geometric(1 / mean)) + 1
             doc = rng.integers(0, special_ids(cfg)["eos"], n, dtype=np.int64)
             doc[-1] = special_ids(cfg)["eos"]
-            docs.append(doc)
+            docs.append(doc.tolist())
             total += n
         write_shard(root / name, "train", docs, np.uint16)
         dirs[name] = root / name
@@ -112,19 +120,17 @@ def write_shards(cfg, root: Path, seed: int) -> dict[str, Path]:
 # ------------------------------------------------------------------------------ the peer: nanoGPT style
 
 
-def bare_model(cfg):
+def bare_model(cfg: TrainPhaseConfig) -> nn.Module:
     """A single-file Llama-style model of the config's shape (nanoGPT's model.py, Llama's parts)."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
-    from runlib.plan.params import head_dim, kv_heads
-
     m = cfg.model
     d, heads, kv, hd = m.d_model, m.heads, kv_heads(m), head_dim(m)
 
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.n1, self.n2 = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
             self.q, self.k, self.v = (
@@ -139,7 +145,7 @@ def bare_model(cfg):
                 nn.Linear(m.d_ff, d, False),
             )
 
-        def forward(self, x, cos, sin):
+        def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
             b, t, _ = x.shape
             h = self.n1(x)
             q = self.q(h).view(b, t, heads, hd).transpose(1, 2)
@@ -149,10 +155,11 @@ def bare_model(cfg):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             x = x + self.o(y.transpose(1, 2).reshape(b, t, d))
             h = self.n2(x)
-            return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+            out: torch.Tensor = x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+            return out
 
     class GPT(nn.Module):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.wte = nn.Embedding(cfg.vocab_rows, d)
             self.blocks = nn.ModuleList(Block() for _ in range(m.layers))
@@ -167,18 +174,20 @@ def bare_model(cfg):
                 if p.dim() == 2:
                     nn.init.normal_(p, 0.0, 0.02)
 
-        def forward(self, idx):
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
             x = self.wte(idx)
             for block in self.blocks:
                 x = block(x, self.cos, self.sin)
-            return self.head(self.norm(x))
+            logits: torch.Tensor = self.head(self.norm(x))
+            return logits
 
     return GPT()
 
 
-def bare_turn(cfg, tokens, rank: int, world: int, accum: int, steps: int, turn: int) -> float:
+def bare_turn(
+    cfg: TrainPhaseConfig, tokens: np.ndarray, rank: int, world: int, accum: int, steps: int, turn: int
+) -> list[tuple[float, float]]:
     """One turn of the nanoGPT-style loop; returns (wall clock, CPU clock) at its start and after every step."""
-    import numpy as np
     import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -191,19 +200,19 @@ def bare_turn(cfg, tokens, rank: int, world: int, accum: int, steps: int, turn: 
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": opt.weight_decay}, {"params": rest, "weight_decay": 0.0}],
         lr=opt.lr,
-        betas=tuple(opt.betas),
+        betas=opt.betas,
         eps=opt.eps,
     )
     rng = np.random.default_rng([cfg.seed, rank, turn])
     length, micro = cfg.seq_len, cfg.micro_batch
 
-    def get_batch():
+    def get_batch() -> tuple[torch.Tensor, torch.Tensor]:
         ix = rng.integers(0, len(tokens) - length - 1, micro)
         x = torch.from_numpy(np.stack([tokens[i : i + length] for i in ix]).astype(np.int64))
         y = torch.from_numpy(np.stack([tokens[i + 1 : i + 1 + length] for i in ix]).astype(np.int64))
         return x, y
 
-    model.train()
+    model.train()  # type: ignore[no-untyped-call]  # torch: DistributedDataParallel.train is unannotated
     x, y = get_batch()
     marks = [(time.perf_counter(), time.process_time())]
     for _ in range(steps):
@@ -212,7 +221,7 @@ def bare_turn(cfg, tokens, rank: int, world: int, accum: int, steps: int, turn: 
             logits = model(x)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1)) / accum
             x, y = get_batch()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch: Tensor.backward is unannotated
         torch.nn.utils.clip_grad_norm_(model.parameters(), opt.grad_clip or math.inf)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -221,10 +230,12 @@ def bare_turn(cfg, tokens, rank: int, world: int, accum: int, steps: int, turn: 
     return marks
 
 
-def runlib_turn(cfg, dirs, accelerator, work: Path, turn: int) -> list[tuple[float, float]]:
+def runlib_turn(
+    cfg: TrainPhaseConfig, dirs: dict[str, Path], accelerator: Accelerator, work: Path, turn: int
+) -> list[tuple[float, float]]:
     """One turn of runlib's loop; returns (wall clock, CPU clock) at its start and after every optimizer
     step (the loop's Engine, with its step() timed: the only change to what runs)."""
-    from runlib.data.loader import PhaseLoader
+    from runlib.data.loader import PhaseLoader  # these import torch
     from runlib.train import loop
     from runlib.train.engine import Engine
 
@@ -239,11 +250,12 @@ def runlib_turn(cfg, dirs, accelerator, work: Path, turn: int) -> list[tuple[flo
     run = loop.PhaseRun(cfg, PhaseLoader(cfg.loader, dirs, special_ids(cfg)), out, scratch, None, {})
     out.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
-    loop.Engine = TimedEngine
+    # the loop builds the Engine it imported: swapped in its namespace for the turn
+    setattr(loop, "Engine", TimedEngine)  # noqa: B010 (mypy: loop does not re-export Engine to assign)
     try:
         loop.train_phase_loop(run, accelerator)
     finally:
-        loop.Engine = Engine
+        setattr(loop, "Engine", Engine)  # noqa: B010
     if not accelerator.is_main_process:  # rank 0 writes run.json; the pairs are rank 0's figures
         return [marks[0], *marks]
     seconds = json.loads((out / "run.json").read_text())["seconds"]
@@ -263,7 +275,7 @@ def turn_figures(marks: list[tuple[float, float]], tokens_per_step: int, process
     }
 
 
-def worker(rank: int, args, cfg_json: str, dirs: dict, work_dir: str, port: int) -> None:
+def worker(rank: int, args: argparse.Namespace, cfg_json: str, dirs: dict[str, str], work_dir: str, port: int) -> None:
     os.environ.update(
         {
             "MASTER_ADDR": "127.0.0.1",
@@ -275,11 +287,8 @@ def worker(rank: int, args, cfg_json: str, dirs: dict, work_dir: str, port: int)
             "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // args.processes)),
         }
     )
-    import numpy as np
     import torch
     from accelerate import Accelerator
-
-    from runlib.train.config import TrainPhaseConfig
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # the cores' share, as runlib's worker
     cfg = TrainPhaseConfig.model_validate_json(cfg_json)
@@ -319,8 +328,9 @@ def worker(rank: int, args, cfg_json: str, dirs: dict, work_dir: str, port: int)
     torch.distributed.destroy_process_group()
 
 
-def summarise(rows: list[dict]) -> dict:
-    out: dict = {"pairs": len(rows)}
+def summarise(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Per figure: each loop's median over the pairs, the ratio of the medians and the median pair ratio."""
+    out: dict[str, Any] = {"pairs": len(rows)}
     for figure in ("tokens_per_s", "tokens_per_cpu_s", "whole_turn_tokens_per_s"):
         if f"bare_{figure}" not in rows[0]:
             continue
@@ -347,10 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.pairs, args.steps, args.accum, args.processes) < 1:
         print("train_step: --pairs, --steps, --accum and --processes must be >= 1", file=sys.stderr)
         return 2
-    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import spawn
+
+    from runlib.model.transformer import Transformer  # imports torch
 
     cfg = phase_config(args.spec, args.processes, args.accum, args.steps)
-    from runlib.model.transformer import Transformer
 
     ours = sum(p.numel() for p in Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows).parameters())
     peer = sum(p.numel() for p in bare_model(cfg).parameters())
@@ -369,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="runlib-train-step-") as tmp:
         work = Path(tmp)
         dirs = {k: str(v) for k, v in write_shards(cfg, work / "tokens", cfg.seed).items()}
-        mp.spawn(worker, args=(args, cfg.model_dump_json(), dirs, str(work), free_port()), nprocs=args.processes)
+        spawn_args = (args, cfg.model_dump_json(), dirs, str(work), free_port())
+        spawn(worker, args=spawn_args, nprocs=args.processes)  # type: ignore[no-untyped-call]  # torch: unannotated
         rows = json.loads((work / "rows.json").read_text())
     summary = summarise(rows)
     for figure, label in (("tokens_per_s", "tokens/s"), ("tokens_per_cpu_s", "tokens per CPU-second of a process")):

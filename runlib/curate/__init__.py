@@ -3,7 +3,3 @@
 Two stages: `curate_shard` (one job per shard of a source) and `curate_source` (joins the shards,
 deduplicates across them and writes train.jsonl / heldout.jsonl).
 """
-
-from runlib.curate.stage import curate_shard, curate_source
-
-__all__ = ["curate_shard", "curate_source"]

@@ -96,8 +96,8 @@ def _python_code(root: Path) -> tuple[list[tuple[str, str]], int]:
 
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
-_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.TryStar, ast.With, ast.AsyncWith, ast.Match)
-_BLOCKS += (ast.ExceptHandler, ast.match_case)
+_BLOCKS: tuple[type[ast.AST], ...] = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.TryStar, ast.With)
+_BLOCKS += (ast.AsyncWith, ast.Match, ast.ExceptHandler, ast.match_case)
 
 
 def _member_docstrings(node: ast.AST, prefix: str) -> list[tuple[str, str]]:
@@ -241,7 +241,7 @@ def _documents(name: str, max_docs: int | None) -> tuple[tuple[tuple[str, str], 
 
 def builtin_documents(
     name: str | None, max_docs: int | None, source_name: str | None = None, python: str | None = None
-) -> tuple[list[tuple[str, str]], dict]:
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     """All (doc_id, text) of builtin source `name` (at most max_docs), and its provenance.
 
     provenance: kind, python_version, root (the standard library read; None for arithmetic), files_read,

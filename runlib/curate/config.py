@@ -7,7 +7,7 @@ two specs that curate the same input the same way share the artifacts whatever t
 from __future__ import annotations
 
 from runlib.spec.models import CurateSpec, DedupSpec, InputSpec
-from runlib.stageconfig import StageConfig
+from runlib.store.stageconfig import StageConfig
 
 
 class InputFile(StageConfig):
@@ -26,7 +26,7 @@ class InputFile(StageConfig):
 class CurateShardConfig(StageConfig):
     """One shard of one source: where its documents come from and every curation step applied to them."""
 
-    KEYED_WHEN_SET = frozenset({"python"})
+    KEYED_WHEN_SET = frozenset({"python", "extractor", "url_blocklist", "pii_kinds"})
 
     input: InputSpec
     """The source's input (format, path glob, builtin name, text field, max_docs, shards)."""
@@ -48,6 +48,18 @@ class CurateShardConfig(StageConfig):
     """A builtin source that reads Python's own files (python_docs, python_code): the Python whose standard
     library it reads, 'cpython 3.11.9' (runlib.curate.builtin.builtin_python): another Python has other
     documentation and code, so another key. None (and left out of the key) for every other source."""
+
+    extractor: str | None = None
+    """A warc source's text extractor and its version, 'resiliparse 2.0.1' (runlib.curate.extract): another
+    version extracts other text, so another key. None (and left out of the key) for every other source."""
+
+    url_blocklist: list[InputFile] = []
+    """The files of curate.url_filter.blocklist, each with its size and content digest (an edited list is
+    another key); [] (and left out of the key) without one."""
+
+    pii_kinds: list[str] = []
+    """The kinds of personal data that curate.pii masks or drops (runlib.curate.rules.PII_KINDS): a shard
+    curated when fewer kinds were found is another artifact; [] (and left out of the key) for pii: keep."""
 
 
 class CurateSourceConfig(StageConfig):

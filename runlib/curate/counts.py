@@ -14,7 +14,10 @@ The table is checked after every curation stage; a failure is a bug in runlib, n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pandera (and pandas) load when a table is checked, not at import
+    import pandera.pandas as pa
 
 COLUMNS = ("step", "kind", "docs_in", "docs_out", "chars_in", "chars_out")
 KINDS = ("filter", "transform")
@@ -24,7 +27,7 @@ class CountsError(ValueError):
     """The counts table of a curation stage is inconsistent (a bug: the stage lost or invented documents)."""
 
 
-def _schema() -> Any:
+def _schema() -> pa.DataFrameSchema:
     import pandera.pandas as pa
 
     def follows_previous(df: Any) -> Any:
@@ -32,15 +35,17 @@ def _schema() -> Any:
         prev_chars = df["chars_out"].shift(1).fillna(df["chars_in"])
         return (df["docs_in"] == prev_docs) & (df["chars_in"] == prev_chars)
 
-    count = {"dtype": "int64", "checks": pa.Check.ge(0), "nullable": False}
+    def count() -> pa.Column:
+        return pa.Column("int64", checks=pa.Check.ge(0), nullable=False)
+
     return pa.DataFrameSchema(
         {
             "step": pa.Column(str, unique=True, nullable=False),
             "kind": pa.Column(str, pa.Check.isin(KINDS), nullable=False),
-            "docs_in": pa.Column(**count),
-            "docs_out": pa.Column(**count),
-            "chars_in": pa.Column(**count),
-            "chars_out": pa.Column(**count),
+            "docs_in": count(),
+            "docs_out": count(),
+            "chars_in": count(),
+            "chars_out": count(),
         },
         checks=[
             pa.Check(

@@ -1,6 +1,7 @@
 """C4 and FineWeb quality rules and language identification (curate.quality: [c4 | fineweb], curate.languages).
 
-Thresholds are datatrove's defaults (shared/research/curation.md 1.1.3 and 1.1.1), re-implemented without NLTK
+Thresholds are datatrove's defaults (huggingface/datatrove src/datatrove/pipeline/filters/c4_filters.py at f423321,
+fineweb_quality_filter.py at 5c254fa, language_filter.py at a5ce855), re-implemented without NLTK
 or spaCy; every deviation is noted where it happens.
 """
 
@@ -135,7 +136,8 @@ def fineweb_quality_reason(text: str) -> str | None:
 # ------------------------------------------------------------------------------------------- languages
 # py3langid 0.4 (BSD-3; its model, data/model.npz.xz with 97 languages, ships inside the wheel: offline),
 # probabilities normalised (norm_probs=True). Keep a document whose top language is configured with
-# probability >= 0.65: FineWeb's threshold (curation.md 1.1.1), which was tuned for fastText lid.176.bin, not
+# probability >= 0.65: FineWeb's threshold (datatrove's LanguageFilter language_threshold, language_filter.py at
+# a5ce855), which was tuned for fastText lid.176.bin, not
 # for py3langid, whose normalised probabilities are usually close to 1 on paragraphs. Newlines are replaced
 # by spaces first, as datatrove does for fastText.
 

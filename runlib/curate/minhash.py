@@ -44,6 +44,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 SEED = 1
 _NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)?")
@@ -63,7 +64,7 @@ _WORD_BYTE[[*range(ord("0"), ord("9") + 1), *range(ord("a"), ord("z") + 1), *ran
 _powers: dict[int, np.ndarray] = {}
 
 
-def _drop_marks(match: re.Match) -> str:
+def _drop_marks(match: re.Match[str]) -> str:
     run = match.group()
     out = _marks_cache.get(run)
     if out is None:
@@ -73,7 +74,7 @@ def _drop_marks(match: re.Match) -> str:
     return out
 
 
-def _drop_marks_and_separators(match: re.Match) -> str:
+def _drop_marks_and_separators(match: re.Match[str]) -> str:
     """_drop_marks, non-word characters (re's [\\W_], i.e. not str.isalnum()) -> space, and decimal digits
     (re's \\d: Unicode category Nd, str.isdecimal()) -> "0" (then a number in ASCII for _collapse_numbers)."""
     run = match.group()
@@ -112,7 +113,7 @@ def simplified_words(text: str) -> list[str]:
     return _WORD_RE.findall(_NUMBER_RE.sub("0", text.lower()))
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
+def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
     x = x + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -198,10 +199,10 @@ def _batch_shingles(prepared: list[bytes], ngram: int) -> tuple[np.ndarray, np.n
             first = np.concatenate(([0], np.cumsum(counts)))
             hashes = []
             for d in short.tolist():
-                folded = np.uint64(counts[d])
+                whole = np.uint64(counts[d])
                 for w in words[first[d] : first[d + 1]]:
-                    folded = folded * _FOLD + w
-                hashes.append(folded)
+                    whole = whole * _FOLD + w
+                hashes.append(whole)
             parts_doc.append(short)
             parts_hash.append(_splitmix64(np.array(hashes, dtype=np.uint64)))
     doc = np.concatenate(parts_doc)
@@ -343,7 +344,7 @@ def first_of_clusters(n: int, pairs: np.ndarray) -> np.ndarray:
         if ri != rj:
             parent[max(ri, rj)] = min(ri, rj)  # the root is the cluster's lowest index
     roots = np.fromiter((find(i) for i in range(n)), dtype=np.int64, count=n)
-    return roots != np.arange(n)
+    return np.not_equal(roots, np.arange(n))
 
 
 def duplicates(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:

@@ -100,9 +100,7 @@ def read_documents(
     fmt = source.input.format
     field = f"data.sources.{source_name}.input"
     if fmt == "warc":
-        raise UserError(
-            f"{field}.format: warc input is not supported yet: convert to jsonl (one JSON object per line with a text field)"
-        )
+        raise ValueError(f"{field}.format: a warc source is read by runlib.curate.web.read_web_shard")
     if fmt == "builtin":
         raise UserError(f"{field}.format: a builtin source has no files to read (see runlib.curate.builtin)")
     limit = shard_limit(source.input.max_docs, shards)

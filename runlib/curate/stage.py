@@ -13,7 +13,10 @@ curate_shard reads the shard's raw documents and runs, in order:
     c4_quality         filter     curate.quality: [c4] (documents C4's rules drop)
     c4_lines           transform  curate.quality: [c4] (lines C4's rules remove from the documents kept)
     fineweb_quality    filter     curate.quality: [fineweb] (FineWeb's three rules + list ratio, datatrove defaults)
-    pii_mask | pii_drop transform | filter   curate.pii: mask | drop (e-mail and public IPv4 addresses)
+    pii_mask | pii_drop transform | filter   curate.pii: mask | drop (e-mail, public IPv4/IPv6 addresses, phone
+                                  and payment card numbers); pii_mask's reasons count each kind masked (email,
+                                  ipv4, ipv6, phone, card) and docs_changed, pii_drop's are pii_<kind>, the
+                                  first kind a dropped document holds
     exact_dedup        filter     curate.dedup.exact: SHA-256 of the final text, first occurrence kept
 and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.json (what it returns) and,
 with curate.dedup.minhash, minhash.npy (the documents' MinHash signatures, docs.jsonl's order).
@@ -24,27 +27,25 @@ Jaccard is >= curate.dedup.minhash.threshold, union-find, the first document of 
 splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into heldout.jsonl;
 the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
 
-Both receive their config (runlib.curate.config, built by runlib.workflow.configs) and their input
+Both receive their config (runlib.curate.config, built by runlib.graph.configs) and their input
 directories, never the run spec; the source's name only labels error messages.
 
 Characters are Unicode code points. Rules and thresholds: runlib/curate/filters.py (language, C4, FineWeb),
-runlib/curate/minhash.py (MinHash) and the Gopher section below.
+runlib/curate/minhash.py (MinHash) and runlib/curate/rules.py (Gopher, PII).
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
-import ipaddress
 import json
-import os
 import re
-import string
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -60,11 +61,15 @@ from runlib.curate.filters import (
 )
 from runlib.curate.inputs import check_still, check_unchanged
 from runlib.curate.minhash import near_duplicates, signatures
-from runlib.curate.readers import read_documents
+from runlib.curate.readers import read_documents, shard_limit
+from runlib.curate.rules import PII_KINDS, find_pii, gopher_quality_reason, gopher_repetition_reason, mask_pii
+from runlib.curate.web import read_web_shard
 from runlib.errors import UserError
-from runlib.spec.models import CurateSpec
+from runlib.spec.models import CurateSpec, MinhashSpec
+from runlib.util.atomic import atomic_file, write_text_atomic
 
 Doc = tuple[str, str]  # (doc_id, text)
+NormalForm = Literal["NFC", "NFKC", "none"]  # curate.normalize
 DOCS_FILE = "docs.jsonl"
 STATS_FILE = "stats.json"
 TRAIN_FILE = "train.jsonl"
@@ -124,24 +129,18 @@ def jsonl_line(row: dict[str, Any]) -> str:
 
 
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
         for row in rows:
             f.write(jsonl_line(row))
-    os.replace(tmp, path)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
         np.save(f, array)
-    os.replace(tmp, path)
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 # ------------------------------------------------------------------------------------------ normalize
@@ -162,7 +161,7 @@ def repair_surrogates(text: str) -> tuple[str, int]:
     return text, 0
 
 
-def normalize_text(text: str, form: str) -> str:
+def normalize_text(text: str, form: NormalForm) -> str:
     """NUL removed, CRLF and lone CR turned into LF, lone surrogates replaced by U+FFFD, then NFC/NFKC (form)."""
     if "\x00" in text:
         text = text.replace("\x00", "")
@@ -174,108 +173,9 @@ def normalize_text(text: str, form: str) -> str:
     return text
 
 
-# ------------------------------------------------------------------------------------- Gopher rules
-# Rae et al. 2021 (arXiv 2112.11446, Table A1) with the thresholds of datatrove's GopherQualityFilter and
-# GopherRepetitionFilter (shared/research/curation.md 1.1.2). Without NLTK: a word is a whitespace-separated
-# token stripped of surrounding punctuation (tokens of punctuation only are not words); line fractions are
-# over non-empty lines.
-
-_PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u00ab\u00bb\u2026\u2013\u2014"
-GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
-GOPHER_TOP_NGRAMS = ((2, 0.20), (3, 0.18), (4, 0.16))
-GOPHER_DUP_NGRAMS = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
-_PARAGRAPH_SPLIT = re.compile(r"\n{2,}")
-_LINE_SPLIT = re.compile(r"\n+")
-
-
-def _words(text: str) -> list[str]:
-    return [w for w in (token.strip(_PUNCT) for token in text.split()) if w]
-
-
-def gopher_quality_reason(text: str) -> str | None:
-    """Why Gopher's quality rules drop `text`, or None to keep it."""
-    words = _words(text)
-    n = len(words)
-    if n < 50:
-        return "too_few_words"  # < 50 words
-    if n > 100_000:
-        return "too_many_words"  # > 100 000 words
-    mean = sum(map(len, words)) / n
-    if not 3 <= mean <= 10:
-        return "mean_word_length"  # outside 3..10 characters
-    if text.count("#") / n > 0.1:
-        return "hash_ratio"  # '#' per word > 0.1
-    if (text.count("...") + text.count("\u2026")) / n > 0.1:
-        return "ellipsis_ratio"  # ellipses per word > 0.1
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if lines:
-        if sum(line.startswith(("\u2022", "-")) for line in lines) / len(lines) > 0.9:
-            return "bullet_lines"  # > 90 % of lines start with a bullet
-        if sum(line.endswith(("...", "\u2026")) for line in lines) / len(lines) > 0.3:
-            return "ellipsis_lines"  # > 30 % of lines end with an ellipsis
-    if sum(any(c.isalpha() for c in w) for w in words) / n < 0.8:
-        return "alpha_words"  # < 80 % of words have a letter
-    if len(GOPHER_STOP_WORDS.intersection(w.lower() for w in words)) < 2:
-        return "stop_words"  # fewer than 2 of the 8 stop words
-    return None
-
-
-def _duplicate_fraction(parts: list[str]) -> tuple[float, int]:
-    """(fraction of parts that repeat an earlier part, characters in those repeats)."""
-    seen: set[str] = set()
-    dup = dup_chars = 0
-    for part in parts:
-        if part in seen:
-            dup += 1
-            dup_chars += len(part)
-        else:
-            seen.add(part)
-    return (dup / len(parts) if parts else 0.0), dup_chars
-
-
-def gopher_repetition_reason(text: str) -> str | None:
-    """Why Gopher's repetition rules drop `text`, or None to keep it."""
-    size = len(text)
-    if not size:
-        return None
-    stripped = text.strip()
-    frac, chars = _duplicate_fraction(_PARAGRAPH_SPLIT.split(stripped))
-    if frac > 0.3:
-        return "dup_paragraphs"
-    if chars / size > 0.2:
-        return "dup_paragraph_chars"
-    frac, chars = _duplicate_fraction(_LINE_SPLIT.split(stripped))
-    if frac > 0.3:
-        return "dup_lines"
-    if chars / size > 0.2:
-        return "dup_line_chars"
-    words = text.split()
-    lengths = [len(w) for w in words]
-    for n, limit in GOPHER_TOP_NGRAMS:
-        if len(words) < n:
-            break
-        gram, count = Counter(zip(*(words[k:] for k in range(n)), strict=False)).most_common(1)[0]
-        if count > 1 and (sum(map(len, gram)) + n - 1) * count / size > limit:
-            return f"top_{n}gram"
-    for n, limit in GOPHER_DUP_NGRAMS:
-        if len(words) < n:
-            break
-        grams = list(zip(*(words[k:] for k in range(n)), strict=False))
-        seen: set[tuple[str, ...]] = set()
-        dup_chars, i = 0, 0
-        while i < len(grams):
-            if grams[i] in seen:  # count a repeat once, then skip past it so overlaps are not double-counted
-                dup_chars += sum(lengths[i : i + n]) + n - 1
-                i += n
-            else:
-                seen.add(grams[i])
-                i += 1
-        if dup_chars / size > limit:
-            return f"dup_{n}gram"
-    return None
-
-
-def _filter_step(step: str, docs: list[Doc], reason_of: Any) -> tuple[list[Doc], dict[str, Any]]:
+def _filter_step(
+    step: str, docs: list[Doc], reason_of: Callable[[str], str | None]
+) -> tuple[list[Doc], dict[str, Any]]:
     kept: list[Doc] = []
     reasons: Counter[str] = Counter()
     for doc in docs:
@@ -287,77 +187,28 @@ def _filter_step(step: str, docs: list[Doc], reason_of: Any) -> tuple[list[Doc],
     return kept, _row(step, "filter", docs, kept, reasons=dict(sorted(reasons.items())))
 
 
-# ------------------------------------------------------------------------------------------------ PII
-# As FineWeb did (datatrove PIIFormatter, curation.md 1.1.6): e-mail addresses and public IPv4 addresses
-# are replaced by fixed placeholders, cycled per document; phone numbers are left alone.
-
-EMAIL_RE = re.compile(
-    r"\b[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-    r"@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,63}\b",
-    re.IGNORECASE,
-)
-IPV4_RE = re.compile(
-    r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?!\w|\.\d)"
-)
-EMAIL_PLACEHOLDERS = ("email@example.com", "firstname.lastname@example.org")
-IP_PLACEHOLDERS = (
-    "22.214.171.124",
-    "126.96.36.199",
-    "188.8.131.52",
-    "184.108.40.206",
-    "220.127.116.11",
-    "18.104.22.168",
-)
-
-
-def _is_public_ip(text: str) -> bool:
-    try:
-        return ipaddress.IPv4Address(text).is_global
-    except ValueError:
-        return False
-
-
-def find_pii(text: str) -> tuple[int, int]:
-    """(e-mail addresses, public IPv4 addresses) in text."""
-    emails = len(EMAIL_RE.findall(text)) if "@" in text else 0
-    ips = sum(_is_public_ip(m) for m in IPV4_RE.findall(text)) if "." in text else 0
-    return emails, ips
-
-
-def mask_pii(text: str) -> tuple[str, int, int]:
-    """text with e-mail and public IPv4 addresses replaced by placeholders; (text, e-mails, IPs)."""
-    counts = [0, 0]
-
-    def email(_: re.Match[str]) -> str:
-        counts[0] += 1
-        return EMAIL_PLACEHOLDERS[(counts[0] - 1) % len(EMAIL_PLACEHOLDERS)]
-
-    def ip(m: re.Match[str]) -> str:
-        if not _is_public_ip(m.group(0)):
-            return m.group(0)
-        counts[1] += 1
-        return IP_PLACEHOLDERS[(counts[1] - 1) % len(IP_PLACEHOLDERS)]
-
-    if "@" in text:
-        text = EMAIL_RE.sub(email, text)
-    if "." in text:
-        text = IPV4_RE.sub(ip, text)
-    return text, counts[0], counts[1]
+# ------------------------------------------------------------------------- PII and C4 steps (curate.pii, c4)
 
 
 def _pii_step(mode: str, docs: list[Doc]) -> tuple[list[Doc], dict[str, Any]]:
+    """pii_drop's reason is the first kind (PII_KINDS' order) a document holds, "pii_phone"; pii_mask's
+    reasons count each kind masked, and docs_changed."""
     if mode == "drop":
-        kept, row = _filter_step("pii_drop", docs, lambda text: "pii" if any(find_pii(text)) else None)
-        return kept, row
+
+        def reason(text: str) -> str | None:
+            found = find_pii(text)
+            return next((f"pii_{kind}" for kind in PII_KINDS if found[kind]), None)
+
+        return _filter_step("pii_drop", docs, reason)
     out: list[Doc] = []
-    emails = ips = changed = 0
+    totals: Counter[str] = Counter(dict.fromkeys(PII_KINDS, 0))
+    changed = 0
     for doc_id, text in docs:
-        masked, e, i = mask_pii(text)
-        emails, ips, changed = emails + e, ips + i, changed + bool(e or i)
+        masked, counts = mask_pii(text)
+        totals.update(counts)
+        changed += any(counts.values())
         out.append((doc_id, masked))
-    return out, _row(
-        "pii_mask", "transform", docs, out, reasons={"emails": emails, "ips": ips, "docs_changed": changed}
-    )
+    return out, _row("pii_mask", "transform", docs, out, reasons=dict(totals) | {"docs_changed": changed})
 
 
 def _c4_steps(docs: list[Doc]) -> tuple[list[Doc], list[dict[str, Any]]]:
@@ -398,24 +249,37 @@ def describe_input(config: CurateShardConfig) -> str:
     return f"{config.input.format} {config.input.path}"
 
 
-def _read_shard(source_name: str, config: CurateShardConfig, repairs: Counter[str]) -> tuple[list[Doc], Any]:
+@dataclass
+class ShardInput:
+    docs: list[Doc]
+    provenance: Any
+    rows: list[dict[str, Any]] = field(default_factory=list)  # steps before normalize (a warc source's)
+    meta: dict[str, dict[str, str]] = field(default_factory=dict)  # doc id -> its docs.jsonl fields beside text
+
+
+def _read_shard(source_name: str, config: CurateShardConfig, repairs: Counter[str]) -> ShardInput:
     shard, shards, files = config.shard, config.shards, config.files
     if config.input.format == "builtin":
         docs, provenance = builtin_documents(config.input.name, config.input.max_docs, source_name, config.python)
-        return docs[shard::shards], provenance
+        return ShardInput(docs[shard::shards], provenance)
     # the files must be what the key was computed from: same size and digest before, no change while read
     field = f"data.sources.{source_name}.input.path"
     before = check_unchanged(config.input.path or "", files, field)
     paths = [f.path for f in files]
-    # read_documents reads the `input` of what it is given: the config has one, like a SourceSpec
-    docs = list(read_documents(source_name, config, paths, shards=shards, repairs=repairs))  # type: ignore[arg-type]
+    rows: list[dict[str, Any]] = []
+    meta: dict[str, dict[str, str]] = {}
+    if config.input.format == "warc":
+        docs, meta, rows = read_web_shard(source_name, config, paths, shard_limit(config.input.max_docs, shards))
+    else:
+        # read_documents reads the `input` of what it is given: the config has one, like a SourceSpec
+        docs = list(read_documents(source_name, config, paths, shards=shards, repairs=repairs))  # type: ignore[arg-type]
     for file, st in zip(files, before, strict=True):
         check_still(file, st, field)
     provenance = {"files": [file.model_dump() for file in files]}
-    return docs, provenance
+    return ShardInput(docs, provenance, rows, meta)
 
 
-def _normalize(docs: Sequence[Doc], form: str, repairs: Counter[str]) -> list[Doc]:
+def _normalize(docs: Sequence[Doc], form: NormalForm, repairs: Counter[str]) -> list[Doc]:
     out = []
     for doc_id, text in docs:
         text, replaced = repair_surrogates(text)
@@ -424,6 +288,52 @@ def _normalize(docs: Sequence[Doc], form: str, repairs: Counter[str]) -> list[Do
             repairs["lone_surrogate_chars"] += replaced
         out.append((doc_id, normalize_text(text, form)))
     return out
+
+
+def _filter_steps(curate: CurateSpec, docs: list[Doc]) -> tuple[list[Doc], list[dict[str, Any]]]:
+    """The steps between normalize and exact_dedup (length, language, the quality rule sets, PII): the
+    documents they keep and a row per step."""
+    rows: list[dict[str, Any]] = []
+    min_chars, max_chars = curate.min_chars, curate.max_chars
+
+    def length_reason(text: str) -> str | None:
+        n = len(text)
+        if n < min_chars:
+            return "too_short"
+        if max_chars is not None and n > max_chars:
+            return "too_long"
+        if not text.strip():
+            return "empty"
+        return None
+
+    docs, row = _filter_step("length", docs, length_reason)
+    rows.append(row | {"min_chars": min_chars, "max_chars": max_chars})
+
+    if curate.languages:
+        languages = frozenset(curate.languages)
+        docs, row = _filter_step("language", docs, lambda text: language_reason(text, languages))
+        rows.append(row | {"languages": sorted(languages), "min_probability": LANGUAGE_MIN_PROBABILITY})
+
+    # the rule sets run in FineWeb's order (gopher, c4, fineweb: huggingface/datatrove examples/fineweb.py at
+    # 5c254fa) whatever the list's order
+    if "gopher" in curate.quality:
+        docs, row = _filter_step("gopher_quality", docs, gopher_quality_reason)
+        rows.append(row)
+        docs, row = _filter_step("gopher_repetition", docs, gopher_repetition_reason)
+        rows.append(row)
+
+    if "c4" in curate.quality:
+        docs, c4_steps = _c4_steps(docs)
+        rows.extend(c4_steps)
+
+    if "fineweb" in curate.quality:
+        docs, row = _filter_step("fineweb_quality", docs, fineweb_quality_reason)
+        rows.append(row)
+
+    if curate.pii != "keep":
+        docs, row = _pii_step(curate.pii, docs)
+        rows.append(row)
+    return docs, rows
 
 
 def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "source") -> dict[str, Any]:
@@ -443,52 +353,17 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     out_dir.mkdir(parents=True, exist_ok=True)
 
     repairs: Counter[str] = Counter()
-    raw, provenance = _read_shard(source_name, config, repairs)
-    steps: list[dict[str, Any]] = []
+    shard_input = _read_shard(source_name, config, repairs)
+    raw, provenance, meta = shard_input.docs, shard_input.provenance, shard_input.meta
+    steps: list[dict[str, Any]] = list(shard_input.rows)
 
     docs = _normalize(raw, curate.normalize, repairs)
     reasons = {reason: repairs[reason] for reason in REPAIR_REASONS}
     steps.append(_row("normalize", "transform", raw, docs, form=curate.normalize, reasons=reasons))
     del raw
 
-    min_chars, max_chars = curate.min_chars, curate.max_chars
-
-    def length_reason(text: str) -> str | None:
-        n = len(text)
-        if n < min_chars:
-            return "too_short"
-        if max_chars is not None and n > max_chars:
-            return "too_long"
-        if not text.strip():
-            return "empty"
-        return None
-
-    docs, row = _filter_step("length", docs, length_reason)
-    steps.append(row | {"min_chars": min_chars, "max_chars": max_chars})
-
-    if curate.languages:
-        languages = frozenset(curate.languages)
-        docs, row = _filter_step("language", docs, lambda text: language_reason(text, languages))
-        steps.append(row | {"languages": sorted(languages), "min_probability": LANGUAGE_MIN_PROBABILITY})
-
-    # the rule sets run in FineWeb's order (gopher, c4, fineweb; curation.md 1.1.1) whatever the list's order
-    if "gopher" in curate.quality:
-        docs, row = _filter_step("gopher_quality", docs, gopher_quality_reason)
-        steps.append(row)
-        docs, row = _filter_step("gopher_repetition", docs, gopher_repetition_reason)
-        steps.append(row)
-
-    if "c4" in curate.quality:
-        docs, c4_steps = _c4_steps(docs)
-        steps.extend(c4_steps)
-
-    if "fineweb" in curate.quality:
-        docs, row = _filter_step("fineweb_quality", docs, fineweb_quality_reason)
-        steps.append(row)
-
-    if curate.pii != "keep":
-        docs, row = _pii_step(curate.pii, docs)
-        steps.append(row)
+    docs, rows = _filter_steps(curate, docs)
+    steps.extend(rows)
 
     hashes = [_sha256(text) for _, text in docs]
     if curate.dedup.exact:
@@ -511,7 +386,7 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
         (out_dir / MINHASH_FILE).unlink(missing_ok=True)
     _write_jsonl(
         out_dir / DOCS_FILE,
-        ({"id": doc_id, "text": text, "sha256": h} for (doc_id, text), h in zip(docs, hashes, strict=True)),
+        (_doc_row(doc_id, text, h, meta) for (doc_id, text), h in zip(docs, hashes, strict=True)),
     )
     result = {
         "counts": {
@@ -529,6 +404,15 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     }
     _write_json(out_dir / STATS_FILE, result)
     return result
+
+
+def _doc_row(doc_id: str, text: str, sha256: str, meta: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """One docs.jsonl line: id, text, sha256, then what the reader keeps beside them (a web page's URL, crawl
+    date and WARC record id; its id is the URL)."""
+    extra = meta.get(doc_id)
+    if extra is None:
+        return {"id": doc_id, "text": text, "sha256": sha256}
+    return {"id": extra["id"], "text": text, "sha256": sha256} | {k: v for k, v in extra.items() if k != "id"}
 
 
 def _sum_steps(source_name: str, shard_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -592,6 +476,120 @@ def _steps_summary(steps: list[dict[str, Any]]) -> str:
     return ", ".join(f"{row['step']} {row['docs_in']}->{row['docs_out']}" for row in steps)
 
 
+def _shard_stats(shard_dirs: list[Path]) -> list[dict[str, Any]]:
+    """The stats.json of each curate_shard output, in order."""
+    out = []
+    for directory in shard_dirs:
+        try:
+            out.append(json.loads((directory / STATS_FILE).read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{directory / STATS_FILE}: not a curate_shard output (run curate_shard first)"
+            ) from None
+    return out
+
+
+def _entries(shard_dirs: list[Path]) -> list[tuple[str, int]]:
+    """(sha256, chars) per line of every shard, in order (texts are not kept in memory)."""
+    entries: list[tuple[str, int]] = []
+    for directory in shard_dirs:
+        with open(directory / DOCS_FILE, encoding="utf-8") as f:
+            for line in f:
+                obj = json.loads(line)
+                entries.append((obj["sha256"], len(obj["text"])))
+    return entries
+
+
+def _cross_shard_dedup(entries: list[tuple[str, int]], keep: list[bool]) -> dict[str, Any]:
+    """Clear keep[i] of every line whose text hash an earlier line has; the step's row."""
+    seen: set[str] = set()
+    for i, (h, _) in enumerate(entries):
+        if h in seen:
+            keep[i] = False
+        else:
+            seen.add(h)
+    return {
+        "step": "cross_shard_dedup",
+        "kind": "filter",
+        "docs_in": len(entries),
+        "docs_out": sum(keep),
+        "chars_in": sum(c for _, c in entries),
+        "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
+    }
+
+
+def _minhash_dedup(
+    minhash: MinhashSpec, source_name: str, shard_dirs: list[Path], entries: list[tuple[str, int]], keep: list[bool]
+) -> dict[str, Any]:
+    """Clear keep[i] of every kept line that is a near-duplicate of an earlier kept one; the step's row."""
+    sigs = _load_signatures(source_name, shard_dirs, len(entries), minhash.bands * minhash.rows)
+    candidates = np.flatnonzero(np.asarray(keep, dtype=bool))
+    near, verification = near_duplicates(
+        sigs[candidates],
+        minhash.bands,
+        minhash.rows,
+        minhash.threshold,
+        minhash.ngram,
+        lambda wanted: _texts_at(shard_dirs, candidates[wanted]),
+    )
+    chars_in = sum(entries[i][1] for i in candidates.tolist())
+    for i in candidates[near].tolist():
+        keep[i] = False
+    return {
+        "step": "minhash_dedup",
+        "kind": "filter",
+        "docs_in": len(candidates),
+        "docs_out": len(candidates) - int(near.sum()),
+        "chars_in": chars_in,
+        "chars_out": chars_in - sum(entries[i][1] for i in candidates[near].tolist()),
+        "ngram": minhash.ngram,
+        "bands": minhash.bands,
+        "rows": minhash.rows,
+        "threshold": minhash.threshold,
+        **verification,
+    }
+
+
+def _check_enough(
+    source_name: str, kept: list[int], heldout_docs: int, shard_stats: list[dict[str, Any]], steps: list[dict[str, Any]]
+) -> None:
+    """UserError when curation left no document, or no more than the held-out ones."""
+    if not kept:
+        inputs = ", ".join(dict.fromkeys(str(stats.get("input", "?")) for stats in shard_stats))
+        raise UserError(
+            f"data.sources.{source_name}: no document left after curation (input: {inputs or 'no shard'}; "
+            f"steps: {_steps_summary(steps) or 'no shard'}); check the input and the curate settings "
+            "(min_chars, max_chars, quality, pii)"
+        )
+    if heldout_docs and len(kept) <= heldout_docs:
+        raise UserError(
+            f"data.heldout_docs: source {source_name!r} has {len(kept)} document(s) after curation, "
+            f"not more than data.heldout_docs = {heldout_docs}, so none would be left to train on; "
+            f"lower data.heldout_docs below {len(kept)} (or give the source more documents)"
+        )
+
+
+def _write_splits(shard_dirs: list[Path], role: dict[int, str], out_dir: Path) -> None:
+    """Copy the shards' lines into train.jsonl / heldout.jsonl by role (line index -> "train" | "heldout";
+    a line not in it is dropped), in order."""
+    index = 0
+    with (
+        atomic_file(out_dir / TRAIN_FILE) as train_tmp,
+        atomic_file(out_dir / HELDOUT_FILE) as heldout_tmp,
+        open(train_tmp, "w", encoding="utf-8", newline="\n") as train,
+        open(heldout_tmp, "w", encoding="utf-8", newline="\n") as held,
+    ):
+        for directory in shard_dirs:
+            with open(directory / DOCS_FILE, encoding="utf-8") as f:
+                for line in f:
+                    target = role.get(index)
+                    if target == "train":
+                        train.write(line)
+                    elif target == "heldout":
+                        held.write(line)
+                    index += 1
+
+
 def curate_source(
     config: CurateSourceConfig, shard_dirs: list[Path], out_dir: Path, source_name: str = "source"
 ) -> dict[str, Any]:
@@ -607,89 +605,21 @@ def curate_source(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shard_dirs = [Path(d) for d in shard_dirs]
-
-    shard_stats = []
-    for directory in shard_dirs:
-        try:
-            shard_stats.append(json.loads((directory / STATS_FILE).read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"{directory / STATS_FILE}: not a curate_shard output (run curate_shard first)"
-            ) from None
+    shard_stats = _shard_stats(shard_dirs)
     steps = _sum_steps(source_name, shard_stats)
 
     # pass 1: hashes and sizes only (texts are not kept in memory)
-    entries: list[tuple[str, int]] = []  # (sha256, chars) per line of every shard, in order
-    for directory in shard_dirs:
-        with open(directory / DOCS_FILE, encoding="utf-8") as f:
-            for line in f:
-                obj = json.loads(line)
-                entries.append((obj["sha256"], len(obj["text"])))
+    entries = _entries(shard_dirs)
     keep = [True] * len(entries)
     if config.dedup.exact:
-        seen: set[str] = set()
-        for i, (h, _) in enumerate(entries):
-            if h in seen:
-                keep[i] = False
-            else:
-                seen.add(h)
-        steps.append(
-            {
-                "step": "cross_shard_dedup",
-                "kind": "filter",
-                "docs_in": len(entries),
-                "docs_out": sum(keep),
-                "chars_in": sum(c for _, c in entries),
-                "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
-            }
-        )
-    minhash = config.dedup.minhash
-    if minhash is not None:
-        sigs = _load_signatures(source_name, shard_dirs, len(entries), minhash.bands * minhash.rows)
-        candidates = np.nonzero(keep)[0]
-        near, verification = near_duplicates(
-            sigs[candidates],
-            minhash.bands,
-            minhash.rows,
-            minhash.threshold,
-            minhash.ngram,
-            lambda wanted: _texts_at(shard_dirs, candidates[wanted]),
-        )
-        chars_in = sum(entries[i][1] for i in candidates.tolist())
-        for i in candidates[near].tolist():
-            keep[i] = False
-        steps.append(
-            {
-                "step": "minhash_dedup",
-                "kind": "filter",
-                "docs_in": len(candidates),
-                "docs_out": len(candidates) - int(near.sum()),
-                "chars_in": chars_in,
-                "chars_out": chars_in - sum(entries[i][1] for i in candidates[near].tolist()),
-                "ngram": minhash.ngram,
-                "bands": minhash.bands,
-                "rows": minhash.rows,
-                "threshold": minhash.threshold,
-                **verification,
-            }
-        )
+        steps.append(_cross_shard_dedup(entries, keep))
+    if config.dedup.minhash is not None:
+        steps.append(_minhash_dedup(config.dedup.minhash, source_name, shard_dirs, entries, keep))
     kept = [i for i, k in enumerate(keep) if k]
-    if not kept:
-        inputs = ", ".join(dict.fromkeys(str(stats.get("input", "?")) for stats in shard_stats))
-        raise UserError(
-            f"data.sources.{source_name}: no document left after curation (input: {inputs or 'no shard'}; "
-            f"steps: {_steps_summary(steps) or 'no shard'}); check the input and the curate settings "
-            "(min_chars, max_chars, quality, pii)"
-        )
-    if heldout_docs and len(kept) <= heldout_docs:
-        raise UserError(
-            f"data.heldout_docs: source {source_name!r} has {len(kept)} document(s) after curation, "
-            f"not more than data.heldout_docs = {heldout_docs}, so none would be left to train on; "
-            f"lower data.heldout_docs below {len(kept)} (or give the source more documents)"
-        )
+    _check_enough(source_name, kept, heldout_docs, shard_stats, steps)
     heldout = set(heapq.nsmallest(heldout_docs, kept, key=lambda i: (entries[i][0], i)))
     heldout_hashes = {entries[i][0] for i in heldout}
-    role = {}  # line index -> "train" | "heldout"; lines not in it are dropped
+    role: dict[int, str] = {}  # line index -> "train" | "heldout"; lines not in it are dropped
     for i in kept:
         if i in heldout:
             role[i] = "heldout"
@@ -713,23 +643,7 @@ def curate_source(
     validate_counts(steps)
 
     # pass 2: copy the lines into train.jsonl / heldout.jsonl, in order
-    train_tmp, heldout_tmp = out_dir / (TRAIN_FILE + ".tmp"), out_dir / (HELDOUT_FILE + ".tmp")
-    index = 0
-    with (
-        open(train_tmp, "w", encoding="utf-8", newline="\n") as train,
-        open(heldout_tmp, "w", encoding="utf-8", newline="\n") as held,
-    ):
-        for directory in shard_dirs:
-            with open(directory / DOCS_FILE, encoding="utf-8") as f:
-                for line in f:
-                    target = role.get(index)
-                    if target == "train":
-                        train.write(line)
-                    elif target == "heldout":
-                        held.write(line)
-                    index += 1
-    os.replace(train_tmp, out_dir / TRAIN_FILE)
-    os.replace(heldout_tmp, out_dir / HELDOUT_FILE)
+    _write_splits(shard_dirs, role, out_dir)
 
     first = steps[0] if steps else {"docs_in": 0, "chars_in": 0}
     result = {

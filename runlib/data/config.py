@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from runlib.stageconfig import StageConfig
+from runlib.store.stageconfig import StageConfig
 
 
 class TokenizeConfig(StageConfig):

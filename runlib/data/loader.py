@@ -150,7 +150,7 @@ def pack_window(
     row = np.full((1, length + 1), eos_id, dtype=np.int64)
     row[0, : len(tokens)] = tokens
     out = pack_windows(row, np.array([len(tokens)]), eos_id, packing, boundary_targets)
-    return tuple(a[0] for a in out)  # type: ignore[return-value]
+    return tuple(a[0] for a in out)
 
 
 def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
@@ -232,7 +232,7 @@ class SourceStream:
         """Token t of (transformed) document docs, elementwise; t within its transformed length."""
         base = self.offsets[docs]
         if ep.fim is None:
-            return self.shard.tokens[base + t].astype(np.int64)
+            return np.asarray(self.shard.tokens[base + t], dtype=np.int64)  # a copy: the tokens are uint16/32
         fim = ep.fim[docs]
         src = t.copy()
         special = np.full(t.shape, -1, dtype=np.int64)

@@ -8,9 +8,15 @@ mixture, packing, boundary targets and fill-in-the-middle.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from runlib.data.mixture import phase_mixture, stream_starts
+
+if TYPE_CHECKING:  # the plan and the spec are read, not built, here
+    from runlib.plan.derive import Plan
+    from runlib.spec.models import RunSpec
 
 
 class _Frozen(BaseModel):
@@ -56,10 +62,8 @@ class LoaderConfig(_Frozen):
     """Fill-in-the-middle per source of this phase's mixture (sources without FIM are absent)."""
 
 
-def build_loader_config(spec: Any, plan: Any, phase_index: int) -> LoaderConfig:
+def build_loader_config(spec: RunSpec, plan: Plan, phase_index: int) -> LoaderConfig:
     """The data-order config of plan.phases[phase_index] (pure: spec and plan in, config out)."""
-    from runlib.data.mixture import phase_mixture, stream_starts
-
     phase = plan.phases[phase_index]
     mixture = phase_mixture(plan, phase_index)
     packing = spec.data.packing

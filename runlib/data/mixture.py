@@ -11,9 +11,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runlib.errors import UserError
+
+if TYPE_CHECKING:  # a plan is read here, never built
+    from runlib.plan.derive import Plan
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ class Mixture:
                 prev = cur
 
 
-def phase_mixture(plan: Any, phase_index: int) -> Mixture:
+def phase_mixture(plan: Plan, phase_index: int) -> Mixture:
     """The Mixture of plan.phases[phase_index]: its weights, and B per timeline segment."""
     phase = plan.phases[phase_index]
     seq_len = phase.settings.seq_len
@@ -131,7 +134,7 @@ def phase_mixture(plan: Any, phase_index: int) -> Mixture:
         raise MixtureError(f"phase {phase.name}: {exc} (`runlib audit` gives the fix)") from None
 
 
-def stream_starts(plan: Any, phase_index: int, packing: str) -> dict[str, int]:
+def stream_starts(plan: Plan, phase_index: int, packing: str) -> dict[str, int]:
     """Where each source's stream stands when phase `phase_index` starts: tokens consumed by the earlier
     phases (documents with packing `none`): sum over phases j < i of cum_s(steps_j) * seq_len_j."""
     starts: dict[str, int] = {}

@@ -13,17 +13,21 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike, NDArray
 
 from runlib.errors import UserError
+from runlib.util.atomic import atomic_file
 
-DTYPES = {"uint16": np.dtype(np.uint16), "uint32": np.dtype(np.uint32)}
+TokenDtype = np.dtype[np.uint16] | np.dtype[np.uint32]
+DTYPES: dict[str, TokenDtype] = {"uint16": np.dtype(np.uint16), "uint32": np.dtype(np.uint32)}
 FLUSH_TOKENS = 1 << 22  # write in pieces of ~4M tokens (8-16 MB)
 
 
-def token_dtype(spec_dtype: str, max_id: int) -> np.dtype:
+def token_dtype(spec_dtype: str, max_id: int) -> TokenDtype:
     """The storage dtype for ids up to max_id: data.token_dtype, or with auto the smallest that holds them."""
     if spec_dtype == "auto":
         return DTYPES["uint16"] if max_id <= np.iinfo(np.uint16).max else DTYPES["uint32"]
@@ -49,7 +53,7 @@ def idx_path(out_dir: Path, split: str) -> Path:
 class ShardWriter:
     """Appends documents to a shard; `close()` puts the files in place. Use as a context manager."""
 
-    def __init__(self, out_dir: Path, split: str, dtype: Any):
+    def __init__(self, out_dir: Path, split: str, dtype: DTypeLike):
         self.dtype = np.dtype(dtype)
         if self.dtype not in DTYPES.values():
             raise ValueError(f"token dtype must be uint16 or uint32, got {self.dtype}")
@@ -102,14 +106,17 @@ class ShardWriter:
 
     def close(self) -> dict[str, Any]:
         self._flush_pending()
+        # the .bin is streamed chunk by chunk from the constructor on, so it cannot sit inside atomic_file;
+        # the same fsync-then-rename by hand
+        self._file.flush()
+        os.fsync(self._file.fileno())
         self._file.close()
         offsets = np.zeros(self.n_docs + 1, dtype=np.int64)
         if self._lengths:
             np.cumsum(np.concatenate(self._lengths), out=offsets[1:])
         os.replace(self._tmp_bin, bin_path(self.out_dir, self.split))
-        tmp_idx = self.out_dir / f".{self.split}.idx.{os.getpid()}.tmp.npy"
-        np.save(tmp_idx, offsets)
-        os.replace(tmp_idx, idx_path(self.out_dir, self.split))
+        with atomic_file(idx_path(self.out_dir, self.split)) as tmp_idx, open(tmp_idx, "wb") as f:
+            np.save(f, offsets)  # to a file object: np.save would add ".npy" to the temporary name
         return {
             "split": self.split,
             "docs": self.n_docs,
@@ -126,12 +133,14 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is not None:
             self.abort()
 
 
-def write_shard(out_dir: Path, split: str, docs_token_ids: Iterable[Sequence[int]], dtype: Any) -> dict[str, Any]:
+def write_shard(out_dir: Path, split: str, docs_token_ids: Iterable[Sequence[int]], dtype: DTypeLike) -> dict[str, Any]:
     """Write out_dir/<split>.bin and <split>.idx.npy from the documents' token ids; returns the counts."""
     with ShardWriter(out_dir, split, dtype) as writer:
         for doc in docs_token_ids:
@@ -144,7 +153,7 @@ class TokenShard:
 
     def __init__(self, out_dir: Path, split: str):
         self.path = bin_path(out_dir, split)
-        self.offsets = np.load(idx_path(out_dir, split), mmap_mode="r")
+        self.offsets: NDArray[np.int64] = np.load(idx_path(out_dir, split), mmap_mode="r")
         if self.offsets.ndim != 1 or self.offsets.size < 1 or self.offsets[0] != 0:
             raise ValueError(f"{idx_path(out_dir, split)}: not a shard index (int64 offsets starting at 0)")
         self.n_tokens = int(self.offsets[-1])
@@ -152,8 +161,8 @@ class TokenShard:
         if self.n_tokens == 0:
             if size:
                 raise ValueError(f"{self.path}: {size} bytes, but the index holds no tokens")
-            self.dtype = DTYPES["uint16"]
-            self.tokens = np.zeros(0, dtype=self.dtype)
+            self.dtype: TokenDtype = DTYPES["uint16"]
+            self.tokens: NDArray[np.unsignedinteger[Any]] = np.zeros(0, dtype=self.dtype)
             return
         itemsize, rest = divmod(size, self.n_tokens)
         dtype = {2: DTYPES["uint16"], 4: DTYPES["uint32"]}.get(itemsize)

@@ -18,15 +18,18 @@ import json
 import os
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from runlib.data.config import TokenizeConfig
 from runlib.data.shards import ShardWriter, token_dtype
 from runlib.tokenizer.train import TOKENIZER_FILE, eos_id, load_tokenizer
+
+if TYPE_CHECKING:  # tokenizers is imported where it is used (runlib.tokenizer.train), not at import
+    from tokenizers import Encoding, Tokenizer
 
 BATCH_BYTES = 1 << 20
 """Characters of text per encode call: enough documents to share among the cores, few enough to bound memory."""
@@ -69,7 +72,7 @@ def _count(texts: list[str]) -> tuple[int, int]:
     return chars, nbytes
 
 
-def tokenize_file(tok, path: Path, writer: ShardWriter, eos: int) -> dict[str, int]:
+def tokenize_file(tok: Tokenizer, path: Path, writer: ShardWriter, eos: int) -> dict[str, int]:
     """Encode every document of a curated JSONL file into writer, each followed by eos; return the counts.
 
     Up to IN_FLIGHT batches are encoded at once (tokenizers releases the GIL; its thread pool, sized by
@@ -79,10 +82,10 @@ def tokenize_file(tok, path: Path, writer: ShardWriter, eos: int) -> dict[str, i
     docs = tokens = chars = nbytes = 0
     dtype = writer.dtype
 
-    def encode(texts: list[str]):
+    def encode(texts: list[str]) -> list[Encoding]:
         return tok.encode_batch_fast(texts, add_special_tokens=False)
 
-    def write(future) -> int:
+    def write(future: Future[list[Encoding]]) -> int:
         encodings = future.result()
         flat: list[int] = []
         lengths = np.empty(len(encodings), dtype=np.int64)
@@ -96,7 +99,7 @@ def tokenize_file(tok, path: Path, writer: ShardWriter, eos: int) -> dict[str, i
 
     # with TOKENIZERS_PARALLELISM off, each call encodes on its own thread: keep to one at a time
     in_flight = 1 if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() in ("0", "false", "off", "no") else IN_FLIGHT
-    pending: deque = deque()
+    pending: deque[Future[list[Encoding]]] = deque()
     with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="runlib-tokenize") as pool:
         try:
             for texts in _batches(path):

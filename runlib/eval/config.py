@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runlib.curate.config import InputFile
 from runlib.spec.models import EvalTaskSpec, ModelSpec
-from runlib.stageconfig import StageConfig
+from runlib.store.stageconfig import StageConfig
 
 
 class EvalModelConfig(StageConfig):

@@ -9,7 +9,7 @@ built from_heldout "examples_requested" and "examples_cap" (why n is below the r
 _stderr), "chance_acc" (multiple choice), "loglik_mean" (log-likelihood tasks), "lm_eval_version",
 "examples_requested", "examples_cap"}: lm-eval scores the phase exported as a Hugging Face checkpoint.
 
-`config` is a runlib.eval.config.EvalConfig (built by runlib.workflow.configs); the inputs are the
+`config` is a runlib.eval.config.EvalConfig (built by runlib.graph.configs); the inputs are the
 train_phase artifact (final.pt), the tokenizer artifact and each source's tokenize artifact, whose
 manifests give the end-of-document id and the held-out bytes per token.
 """
@@ -20,10 +20,19 @@ import glob
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runlib.curate.inputs import check_unchanged
 from runlib.eval.config import EvalConfig
+from runlib.eval.harness.run import run_lm_eval_tasks
+from runlib.eval.tasks import heldout_tasks, load_tasks, score_answer_loglik, score_multiple_choice
+from runlib.spec.models import EvalTaskSpec
+from runlib.store.manifest import read_manifest
+from runlib.tokenizer.train import load_tokenizer
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
 
 TASK_SEED = 1234  # tasks built from held-out documents are the same for every phase and run
 LM_EVAL_WORK = ".lm-eval-work"  # the export lm-eval loads and its task files, removed before the stage ends
@@ -41,14 +50,12 @@ def evaluate_phase(
         for file in files:
             check_unchanged(glob.escape(file.path), [file], field)
 
+    # torch, and the runlib modules that import it, load once the task files are checked
     import torch
 
-    from runlib.eval.heldout import heldout_metrics
-    from runlib.eval.tasks import heldout_tasks, load_tasks, score_answer_loglik, score_multiple_choice
     from runlib.model.transformer import Transformer
-    from runlib.tokenizer.train import load_tokenizer
     from runlib.train import checkpoint as ckpt
-    from runlib.workflow.manifest import read_manifest
+    from runlib.train.heldout import heldout_metrics
 
     torch.set_num_threads(1)
     shape = config.model
@@ -56,6 +63,7 @@ def evaluate_phase(
     state = ckpt.load(Path(model_dir) / "final.pt")["model"]
     model.load_state_dict(state)
     if shape.spec.position == "rope":
+        assert config.rope_theta is not None  # runlib.graph.configs sets it for a RoPE model
         model.set_rope(config.rope_theta, config.seq_len)
     model.eval()
     tokenizer = load_tokenizer(Path(tokenizer_dir) / "tokenizer.json")
@@ -72,8 +80,6 @@ def evaluate_phase(
 
     harness: dict[str, dict[str, Any]] = {}
     if any(t.kind == "lm_eval" for t in config.tasks):
-        from runlib.eval.harness.run import run_lm_eval_tasks
-
         work = Path(out_dir) / LM_EVAL_WORK
         try:
             harness = run_lm_eval_tasks(config, state, tokenizer, tokenizer_dir, token_dirs, work, TASK_SEED)
@@ -83,16 +89,8 @@ def evaluate_phase(
     for task in config.tasks:
         if task.kind == "lm_eval":
             tasks[task.name] = harness[task.name]
-            continue
-        extra: dict[str, Any] = {}
-        if task.from_heldout is not None:
-            built = heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, TASK_SEED)
-            examples = built.multiple_choice if task.kind == "multiple_choice" else built.answers
-            extra = {"examples_requested": task.examples, "examples_cap": built.cap_note}
         else:
-            examples = load_tasks(task.path, task.kind)
-        score = score_multiple_choice if task.kind == "multiple_choice" else score_answer_loglik
-        tasks[task.name] = {"kind": task.kind, **score(model, tokenizer, examples, seq_len), **extra}
+            tasks[task.name] = _score_task(task, model, tokenizer, token_dirs, seq_len)
 
     result = {
         "phase": config.phase,
@@ -112,3 +110,25 @@ def evaluate_phase(
         }
     )
     return {"counts": counts}
+
+
+def _score_task(
+    task: EvalTaskSpec, model: torch.nn.Module, tokenizer: Tokenizer, token_dirs: dict[str, Path], seq_len: int
+) -> dict[str, Any]:
+    """eval.json's entry of a multiple_choice or answer_loglik task: its items from its file, or built from a
+    source's held-out documents (with the examples asked for and why fewer were made)."""
+    extra: dict[str, Any] = {}
+    if task.from_heldout is not None:
+        built = heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, TASK_SEED)
+        extra = {"examples_requested": task.examples, "examples_cap": built.cap_note}
+        choices, answers = built.multiple_choice, built.answers
+    else:
+        path = task.path
+        assert path is not None  # the spec gives such a task a path or from_heldout
+        choices = load_tasks(path, "multiple_choice") if task.kind == "multiple_choice" else []
+        answers = load_tasks(path, "answer_loglik") if task.kind == "answer_loglik" else []
+    if task.kind == "multiple_choice":
+        scores = score_multiple_choice(model, tokenizer, choices, seq_len)
+    else:
+        scores = score_answer_loglik(model, tokenizer, answers, seq_len)
+    return {"kind": task.kind, **scores, **extra}

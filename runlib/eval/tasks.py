@@ -44,7 +44,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -57,6 +57,7 @@ MAX_LINE_BYTES = 64 << 20  # one example per line: a line past this is not a tas
 
 if TYPE_CHECKING:  # torch is imported where a model is scored: the items and task files do without it
     import torch
+    from tokenizers import Tokenizer
 
 TaskKind = Literal["multiple_choice", "answer_loglik"]
 KINDS: tuple[str, ...] = ("multiple_choice", "answer_loglik")
@@ -83,7 +84,7 @@ class AnswerExample:
 # ----------------------------------------------------------------------------------------- loading
 
 
-def _parse_line(obj: Any, kind: str, where: str) -> MultipleChoice | AnswerExample:
+def _parse_line(obj: object, kind: str, where: str) -> MultipleChoice | AnswerExample:
     if not isinstance(obj, dict):
         raise UserError(f"{where}: an example must be a JSON object, got {type(obj).__name__}")
     context = obj.get("context")
@@ -115,10 +116,16 @@ def _parse_line(obj: Any, kind: str, where: str) -> MultipleChoice | AnswerExamp
     return AnswerExample(context, answer)
 
 
-def _describe(value: Any, present: bool) -> str:
+def _describe(value: object, present: bool) -> str:
     return repr(value) if present else "nothing (the field is missing)"
 
 
+@overload
+def load_tasks(path: str | Path, kind: Literal["multiple_choice"]) -> list[MultipleChoice]: ...
+@overload
+def load_tasks(path: str | Path, kind: Literal["answer_loglik"]) -> list[AnswerExample]: ...
+@overload
+def load_tasks(path: str | Path, kind: str) -> list[MultipleChoice] | list[AnswerExample]: ...
 def load_tasks(path: str | Path, kind: str) -> list[MultipleChoice] | list[AnswerExample]:
     """The examples of a JSONL task file of this kind (multiple_choice | answer_loglik), validated."""
     if kind not in KINDS:
@@ -126,7 +133,8 @@ def load_tasks(path: str | Path, kind: str) -> list[MultipleChoice] | list[Answe
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: task file not found (eval.tasks[].path; relative paths start at {Path.cwd()})")
-    examples = []
+    choices: list[MultipleChoice] = []
+    answers: list[AnswerExample] = []
     # read like a data source (runlib.curate.readers): regular files only, lines bounded, and what
     # Python's json cannot hold (nesting past the stack, 5,000-digit integers) refused at file:line
     with open_regular(path, "the task file") as raw:
@@ -148,10 +156,14 @@ def load_tasks(path: str | Path, kind: str) -> list[MultipleChoice] | list[Answe
                 raise UserError(f"{where}: JSON nested too deeply to read; an example is a flat object") from None
             except ValueError as exc:  # an integer past Python's int() digit limit
                 raise UserError(f"{where}: a JSON value Python cannot read ({str(exc)[:100]})") from None
-            examples.append(_parse_line(obj, kind, where))
-    if not examples:
+            example = _parse_line(obj, kind, where)
+            if isinstance(example, MultipleChoice):
+                choices.append(example)
+            else:
+                answers.append(example)
+    if not choices and not answers:
         raise UserError(f"{path}: no examples (one JSON object per line)")
-    return examples
+    return choices if kind == "multiple_choice" else answers
 
 
 def _as_mc(ex: MultipleChoice | Mapping[str, Any]) -> MultipleChoice:
@@ -169,11 +181,11 @@ def _as_answer(ex: AnswerExample | Mapping[str, Any]) -> AnswerExample:
 # ----------------------------------------------------------------------------------------- scoring
 
 
-def _encode(tokenizer, text: str) -> list[int]:
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
 
-def continuation_tokens(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
+def continuation_tokens(tokenizer: Tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
     """(ids of context + continuation, index of the continuation's first token in them), split as
     lm-eval splits them (lm_eval/api/model.py, TemplateLM._encode_pair, v0.4.13): whitespace that ends
     the context moves to the continuation, both are tokenized together, and the continuation's tokens
@@ -188,7 +200,7 @@ def continuation_tokens(tokenizer, context: str, continuation: str) -> tuple[lis
     return full, min(len(ctx), len(full))
 
 
-def _request(tokenizer, eos: int, context: str, continuation: str, max_len: int) -> tuple[list[int], int]:
+def _request(tokenizer: Tokenizer, eos: int, context: str, continuation: str, max_len: int) -> tuple[list[int], int]:
     """(ids to feed, index of the first scored target): at most max_len + 1 ids, cut from the left.
     An empty context is the end-of-document token (lm-eval's prefix token when the tokenizer has no
     BOS; TemplateLM.loglikelihood), unless the continuation itself starts with it."""
@@ -202,12 +214,14 @@ def _request(tokenizer, eos: int, context: str, continuation: str, max_len: int)
     return ids[cut:], max(1, start - cut)
 
 
-def loglikelihoods(model: torch.nn.Module, requests: Sequence[tuple[list[int], int]], batch_size: int = BATCH):
+def loglikelihoods(
+    model: torch.nn.Module, requests: Sequence[tuple[list[int], int]], batch_size: int = BATCH
+) -> list[tuple[float, int]]:
     """(sum of log p, token count) of ids[start:] given ids[:start], for each (ids, start); under no_grad."""
     import torch
     import torch.nn.functional as F
 
-    from runlib.eval.heldout import _device
+    from runlib.train.heldout import _device  # imports torch
 
     device = _device(model)
     out: list[tuple[float, int]] = [(0.0, 0)] * len(requests)
@@ -241,34 +255,34 @@ def loglikelihoods(model: torch.nn.Module, requests: Sequence[tuple[list[int], i
 
 def score_multiple_choice(
     model: torch.nn.Module,
-    tokenizer,
+    tokenizer: Tokenizer,
     examples: Iterable[MultipleChoice | Mapping[str, Any]],
     max_len: int,
     batch_size: int = BATCH,
 ) -> dict[str, Any]:
     """acc and acc_norm (log-likelihood per character) over the examples."""
-    examples = [_as_mc(ex) for ex in examples]
+    items = [_as_mc(ex) for ex in examples]
     eos = eos_id(tokenizer)
     requests, owners = [], []
-    for k, ex in enumerate(examples):
+    for k, ex in enumerate(items):
         for choice in ex.choices:
             requests.append(_request(tokenizer, eos, ex.context, choice, max_len))
             owners.append(k)
     scores = loglikelihoods(model, requests, batch_size)
     correct = correct_norm = 0
     pos = 0
-    for ex in examples:
+    for ex in items:
         ll = np.array([s for s, _ in scores[pos : pos + len(ex.choices)]])
         chars = np.array([len(c) for c in ex.choices], dtype=np.float64)
         pos += len(ex.choices)
         correct += int(np.argmax(ll)) == ex.answer
         correct_norm += int(np.argmax(ll / chars)) == ex.answer
-    n = len(examples)
+    n = len(items)
     return {
         "acc": correct / n if n else float("nan"),
         "acc_norm": correct_norm / n if n else float("nan"),
         "n": n,
-        "chance_acc": chance_accuracy(examples),
+        "chance_acc": chance_accuracy(items),
     }
 
 
@@ -280,18 +294,18 @@ def chance_accuracy(examples: Iterable[MultipleChoice | Mapping[str, Any]]) -> f
 
 def score_answer_loglik(
     model: torch.nn.Module,
-    tokenizer,
+    tokenizer: Tokenizer,
     examples: Iterable[AnswerExample | Mapping[str, Any]],
     max_len: int,
     batch_size: int = BATCH,
 ) -> dict[str, Any]:
     """Mean log-likelihood of the gold answers (nats per example and per answer token)."""
-    examples = [_as_answer(ex) for ex in examples]
+    items = [_as_answer(ex) for ex in examples]
     eos = eos_id(tokenizer)
     scores = loglikelihoods(
-        model, [_request(tokenizer, eos, ex.context, ex.answer, max_len) for ex in examples], batch_size
+        model, [_request(tokenizer, eos, ex.context, ex.answer, max_len) for ex in items], batch_size
     )
-    n = len(examples)
+    n = len(items)
     total = sum(s for s, _ in scores)
     tokens = sum(t for _, t in scores)
     return {
@@ -351,14 +365,14 @@ class HeldoutTasks:
 
 
 def build_heldout_tasks(
-    token_dir: str | Path, tokenizer, n_examples: int, seed: int
+    token_dir: str | Path, tokenizer: Tokenizer, n_examples: int, seed: int
 ) -> tuple[list[MultipleChoice], list[AnswerExample]]:
     """(multiple_choice, answers) of `heldout_tasks`."""
     tasks = heldout_tasks(token_dir, tokenizer, n_examples, seed)
     return tasks.multiple_choice, tasks.answers
 
 
-def heldout_tasks(token_dir: str | Path, tokenizer, n_examples: int, seed: int) -> HeldoutTasks:
+def heldout_tasks(token_dir: str | Path, tokenizer: Tokenizer, n_examples: int, seed: int) -> HeldoutTasks:
     """A multiple-choice and an answer-loglik task from the held-out documents of token_dir (deterministic by seed).
 
     Each example takes a document: context = its first half (at most 200 characters), the true

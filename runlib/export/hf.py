@@ -37,12 +37,16 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runlib.errors import UserError
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
 from runlib.spec.models import ModelSpec
+from runlib.util.atomic import replace_dir
+
+if TYPE_CHECKING:  # torch is imported by the functions that build tensors: `runlib plan` and the Snakefile load this
+    import torch
 
 NORM_EPS = 1e-5  # runlib.model.transformer.NORM_EPS (not imported: this module must not import torch)
 MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
@@ -124,7 +128,7 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
     m = shape.model
     # the weights' dtype: `torch_dtype` for 4.x (configuration_utils.py PretrainedConfig.__init__, 4.46.3), `dtype`
     # for 5.x, which still reads `torch_dtype` when `dtype` is absent (PreTrainedConfig.__post_init__, 5.24.0)
-    common = {"vocab_size": shape.vocab_rows, "tie_word_embeddings": m.tie_embeddings}
+    common: dict[str, Any] = {"vocab_size": shape.vocab_rows, "tie_word_embeddings": m.tie_embeddings}
     common |= {"torch_dtype": "float32", "dtype": "float32"}
     common |= {"eos_token_id": shape.eos_id, "bos_token_id": None, "pad_token_id": shape.pad_id}
     if hf_architecture(m) == "LlamaForCausalLM":
@@ -168,15 +172,15 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
     }
 
 
-def hf_state_dict(state: dict[str, Any], shape: ExportShape) -> dict[str, Any]:
+def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[str, torch.Tensor]:
     """runlib's parameter names (runlib.model.transformer) -> the architecture's, as contiguous tensors.
     A tied head is stored once (as the input embedding), as transformers saves tied weights."""
     import torch
 
     m = shape.model
-    out: dict[str, Any] = {}
+    out: dict[str, torch.Tensor] = {}
 
-    def put(name: str, tensor) -> None:
+    def put(name: str, tensor: torch.Tensor) -> None:
         out[name] = tensor.detach().contiguous()
 
     if hf_architecture(m) == "LlamaForCausalLM":
@@ -204,7 +208,7 @@ def hf_state_dict(state: dict[str, Any], shape: ExportShape) -> dict[str, Any]:
 
     d = m.d_model
 
-    def bias(name: str, size: int):
+    def bias(name: str, size: int) -> torch.Tensor:
         return state.get(name, torch.zeros(size, dtype=state["tok_embeddings.weight"].dtype))
 
     put("transformer.wte.weight", state["tok_embeddings.weight"])
@@ -257,7 +261,7 @@ def tokenizer_files(tokenizer_json: str, shape: ExportShape, special_ids: dict[s
 
 
 def write_export(
-    state: dict[str, Any],
+    state: dict[str, torch.Tensor],
     shape: ExportShape,
     tokenizer_json: str,
     special_ids: dict[str, int],
@@ -290,14 +294,7 @@ def write_export(
         # safetensors (0.8, a temporary file renamed) leaves the weights 0600 where every other file has the
         # umask's mode: another user or an inference service could read the config but not the model
         os.chmod(tmp / "model.safetensors", (tmp / MARKER).stat().st_mode & 0o777)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            out_dir.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir

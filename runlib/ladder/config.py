@@ -1,6 +1,6 @@
 """The config of the fit_ladder stage: the rungs' sizes, token counts and compute, and the target's.
 
-Built by runlib.workflow.configs.fit_ladder_config from the spec's ladder; the stage reads each rung's
+Built by runlib.graph.configs.fit_ladder_config from the spec's ladder; the stage reads each rung's
 eval.json through its inputs (role "eval:<rung name>").
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from runlib.stageconfig import StageConfig
+from runlib.store.stageconfig import StageConfig
 
 
 class LadderPoint(BaseModel):

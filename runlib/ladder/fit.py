@@ -38,8 +38,13 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+# what np.asarray(x, dtype=float) reads: a sequence of numbers, or an array (a bootstrap resample)
+Floats = Sequence[float] | npt.NDArray[Any]
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022, appendix D.2
 GRID_ALPHA = (0.05, 0.5, 1.0, 1.5, 2.0)  # Hoffmann et al.'s 0 is log(0) here: the nearest positive start
@@ -161,7 +166,8 @@ def _grid_objectives(grid: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log
     u3 = np.broadcast_to(e, u1.shape)
     lse = np.logaddexp(np.logaddexp(u1, u2), u3)
     r = np.abs(lse - log_l[None, :])
-    return np.where(r <= HUBER_DELTA, 0.5 * r * r, HUBER_DELTA * (r - 0.5 * HUBER_DELTA)).sum(axis=1)
+    values: np.ndarray = np.where(r <= HUBER_DELTA, 0.5 * r * r, HUBER_DELTA * (r - 0.5 * HUBER_DELTA)).sum(axis=1)
+    return values
 
 
 def _minimise(
@@ -202,7 +208,7 @@ def _law(theta: np.ndarray, objective: float, points: int) -> LawFit:
     )
 
 
-def _logs(params: Sequence[float], tokens: Sequence[float], losses: Sequence[float]) -> tuple[np.ndarray, ...]:
+def _logs(params: Floats, tokens: Floats, losses: Floats) -> tuple[np.ndarray, ...]:
     n = np.asarray(params, dtype=float)
     d = np.asarray(tokens, dtype=float)
     loss = np.asarray(losses, dtype=float)
@@ -214,9 +220,9 @@ def _logs(params: Sequence[float], tokens: Sequence[float], losses: Sequence[flo
 
 
 def fit_law(
-    params: Sequence[float],
-    tokens: Sequence[float],
-    losses: Sequence[float],
+    params: Floats,
+    tokens: Floats,
+    losses: Floats,
     starts: int = DEFAULT_STARTS,
     initial: Sequence[LawFit] = (),
 ) -> tuple[LawFit, list[LawFit]]:
@@ -246,9 +252,9 @@ class Prediction:
 
 
 def bootstrap_predictions(
-    params: Sequence[float],
-    tokens: Sequence[float],
-    losses: Sequence[float],
+    params: Floats,
+    tokens: Floats,
+    losses: Floats,
     targets: Sequence[tuple[float, float]],
     best: LawFit,
     others: Sequence[LawFit] = (),

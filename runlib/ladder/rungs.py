@@ -19,6 +19,7 @@ Pure: rung specs come from the target spec and its plan alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runlib.errors import UserError
@@ -73,7 +74,7 @@ def rung_model(model: ModelSpec, width: int) -> ModelSpec:
     return model.model_copy(update=update)
 
 
-def _phase_map(target: Plan, rung_phase_tokens: list[int]):
+def _phase_map(target: Plan, rung_phase_tokens: list[int]) -> Callable[[float], float]:
     """A token position of the target's run -> the same relative position in the rung's phases."""
     starts = [0]
     for t in rung_phase_tokens:

@@ -34,6 +34,7 @@ def rung_losses(eval_data: dict[str, Any]) -> dict[str, float]:
 
 def fit_series(config: FitLadderConfig, losses: dict[str, dict[str, float]], series: str) -> dict[str, Any]:
     """One series' fit on the fitted rungs, its prediction at the target and at every rung."""
+    # numpy: `runlib audit` reads OVERALL from this module (runlib.graph.measured) without it
     from runlib.ladder.fit import bootstrap_predictions, fit_law, law_problems
 
     fitted = [r for r in config.rungs if not r.held_out and series in losses.get(r.name, {})]
@@ -63,7 +64,8 @@ def fit_series(config: FitLadderConfig, losses: dict[str, dict[str, float]], ser
 
 
 def fit_ladder(config: FitLadderConfig, eval_dirs: dict[str, Path], out_dir: Path) -> dict[str, Any]:
-    from runlib.ladder.fit import HUBER_DELTA, INTERVAL
+    """Fit every series on the rungs' held-out losses (fit_series), write fit.json; the manifest's counts."""
+    from runlib.ladder.fit import HUBER_DELTA, INTERVAL  # numpy: as in fit_series
 
     losses = {}
     for name, directory in eval_dirs.items():

@@ -8,11 +8,14 @@
 
 `parallel` is any object with dp_replicate, dp_shard, tp, cp, pp (their product is the world size),
 sharding (none | zero1 | zero2 | fsdp | hsdp), activation_checkpointing (none | selective | selective_op | full) and
-offload; `precision` any object with compute, master_weights, grads (runlib.train.config).
+offload (`Parallel`: runlib.train.config.ParallelConfig); `precision` any object with compute,
+master_weights, grads, optimizer_states (runlib.spec.models.PrecisionSpec). Both are read through
+runlib.plan.layout.Layout (`layout_of`): its mesh shape and names, its data-parallel wrapper, its
+resharding, and its refusals, the same rules the audit and the stage's guard apply.
 
-The mesh is torch's init_device_mesh with Accelerate's names and order (ParallelismConfig._get_mesh
-in accelerate 1.15, after torchtitan's ParallelDims): dp_replicate, dp_shard, tp, size-1 dimensions
-dropped, plus the flattened "dp" (all data-parallel ranks). Accelerate's own
+The mesh is torch's init_device_mesh with torchtitan's names and order (Layout.mesh_dim_names:
+pp, dp_replicate, dp_shard, cp, tp, size-1 dimensions dropped; Accelerate's ParallelismConfig._get_mesh
+in accelerate 1.15 has the same order without pp), plus the flattened "dp" (all data-parallel ranks). Accelerate's own
 `ParallelismConfig(...).build_device_mesh("cpu")` builds the same mesh on CPU with gloo, but in
 accelerate 1.15 a tp_size > 1 constructs a TorchTensorParallelConfig that requires the transformers
 package (not a runlib dependency), and it refuses tensor parallelism beside pure replication
@@ -71,8 +74,10 @@ the compute dtype is torch.autocast (`forward_context`) over fp32 parameters; gr
 is bf16_compress_hook (all-reduced in bf16, accumulated in fp32); under DDP with master_weights none
 the gradients are all-reduced in the compute dtype whatever precision.grads says.
 
-Not enacted here (the gate refuses them, runlib.audit.enact): context parallelism (cp > 1) and
-pipeline parallelism (pp > 1) raise NotImplementedError.
+Not enacted here (the gate refuses them: Layout.refusals, read by runlib.plan.enact): context parallelism
+(cp > 1), pipeline parallelism (pp > 1), tensor parallelism the model's shape does not divide, offload
+where FSDP2 cannot offload, fp8 compute: build_mesh and parallelize raise NotImplementedError with the
+refusal's code, field, reason and fix.
 """
 
 from __future__ import annotations
@@ -80,33 +85,91 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
+    ParallelStyle,
     PrepareModuleInput,
     RowwiseParallel,
     SequenceParallel,
     parallelize_module,
 )
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from runlib.model.transformer import Transformer
+from runlib.plan.enact import precision_refusals
+from runlib.plan.layout import Layout, Refusal, Wrapper, data_parallel_wrapper
+from runlib.spec.models import Sharding
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-SHARDED = ("zero1", "zero2", "fsdp", "hsdp")
-RESHARD_AFTER_FORWARD = {"fsdp": True, "hsdp": True, "zero2": False, "zero1": False}
+
+
+class Parallel(Protocol):
+    """What this module reads of a phase's layout (runlib.train.config.ParallelConfig, or a test's namespace)."""
+
+    @property
+    def dp_replicate(self) -> int: ...
+    @property
+    def dp_shard(self) -> int: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def sharding(self) -> Sharding: ...
+    @property
+    def activation_checkpointing(self) -> str: ...
+    @property
+    def offload(self) -> bool: ...
+
+
+class Precision(Protocol):
+    """What this module reads of precision.* (runlib.spec.models.PrecisionSpec)."""
+
+    @property
+    def compute(self) -> str: ...
+    @property
+    def master_weights(self) -> str: ...
+    @property
+    def grads(self) -> str: ...
+    @property
+    def optimizer_states(self) -> str: ...
 
 
 # ----------------------------------------------------------------------------------------- mesh
 
 
-def _sizes(parallel) -> dict[str, int]:
-    return {name: int(getattr(parallel, name)) for name in ("dp_replicate", "dp_shard", "tp", "cp", "pp")}
+def layout_of(parallel: Parallel) -> Layout:
+    """The runlib.plan.layout.Layout of the mesh's degrees. The mesh does not know how its ranks spread
+    over machines, so the layout is one machine's (hsdp's node rule, RUN004, is the stage's guard)."""
+    degrees = (parallel.dp_replicate, parallel.dp_shard, parallel.tp, parallel.cp, parallel.pp)
+    return Layout(
+        nodes=1,
+        devices_per_node=math.prod(degrees),
+        dp_replicate=parallel.dp_replicate,
+        dp_shard=parallel.dp_shard,
+        cp=parallel.cp,
+        tp=parallel.tp,
+        pp=parallel.pp,
+        sharding=parallel.sharding,
+        offload=parallel.offload,
+    )
+
+
+def _refuse(refusals: list[Refusal]) -> None:
+    if refusals:
+        raise NotImplementedError("; ".join(r.describe() for r in refusals))
 
 
 def _device_type() -> str:
@@ -116,46 +179,33 @@ def _device_type() -> str:
     return "cpu"
 
 
-def build_mesh(parallel):
-    """The DeviceMesh of dims dp_replicate, dp_shard, tp (size-1 dims dropped) plus flattened "dp"; None on one process."""
-    sizes = _sizes(parallel)
-    if sizes["cp"] > 1:
-        raise NotImplementedError(
-            f"context parallelism {sizes['cp']} is not enacted (parallelism.context): runlib's "
-            "document-masked attention has no context-parallel path, and gloo has no ring attention"
-        )
-    if sizes["pp"] > 1:
-        raise NotImplementedError(
-            f"pipeline parallelism {sizes['pp']} is not enacted (parallelism.pipeline): no pipeline schedule"
-        )
-    total = math.prod(sizes.values())
+def build_mesh(parallel: Parallel) -> DeviceMesh | None:
+    """The DeviceMesh of the layout's dims (Layout.mesh_dim_names: size-1 dims dropped) plus the flattened
+    "dp"; None on one process. Raises what the layout refuses (NotImplementedError: context or pipeline
+    parallelism, offload where it is not enacted) and a layout that is not the world (ValueError)."""
+    layout = layout_of(parallel)
+    _refuse(layout.refusals(_device_type()))
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
-    if total != world:
-        raise ValueError(f"dp_replicate x dp_shard x tp x cp x pp = {total} is not the world size {world}")
-    if parallel.sharding == "none" and sizes["dp_shard"] > 1:
-        raise ValueError(f"sharding none (DDP) replicates: dp_shard must be 1, not {sizes['dp_shard']}")
+    errors = layout.world_errors(world)
+    if errors:
+        raise ValueError("; ".join(errors))
     if world == 1:
         return None
-
-    # accelerate's order (ParallelismConfig._get_mesh): dp_replicate, dp_shard, cp, tp; size-1 dims dropped
-    dims = [(name, sizes[name]) for name in ("dp_replicate", "dp_shard", "tp") if sizes[name] > 1]
-    names, shape = tuple(n for n, _ in dims), tuple(n for _, n in dims)
-    mesh = init_device_mesh(_device_type(), shape, mesh_dim_names=names)
-    dp = tuple(n for n in names if n.startswith("dp"))
-    if dp:
-        mesh[dp]._flatten("dp")  # all data-parallel ranks, as accelerate's "dp"
+    mesh = init_device_mesh(_device_type(), layout.mesh_shape, mesh_dim_names=layout.mesh_dim_names)
+    if layout.data_parallel_dims:
+        mesh[layout.data_parallel_dims]._flatten("dp")  # all data-parallel ranks, as accelerate's "dp"
     return mesh
 
 
-def _dims(mesh) -> tuple[str, ...]:
+def _dims(mesh: DeviceMesh | None) -> tuple[str, ...]:
     return tuple(mesh.mesh_dim_names or ()) if mesh is not None else ()
 
 
-def _size(mesh, name: str) -> int:
-    return mesh[name].size() if name in _dims(mesh) else 1
+def _size(mesh: DeviceMesh | None, name: str) -> int:
+    return mesh[name].size() if mesh is not None and name in _dims(mesh) else 1
 
 
-def data_parallel_rank_and_size(mesh) -> tuple[int, int]:
+def data_parallel_rank_and_size(mesh: DeviceMesh | None) -> tuple[int, int]:
     """(this rank's index among the data-parallel ranks, their count); the ranks of one tp group share it."""
     if mesh is None:
         if dist.is_initialized() and dist.get_world_size() > 1:
@@ -168,7 +218,7 @@ def data_parallel_rank_and_size(mesh) -> tuple[int, int]:
     return rank, size
 
 
-def data_parallel_group(mesh):
+def data_parallel_group(mesh: DeviceMesh | None) -> dist.ProcessGroup | None:
     """The process group of this rank's data-parallel peers (None: no data parallelism)."""
     if mesh is None or data_parallel_rank_and_size(mesh)[1] == 1:
         return None
@@ -178,50 +228,58 @@ def data_parallel_group(mesh):
 # ----------------------------------------------------------------------------------------- parallelize
 
 
-def parallelize(model: nn.Module, mesh, parallel, precision) -> nn.Module:
+def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel, precision: Precision) -> nn.Module:
     """Cast, tensor-parallelise, set recomputation, then shard (FSDP2) or replicate (DDP) the model, in place.
 
     Returns the module to train: the model itself, or its DDP wrapper under sharding none. On a cuda
-    mesh the model moves to the current device first; with no mesh it stays where it is."""
-    compute = DTYPES.get(precision.compute)
-    if compute is None:
-        raise NotImplementedError(f"precision.compute {precision.compute} is not enacted (no fp8 matmul path)")
+    mesh the model moves to the current device first; with no mesh it stays where it is. The data-parallel
+    wrapper follows the mesh's data-parallel dimensions (a caller may hand a 1-process dp_shard mesh, as
+    runlib.bench.gpu_check does, to run FSDP2 on one device): runlib.plan.layout.data_parallel_wrapper."""
+    layout = layout_of(parallel)
+    device = mesh.device_type if mesh is not None else next(model.parameters()).device.type
+    _refuse(
+        layout.refusals(device, model.spec)
+        + [r for r in precision_refusals(**_precision_fields(precision)) if r.field == "precision.compute"]
+    )
+    compute = DTYPES[precision.compute]
     if mesh is not None and mesh.device_type == "cuda":  # Accelerate has set each rank's current device
         model.to(torch.device("cuda", torch.cuda.current_device()))
     if precision.master_weights == "none" and compute != torch.float32:
         for p in model.parameters():  # parameters only: the RoPE tables stay fp32
             p.data = p.data.to(compute)
     tp = _size(mesh, "tp")
-    if tp > 1:
+    if mesh is not None and tp > 1:
         apply_tensor_parallel(model, mesh["tp"])
     set_recompute(model, parallel.activation_checkpointing)
 
-    dp_dims = [d for d in ("dp_replicate", "dp_shard") if d in _dims(mesh)]
-    fsdp = bool(dp_dims) and (parallel.sharding in SHARDED or tp > 1)
+    dp_dims = tuple(d for d in ("dp_replicate", "dp_shard") if d in _dims(mesh))
+    wrapper: Wrapper = data_parallel_wrapper(layout.sharding, dp_dims, tp)
+    fsdp = wrapper in ("fully_shard", "replicate")  # FSDP2's policy casts; DDP and one process autocast
     model.runlib_autocast = None if fsdp or compute == torch.float32 or precision.master_weights == "none" else compute
-    if not dp_dims:
-        if parallel.offload:
-            raise NotImplementedError("parallelism.offload needs a sharded data-parallel layout (FSDP2)")
-        return model
-    if parallel.sharding in SHARDED and "dp_shard" in dp_dims:
-        apply_fsdp(model, mesh[tuple(dp_dims)], precision, RESHARD_AFTER_FORWARD[parallel.sharding], parallel.offload)
-        return model
-    if parallel.sharding in SHARDED and parallel.sharding != "hsdp":
-        raise ValueError(
-            f"sharding {parallel.sharding} needs dp_shard > 1 (got dp_replicate {_size(mesh, 'dp_replicate')})"
+    if layout.offload and wrapper != "fully_shard":
+        raise NotImplementedError(
+            "parallelism.offload is FSDP2's CPU offload policy: it needs fully_shard (dp_shard > 1)"
         )
-    if parallel.offload:
-        raise NotImplementedError("parallelism.offload needs a sharded layout (FSDP2's offload) with dp_shard > 1")
-    if parallel.sharding == "hsdp":  # one process per shard group (dp_shard 1): replication only
-        apply_replicate(model, mesh, precision)
+    if mesh is None or wrapper == "none":
         return model
-    if tp > 1:
+    if wrapper == "fully_shard":
+        apply_fsdp(model, mesh[dp_dims], precision, layout.reshard_after_forward, layout.offload)
+        return model
+    if wrapper == "replicate":  # hsdp with one process per shard group, or DDP arithmetic under tp
         apply_replicate(model, mesh, precision)
         return model
     return apply_ddp(model, mesh["dp_replicate"], precision)
 
 
-def forward_context(model: nn.Module):
+def _precision_fields(precision: Precision) -> dict[str, str]:
+    return {
+        "compute": precision.compute,
+        "master_weights": precision.master_weights,
+        "optimizer_states": precision.optimizer_states,
+    }
+
+
+def forward_context(model: nn.Module) -> contextlib.AbstractContextManager[Any]:
     """torch.autocast in the compute dtype where no FSDP2 policy casts (one process, DDP); else nothing."""
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     dtype = getattr(inner, "runlib_autocast", None)
@@ -231,7 +289,7 @@ def forward_context(model: nn.Module):
     return torch.autocast(device_type=device, dtype=dtype)
 
 
-def _kept_ops() -> frozenset:
+def _kept_ops() -> frozenset[Any]:
     """The ops whose outputs op-level selective recomputation keeps: the attention kernels and the matmuls."""
     aten = torch.ops.aten
     names = (
@@ -246,19 +304,17 @@ def _kept_ops() -> frozenset:
     return frozenset(kernels | {aten.mm.default, aten.addmm.default})
 
 
-def op_selective_policy():
+def op_selective_policy() -> Callable[..., Any]:
     """The policy of op-level selective recomputation, torchtitan's `selective` activation checkpointing in
     "op" mode (pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py, _get_custom_policy): the
     outputs of the attention kernel and of every other matmul (the 1st, 3rd, ... of the block: q, v, the
     MLP's gate, its down projection) are kept; norms, RoPE, activations and the other matmuls are
     recomputed in the backward pass. Matmuls are counted per block call and per mode (forward,
     recompute), so the recomputed forward keeps the same ones."""
-    from torch.utils.checkpoint import CheckpointPolicy
-
     kept, mm = _kept_ops(), {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
     counts = {"forward": 0, "recompute": 0}
 
-    def policy(ctx, op, *args, **kwargs):
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
         if op in mm:
             mode = "recompute" if ctx.is_recompute else "forward"
             counts[mode] += 1
@@ -270,46 +326,33 @@ def op_selective_policy():
     return policy
 
 
-def op_selective_context():
+def op_selective_context() -> tuple[contextlib.AbstractContextManager[Any], contextlib.AbstractContextManager[Any]]:
     """torch.utils.checkpoint's context_fn for one block call under op_selective_policy."""
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-    return create_selective_checkpoint_contexts(op_selective_policy())
+    contexts: tuple[Any, Any] = create_selective_checkpoint_contexts(op_selective_policy())  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    return contexts
 
 
 RECOMPUTE_MODES = ("none", "selective", "selective_op", "full")
 
 
-def set_recompute(model: nn.Module, mode: str) -> None:
+def set_recompute(model: Transformer, mode: str) -> None:
     """Activation recomputation per block: none | selective (the attention core) | selective_op (op-level:
     op_selective_context) | full (the whole block)."""
     if mode not in RECOMPUTE_MODES:
         raise ValueError(f"activation_checkpointing {mode!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
-    for block in model.layers:
+    for block in model.blocks():
         block.recompute = mode in ("full", "selective_op")
         block.recompute_context_fn = op_selective_context if mode == "selective_op" else None
         block.attention.recompute_core = mode == "selective"
 
 
-def _check_tensor_parallel(model: nn.Module, tp: int) -> None:
-    spec = model.spec
-    kv = spec.kv_heads or spec.heads
-    bad = [f"{n} {v}" for n, v in (("heads", spec.heads), ("kv_heads", kv), ("d_ff", spec.d_ff)) if v % tp]
-    if bad:
-        raise ValueError(f"tensor parallelism {tp} needs {', '.join(bad)} divisible by {tp}")
-    if spec.qk_norm:
-        raise NotImplementedError(
-            "tensor parallelism with model.qk_norm is not enacted: the QK-norm spans all heads of a projection"
-        )
-
-
-def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
-    """torchtitan's llama3 plan with sequence-parallel norms (see the module docstring)."""
+def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
+    """torchtitan's llama3 plan with sequence-parallel norms (see the module docstring); the model's shape
+    is checked against the degree by the layout's refusals (runlib.plan.layout, RUN003) before."""
 
     tp = tp_mesh.size()
-    _check_tensor_parallel(model, tp)
     tied = model.lm_head.weight is model.tok_embeddings.weight
-    plan: dict[str, Any] = {
+    plan: dict[str, ParallelStyle] = {
         # the residual stream enters the first block split along the sequence (a local slice, no traffic)
         "layers.0": PrepareModuleInput(
             input_layouts=(Replicate(), None, None),
@@ -326,7 +369,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
         plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
         plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     parallelize_module(model, tp_mesh, plan)
-    block_plan = {
+    block_plan: dict[str, ParallelStyle] = {
         "attention_norm": SequenceParallel(),
         "attention": PrepareModuleInput(
             input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
@@ -342,10 +385,10 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
     }
     if model.spec.activation == "swiglu":
         block_plan["mlp.w3"] = ColwiseParallel()
-    for block in model.layers:
+    for block in model.blocks():
         parallelize_module(block, tp_mesh, block_plan)
 
-    def check_length(module, args, kwargs):
+    def check_length(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         input_ids = args[0] if args else kwargs["input_ids"]
         if input_ids.shape[1] % tp:
             raise ValueError(f"sequence parallelism: sequence length {input_ids.shape[1]} is not divisible by tp {tp}")
@@ -353,7 +396,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
     model.register_forward_pre_hook(check_length, with_kwargs=True)
 
 
-def _mixed_precision(precision):
+def _mixed_precision(precision: Precision) -> MixedPrecisionPolicy:
 
     compute = DTYPES[precision.compute]
     reduce = torch.float32 if precision.grads == "fp32" else torch.bfloat16
@@ -362,33 +405,38 @@ def _mixed_precision(precision):
     return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce)
 
 
-def apply_fsdp(model: nn.Module, dp_mesh, precision, reshard_after_forward: bool, offload: bool) -> None:
-    """fully_shard each block, then the root (embeddings, final norm, head); 2-D dp_mesh: HSDP."""
-
-    if offload and dp_mesh.device_type == "cpu":
-        raise NotImplementedError("parallelism.offload on cpu: the device memory is host memory already")
-    kwargs = dict(
-        mesh=dp_mesh,
-        mp_policy=_mixed_precision(precision),
-        offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy(),
-    )
-    for i, block in enumerate(model.layers):
+def apply_fsdp(
+    model: Transformer, dp_mesh: DeviceMesh, precision: Precision, reshard_after_forward: bool, offload: bool
+) -> None:
+    """fully_shard each block, then the root (embeddings, final norm, head); 2-D dp_mesh: HSDP. Offload
+    on cpu is refused before (runlib.plan.layout, RUN005)."""
+    policy = _mixed_precision(precision)
+    offload_policy = CPUOffloadPolicy() if offload else OffloadPolicy()
+    blocks = model.blocks()
+    for i, block in enumerate(blocks):
         # the last block is needed first in the backward pass: keep it gathered (torchtitan)
-        fully_shard(block, reshard_after_forward=reshard_after_forward and i < len(model.layers) - 1, **kwargs)
-    fully_shard(model, reshard_after_forward=False, **kwargs)
+        last = i == len(blocks) - 1
+        fully_shard(
+            block,
+            mesh=dp_mesh,
+            reshard_after_forward=reshard_after_forward and not last,
+            mp_policy=policy,
+            offload_policy=offload_policy,
+        )
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=False, mp_policy=policy, offload_policy=offload_policy)
 
 
-def apply_replicate(model: nn.Module, mesh, precision) -> None:
+def apply_replicate(model: Transformer, mesh: DeviceMesh, precision: Precision) -> None:
     """DDP arithmetic for a tensor-parallel model (DTensor parameters): FSDP2's replicate on dp_replicate."""
     # a private module (torch 2.13): imported only where this layout is built
     from torch.distributed._composable.replicate_with_fsdp import replicate
 
-    for block in model.layers:
+    for block in model.blocks():
         replicate(block, mesh=mesh["dp_replicate"], mp_policy=_mixed_precision(precision))
     replicate(model, mesh=mesh["dp_replicate"], mp_policy=_mixed_precision(precision))
 
 
-def apply_ddp(model: nn.Module, dp_mesh, precision) -> nn.Module:
+def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh, precision: Precision) -> nn.Module:
     ddp = nn.parallel.DistributedDataParallel(model, process_group=dp_mesh.get_group())
     if precision.grads == "bf16":
         ddp.register_comm_hook(dp_mesh.get_group(), bf16_compress_hook)
@@ -401,19 +449,21 @@ def apply_ddp(model: nn.Module, dp_mesh, precision) -> nn.Module:
 def _grad_norm_squared(grads: list[torch.Tensor]) -> torch.Tensor:
     """sum of squares of all gradients, identical on every rank: one reduction per (mesh, placements) group."""
 
-    groups: dict[Any, list[torch.Tensor]] = {}  # insertion order = parameter order, the same on every rank
+    groups: dict[
+        tuple[DeviceMesh, tuple[Placement, ...]] | None, list[torch.Tensor]
+    ] = {}  # insertion order = parameter order, the same on every rank
     for g in grads:
         key = (g.device_mesh, tuple(g.placements)) if isinstance(g, DTensor) else None
         groups.setdefault(key, []).append(g)
     total = torch.zeros((), dtype=torch.float32)
     for key, members in groups.items():
-        local = [g.to_local() if key is not None else g for g in members]
+        local = [g.to_local() if isinstance(g, DTensor) else g for g in members]
         squares = torch.stack([torch.linalg.vector_norm(t, dtype=torch.float32) ** 2 for t in local]).sum()
         if key is not None:
             mesh, placements = key
             # shards (Shard, and FSDP's _StridedShard, whose is_shard() is False) add up across their
             # mesh dims; replicas are counted once (partial gradients were reduced by the caller)
-            summed = [Replicate() if p.is_replicate() else Partial() for p in placements]
+            summed: list[Placement] = [Replicate() if p.is_replicate() else Partial() for p in placements]
             if any(p.is_partial() for p in summed):
                 squares = DTensor.from_local(squares, mesh, summed, run_check=False).full_tensor()
         total = total + squares.to(total.device)
@@ -443,7 +493,7 @@ def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
     return total
 
 
-def no_sync(model: nn.Module):
+def no_sync(model: nn.Module) -> contextlib.AbstractContextManager[Any]:
     """For all micro-batches but a step's last: DDP skips its all-reduce; FSDP2 reduce-scatters every
     micro-batch (keeping gradients sharded), so nothing is skipped there."""
     if isinstance(model, nn.parallel.DistributedDataParallel):

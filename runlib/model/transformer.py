@@ -56,6 +56,7 @@ given torch.manual_seed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -123,7 +124,9 @@ def alibi_bias(slopes: torch.Tensor, allowed: torch.Tensor, dtype: torch.dtype) 
 # ----------------------------------------------------------------------------------------- RoPE
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    head_dim: int, max_seq_len: int, theta: float, device: torch.device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [max_seq_len, head_dim] of the rotate-half RoPE: frequency i serves dims i and i + hd/2."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
     angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
@@ -158,25 +161,28 @@ def document_causal_mask(doc_ids: torch.Tensor) -> torch.Tensor:
     return (same_doc & causal)[:, None]
 
 
-def document_causal_mask_mod(doc_ids: torch.Tensor | None):
+MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def document_causal_mask_mod(doc_ids: torch.Tensor | None) -> MaskMod:
     """The flex_attention mask_mod of the same mask; without doc_ids the plain causal mask."""
     if doc_ids is None:
 
-        def causal(b, h, q_idx, kv_idx):
+        def causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
             return q_idx >= kv_idx
 
         return causal
 
-    def document_causal(b, h, q_idx, kv_idx):
+    def document_causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
         return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx)
 
     return document_causal
 
 
-_compiled_flex: Any = None
+_compiled_flex: Callable[..., Any] | None = None
 
 
-def flex_attention_fn(device: torch.device):
+def flex_attention_fn(device: torch.device) -> Callable[..., Any]:
     """flex_attention, compiled on CUDA (created on first use), eager elsewhere."""
     global _compiled_flex
     from torch.nn.attention.flex_attention import flex_attention
@@ -185,10 +191,11 @@ def flex_attention_fn(device: torch.device):
         return flex_attention
     if _compiled_flex is None:
         _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex
+    compiled: Callable[..., Any] = _compiled_flex
+    return compiled
 
 
-def flex_block_mask(doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device):
+def flex_block_mask(doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device) -> Any:
     from torch.nn.attention.flex_attention import create_block_mask
 
     return create_block_mask(
@@ -210,7 +217,7 @@ class Attention(nn.Module):
 
     recompute_core = False  # selective activation recomputation (set by runlib.model.parallelize)
 
-    def __init__(self, model: ModelSpec):
+    def __init__(self, model: ModelSpec) -> None:
         super().__init__()
         d, hd = model.d_model, spec_head_dim(model)
         self.heads, self.kv_heads, self.head_dim = model.heads, spec_kv_heads(model), hd
@@ -220,7 +227,7 @@ class Attention(nn.Module):
         self.wk = nn.Linear(d, self.kv_heads * hd, bias=model.bias)
         self.wv = nn.Linear(d, self.kv_heads * hd, bias=model.bias)
         self.wo = nn.Linear(self.heads * hd, d, bias=model.bias)
-        self.wo.residual_projection = True
+        self.wo.residual_projection = True  # type: ignore[assignment]  # a marker for reset_parameters; nn.Module types attributes as Tensor | Module
         self.q_norm = RMSNorm(self.heads * hd) if model.qk_norm else None
         self.k_norm = RMSNorm(self.kv_heads * hd) if model.qk_norm else None
         self.dropout = model.dropout
@@ -228,7 +235,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         n, length, _ = x.shape
         q, k, v = self.wq(x), self.wk(x), self.wv(x)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         # -1 heads: under tensor parallelism (runlib.model.parallelize) q/k/v hold this rank's heads only
         q = q.view(n, length, -1, self.head_dim).transpose(1, 2)
@@ -239,10 +246,11 @@ class Attention(nn.Module):
         if self.recompute_core and torch.is_grad_enabled():
             # selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, section 4.1): the
             # attention core's activations are not kept; it runs again in the backward pass
-            y = torch.utils.checkpoint.checkpoint(self.core, q, k, v, mask, use_reentrant=False)
+            y: torch.Tensor = torch.utils.checkpoint.checkpoint(self.core, q, k, v, mask, use_reentrant=False)
         else:
             y = self.core(q, k, v, mask)
-        return self.wo(y.transpose(1, 2).reshape(n, length, -1))
+        out: torch.Tensor = self.wo(y.transpose(1, 2).reshape(n, length, -1))
+        return out
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> torch.Tensor:
         """softmax(q k^T / sqrt(hd) + mask) v over [n, heads, L, hd], grouped-query when k/v have fewer heads."""
@@ -251,9 +259,10 @@ class Attention(nn.Module):
         if isinstance(mask, AttentionMask) and mask.block_mask is not None:
             # contiguous copies: inductor's CPU flex template misreads rotate-half q/k views (feasibility.md 7)
             q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-            return flex_attention_fn(q.device)(
+            flex_out: torch.Tensor = flex_attention_fn(q.device)(
                 q, k, v, score_mod=mask.score_mod, block_mask=mask.block_mask, enable_gqa=gqa
             )
+            return flex_out
         if isinstance(mask, AttentionMask) and mask.bool_mask is not None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool_mask, dropout_p=p, enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=gqa)
@@ -262,7 +271,7 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x) (Shazeer 2020); GELU, ReLU, squared ReLU: w2(act(w1 x))."""
 
-    def __init__(self, model: ModelSpec):
+    def __init__(self, model: ModelSpec) -> None:
         super().__init__()
         d, f = model.d_model, model.d_ff
         self.activation = model.activation
@@ -270,17 +279,20 @@ class MLP(nn.Module):
         self.w1 = nn.Linear(d, f, bias=model.bias)
         self.w3 = nn.Linear(d, f, bias=model.bias) if self.swiglu else None
         self.w2 = nn.Linear(f, d, bias=model.bias)
-        self.w2.residual_projection = True
+        self.w2.residual_projection = True  # type: ignore[assignment]  # a marker for reset_parameters (as wo's)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.swiglu:
-            return self.w2(F.silu(self.w1(x)) * self.w3(x))
         h = self.w1(x)
-        if self.activation == "relu":
-            return self.w2(F.relu(h))
-        if self.activation == "relu2":  # squared ReLU (So et al. 2021, section 4)
-            return self.w2(F.relu(h).square())
-        return self.w2(F.gelu(h))
+        if self.w3 is not None:
+            h = F.silu(h) * self.w3(x)
+        elif self.activation == "relu":
+            h = F.relu(h)
+        elif self.activation == "relu2":  # squared ReLU (So et al. 2021, section 4)
+            h = F.relu(h).square()
+        else:
+            h = F.gelu(h)
+        out: torch.Tensor = self.w2(h)
+        return out
 
 
 class Block(nn.Module):
@@ -288,9 +300,10 @@ class Block(nn.Module):
     h = norm(x), one norm. Dropout (model.dropout) on each branch's output in training."""
 
     recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
-    recompute_context_fn = None  # with recompute: a policy of what to keep anyway (op-level selective)
+    # with recompute: a policy of what to keep anyway (op-level selective: parallelize.op_selective_context)
+    recompute_context_fn: Callable[[], tuple[Any, Any]] | None = None
 
-    def __init__(self, model: ModelSpec):
+    def __init__(self, model: ModelSpec) -> None:
         super().__init__()
         self.parallel = model.parallel_block
         self.attention_norm = make_norm(model, model.d_model)
@@ -303,24 +316,31 @@ class Block(nn.Module):
         if self.recompute and torch.is_grad_enabled():
             # full recomputation (Chen et al. 2016, arXiv 1604.06174): keep only the block's input (and,
             # with a context_fn, the op outputs its policy keeps: runlib.model.parallelize.op_selective_policy)
-            extra = {"context_fn": self.recompute_context_fn} if self.recompute_context_fn is not None else {}
-            return torch.utils.checkpoint.checkpoint(self.body, x, rope, mask, use_reentrant=False, **extra)
+            extra: dict[str, Any] = {}
+            if self.recompute_context_fn is not None:
+                extra["context_fn"] = self.recompute_context_fn
+            out: torch.Tensor = torch.utils.checkpoint.checkpoint(
+                self.body, x, rope, mask, use_reentrant=False, **extra
+            )
+            return out
         return self.body(x, rope, mask)
 
+    def _drop(self, y: torch.Tensor) -> torch.Tensor:
+        return self.dropout(y) if self.dropout is not None else y
+
     def body(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
-        drop = self.dropout if self.dropout is not None else (lambda y: y)
-        if self.parallel:
+        if self.mlp_norm is None:  # parallel block: one norm for both branches
             h = self.attention_norm(x)
-            return x + drop(self.attention(h, rope, mask)) + drop(self.mlp(h))
-        x = x + drop(self.attention(self.attention_norm(x), rope, mask))
-        return x + drop(self.mlp(self.mlp_norm(x)))
+            return x + self._drop(self.attention(h, rope, mask)) + self._drop(self.mlp(h))
+        x = x + self._drop(self.attention(self.attention_norm(x), rope, mask))
+        return x + self._drop(self.mlp(self.mlp_norm(x)))
 
 
 class AttentionMask:
     """What one forward's attention layers share: an SDPA mask (boolean, or additive float with ALiBi), a
     flex BlockMask (with ALiBi's score_mod), or neither (causal)."""
 
-    def __init__(self, bool_mask: torch.Tensor | None = None, block_mask: Any = None, score_mod: Any = None):
+    def __init__(self, bool_mask: torch.Tensor | None = None, block_mask: Any = None, score_mod: Any = None) -> None:
         self.bool_mask, self.block_mask, self.score_mod = bool_mask, block_mask, score_mod
 
 
@@ -331,8 +351,12 @@ class Transformer(nn.Module):
     """The decoder of a ModelSpec, with vocab_rows embedding rows and positions up to max_seq_len."""
 
     attention_backend: AttentionBackend = "auto"
+    alibi: torch.Tensor  # buffers (register_buffer), typed for mypy
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+    runlib_autocast: torch.dtype | None = None  # set by runlib.model.parallelize: the dtype forward_context casts to
 
-    def __init__(self, model: ModelSpec, vocab_rows: int, max_seq_len: int):
+    def __init__(self, model: ModelSpec, vocab_rows: int, max_seq_len: int) -> None:
         super().__init__()
         self.spec, self.vocab_rows, self.max_seq_len = model, vocab_rows, max_seq_len
         self.head_dim = spec_head_dim(model)
@@ -362,6 +386,10 @@ class Transformer(nn.Module):
             self.set_rope(model.rope_theta, max_seq_len)
         self.reset_parameters()
 
+    def blocks(self) -> list[Block]:
+        """The transformer blocks, typed (nn.ModuleList yields Modules)."""
+        return [block for block in self.layers if isinstance(block, Block)]
+
     # -- set-up
 
     def reset_parameters(self) -> None:
@@ -379,8 +407,9 @@ class Transformer(nn.Module):
             elif isinstance(module, (RMSNorm, nn.LayerNorm)):
                 if module.weight is not None:
                     nn.init.ones_(module.weight)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
+                bias = getattr(module, "bias", None)
+                if isinstance(bias, torch.Tensor):
+                    nn.init.zeros_(bias)
 
     def set_rope(self, theta: float, max_seq_len: int | None = None) -> None:
         """Recompute the RoPE cos/sin tables for base theta and positions up to max_seq_len."""
@@ -405,17 +434,19 @@ class Transformer(nn.Module):
             if alibi:
                 slopes = self.alibi
 
-                def score_mod(score, b, h, q_idx, kv_idx):
+                def score_mod(
+                    score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+                ) -> torch.Tensor:
                     return score + slopes[h] * (kv_idx - q_idx)
 
             return AttentionMask(block_mask=flex_block_mask(doc_ids, n, length, device), score_mod=score_mod)
         if alibi:
-            if has_documents(doc_ids):
+            if doc_ids is not None and has_documents(doc_ids):
                 allowed = document_causal_mask(doc_ids)
             else:
                 allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
             return AttentionMask(bool_mask=alibi_bias(self.alibi, allowed, self.tok_embeddings.weight.dtype))
-        if has_documents(doc_ids):
+        if doc_ids is not None and has_documents(doc_ids):
             return AttentionMask(bool_mask=document_causal_mask(doc_ids))
         return AttentionMask()
 
@@ -445,6 +476,7 @@ class Transformer(nn.Module):
         if self.embedding_dropout is not None:
             x = self.embedding_dropout(x)
         mask = self.attention_mask(doc_ids, n, length, input_ids.device)
-        for layer in self.layers:
+        for layer in self.blocks():
             x = layer(x, rope, mask)
-        return self.lm_head(self.norm(x)).float()
+        logits: torch.Tensor = self.lm_head(self.norm(x))
+        return logits.float()

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from runlib.plan import flops as F
 from runlib.plan import scaling
 from runlib.plan.effective import PhaseSettings, all_phase_settings, devices
-from runlib.plan.hardware import Accelerator, cpu_device_memory, host_memory_bytes, resolve
 from runlib.plan.memory import MemoryBreakdown, phase_memory, state_bytes_per_param
 from runlib.plan.params import ParamCounts, count_params, head_dim
-from runlib.plan.schedule import Schedule, build_schedule, lr_scale_of, planned_lr
+from runlib.plan.schedule import Schedule, build_schedule, planned_lr
 from runlib.plan.timeline import (
     PhaseSpan,
     RampStretch,
@@ -21,6 +21,7 @@ from runlib.plan.timeline import (
     step_at_tokens,
     tokens_at_step,
 )
+from runlib.spec.hardware import Accelerator, cpu_device_memory, host_memory_bytes, resolve
 from runlib.spec.models import RunSpec
 from runlib.spec.units import Duration
 
@@ -174,7 +175,9 @@ def _largest_micro_batch(s: PhaseSettings, span: PhaseSpan, stretches: list[Ramp
 
 
 def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan:
-    """measured_tokens: training tokens per source counted in tokenized shards; they replace `tokens`."""
+    """measured_tokens: training tokens per source counted in tokenized shards; they replace `tokens`.
+
+    Over 80 lines: it is the plan's one assembly: each figure reads the ones before it."""
     measured_tokens = measured_tokens or {}
     accelerator = resolve(spec.hardware.accelerator, spec.hardware.memory_gib, spec.hardware.peak_tflops)
     if spec.hardware.accelerator == "cpu" and spec.hardware.memory_gib is None:
@@ -221,7 +224,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
         for k, v in source_tokens.items():
             used[k] = used.get(k, 0.0) + v
         phase_flops = per_token * span.tokens
-        lr_scale = lr_scale_of(s.phase)  # a mid-run LR change
+        lr_scale = s.lr_scale  # a mid-run LR change (runlib.plan.effective merges the phase's optimizer)
         phases.append(
             PhasePlan(
                 name=s.phase.name,
@@ -336,7 +339,11 @@ def checkpoint_write_gb_per_s(spec: RunSpec) -> float:
 
 
 def _checkpoint_plan(
-    spec: RunSpec, params: ParamCounts, spans: list[PhaseSpan], hours_per_token: float, to_tokens
+    spec: RunSpec,
+    params: ParamCounts,
+    spans: list[PhaseSpan],
+    hours_per_token: float,
+    to_tokens: Callable[[Duration | None], float | None],
 ) -> CheckpointPlan:
     size = params.total * checkpoint_bytes_per_param(spec)
     rate = checkpoint_write_gb_per_s(spec)

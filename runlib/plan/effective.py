@@ -1,15 +1,20 @@
 """Each phase's effective settings: the phase's overrides on top of the global ones.
 
-A phase override (seq_len, rope_theta, parallelism, batch) applies to that phase only; a phase
-without one uses the global value. Every check runs on these effective settings.
+A phase override (seq_len, rope_theta, parallelism, batch, optimizer) applies to that phase only; a
+phase without one uses the global value. This module is the one place that merges them (the plan, the
+audit and the training stage configs read PhaseSettings); every check runs on these effective settings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
-from runlib.spec.models import ParallelismSpec, PhaseSpec, RunSpec
+from runlib.plan.layout import planned_degrees
+from runlib.spec.models import OptimizerSpec, ParallelismSpec, PhaseOverride, PhaseSpec, RunSpec, SpecModel
 from runlib.spec.units import BatchSize
+
+_Section = TypeVar("_Section", bound=SpecModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +31,8 @@ class PhaseSettings:
     devices: int
     data_parallel: int  # floor of devices / (tensor*pipeline*context); PAR001 reports a remainder
     model_parallel: int  # tensor * pipeline * context
+    optimizer: OptimizerSpec  # the run's with the phase's optimizer overrides (grad_clip)
+    lr_scale: float  # phases[].optimizer.lr_scale: the schedule's LR times this within the phase (1: none)
 
     @property
     def path(self) -> str:
@@ -40,28 +47,35 @@ def devices(spec: RunSpec) -> int:
     return spec.hardware.nodes * spec.hardware.devices_per_node
 
 
+def merged(section: _Section, override: PhaseOverride | None) -> _Section:
+    """`section` with the fields `override` sets (runlib.spec.models.PhaseOverride.overrides), unchanged
+    (the same object) when it sets none."""
+    update = override.overrides() if override is not None else {}
+    return section.model_copy(update=update) if update else section
+
+
 def phase_settings(spec: RunSpec, index: int) -> PhaseSettings:
     phase = spec.phases[index]
-    parallelism = spec.parallelism
-    if phase.parallelism is not None:
-        parallelism = parallelism.model_copy(update=phase.parallelism.model_dump(exclude_none=True))
-    batch = phase.batch
-    overrides = batch.model_dump(exclude_none=True) if batch is not None else {}
-    model_parallel = parallelism.tensor * parallelism.pipeline * parallelism.context
+    parallelism = merged(spec.parallelism, phase.parallelism)
+    batch = merged(spec.batch, phase.batch)
     n_devices = devices(spec)
+    data_parallel, model_parallel = planned_degrees(parallelism, n_devices)
+    lr_scale = phase.optimizer.lr_scale if phase.optimizer is not None else None
     return PhaseSettings(
         index=index,
         phase=phase,
         seq_len=phase.seq_len or spec.model.seq_len,
         rope_theta=phase.rope_theta or spec.model.rope_theta,
         parallelism=parallelism,
-        micro_batch=overrides.get("micro_batch", spec.batch.micro_batch),
-        grad_accum=overrides.get("grad_accum", spec.batch.grad_accum),
-        global_batch=batch.global_batch if batch is not None and batch.global_batch else spec.batch.global_batch,
-        batch_overridden=bool(overrides),
+        micro_batch=batch.micro_batch,
+        grad_accum=batch.grad_accum,
+        global_batch=batch.global_batch,
+        batch_overridden=phase.batch is not None and bool(phase.batch.overrides()),
         devices=n_devices,
-        data_parallel=max(1, n_devices // model_parallel),
+        data_parallel=data_parallel,
         model_parallel=model_parallel,
+        optimizer=merged(spec.optimizer, phase.optimizer),
+        lr_scale=float(lr_scale) if lr_scale is not None else 1.0,
     )
 
 

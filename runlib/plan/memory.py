@@ -64,7 +64,7 @@ torch.profiler(profile_memory=True) on torch 2.13:
     their gradient (one [sb, V] tensor: accumulate.py's token_losses writes it in place), plus, under
     16-bit compute, the 16-bit logits before the fp32 cast;
   * held-out evaluation (monitor.eval_every, and at the phase's end) runs in the same process under
-    no_grad: batches of 8 windows (runlib/eval/heldout.py), whose fp32 logits and cross-entropy
+    no_grad: batches of 8 windows (runlib/train/heldout.py), whose fp32 logits and cross-entropy
     log-softmax are 2 x 4*8*s*V bytes. It adds to the step's transient rather than reusing it: glibc
     malloc keeps the step's freed blocks in its arenas (it returns memory to the system only from the
     top of a heap), and the evaluation's differently sized blocks do not fit them. Measured: taking the
@@ -80,6 +80,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runlib.plan.effective import PhaseSettings
+from runlib.plan.layout import Layout, build_layout
 from runlib.plan.params import ParamCounts, head_dim, kv_heads
 from runlib.spec.models import ModelSpec, PrecisionSpec
 
@@ -93,7 +94,7 @@ MIB = 2**20
 # demo's foundation and long phases and the tiny spec's foundation phase (2 processes, x86-64 Linux,
 # Python 3.11; `python -m runlib.bench.memory_check`, 2026-12): 340.5, 335 and 343.5 MiB.
 CPU_RUNTIME_BYTES = 340 * MIB
-HELDOUT_BATCH = 8  # windows per held-out forward (runlib.eval.heldout.heldout_metrics' batch_size)
+HELDOUT_BATCH = 8  # windows per held-out forward (runlib.train.heldout.heldout_metrics' batch_size)
 
 
 # The allocator's share on top of what the step allocates while it changes shape (activations, logits,
@@ -275,11 +276,6 @@ def pipeline_buffer_bytes(stage_output_bytes: float, in_flight: int, pipeline: i
     return (in_flight + 1) * stage_output_bytes
 
 
-def shard_degree(sharding: str, data_parallel: int, nodes: int) -> int:
-    """Ranks one copy of the sharded states is split over: d, or for hsdp the data-parallel ranks of one node."""
-    return max(1, data_parallel // nodes) if sharding == "hsdp" else data_parallel
-
-
 def pipeline_stage_layers(
     layers: int, pipeline: int, first: int | None = None, last: int | None = None
 ) -> list[int] | None:
@@ -300,6 +296,12 @@ def pipeline_stage_layers(
     return head + [rest // middle] * middle + tail if middle else head + tail
 
 
+def phase_layout(settings: PhaseSettings, nodes: int) -> Layout:
+    """The layout the memory model reads: the settings' parallelism on their devices over `nodes` machines
+    (a caller may shrink settings.devices, e.g. to one process: runlib.bench.memory_check)."""
+    return build_layout(settings.parallelism, nodes=nodes, devices_per_node=settings.devices // nodes)
+
+
 def phase_memory(
     model: ModelSpec,
     precision: PrecisionSpec,
@@ -314,7 +316,7 @@ def phase_memory(
     if accelerator == "cpu":
         return cpu_phase_memory(model, precision, params, vocab_rows, settings, nodes)
     par = settings.parallelism
-    p = par.pipeline
+    p = phase_layout(settings, nodes).pp
     stages = pipeline_stage_layers(
         model.layers, p, par.pipeline_first_stage_layers, par.pipeline_last_stage_layers
     ) or _ceil_stages(model.layers, p)
@@ -378,27 +380,30 @@ def _device_memory(
     in_flight: int,
     logits: bool,
 ) -> MemoryBreakdown:
+    """One device's breakdown on pipeline stage `stage` (module docstring: model states, buffers, activations).
+
+    Over 80 lines: every part reads the same stage facts; the parts are named in the module docstring."""
     par = settings.parallelism
-    t, c = par.tensor, par.context
+    layout = phase_layout(settings, nodes)
+    t, c = layout.tp, layout.cp
     # FSDP and ZeRO shard over every data-parallel rank of the context-parallel group as well
-    # (torchtitan's dp_shard_cp mesh, Megatron's data-parallel group with context parallelism)
-    ranks = shard_degree(par.sharding, settings.data_parallel * c, nodes)
+    # (runlib.plan.layout: torchtitan's dp_shard_cp mesh, Megatron's data-parallel group with context parallelism)
     n_local = stage_params / t
     weights_b, master_b, grads_b, optim_b = state_bytes_per_param(precision)
-    shard_optim = par.sharding in ("zero1", "zero2", "fsdp", "hsdp")
-    master = n_local * master_b / (ranks if shard_optim else 1)
-    optimizer = n_local * optim_b / (ranks if shard_optim else 1)
-    if par.offload:
+    master = n_local * master_b / layout.shards("master_weights")
+    optimizer = n_local * optim_b / layout.shards("optimizer_states")
+    if layout.offload:
         master = optimizer = 0.0
-    gradients = n_local * grads_b / (ranks if par.sharding in ("zero2", "fsdp", "hsdp") else 1)
-    weights = n_local * weights_b / (ranks if par.sharding in ("fsdp", "hsdp") else 1)
+    gradients = n_local * grads_b / layout.shards("gradients")
+    sharded_weights = layout.is_sharded("weights")  # fsdp, hsdp: the gathered copies below
+    weights = n_local * weights_b / layout.shards("weights")
     buffers = 0.0
-    if par.sharding in ("fsdp", "hsdp") and par.pipeline > 1:
+    if sharded_weights and layout.pp > 1:
         # under a pipeline FSDP keeps the stage's weights gathered and its gradients unsharded across the
         # micro-batches of a step (torchtitan parallelize: reshard_after_forward off with pp, gradient
         # sync on the last micro-batch only)
         buffers = stage_params * (weights_b + grads_b) / t
-    elif par.sharding in ("fsdp", "hsdp"):
+    elif sharded_weights:
         # gathered 16-bit copies: the layer computed and the one prefetched, the unsharded gradient of
         # the layer before its reduce-scatter, and the root group (embedding, head) for the whole pass
         root = stage_params - stage_layers * params.per_layer
@@ -414,7 +419,7 @@ def _device_memory(
     # buckets after the backward (DEEPSPEED_ALLREDUCE_*): held by the allocator, not live at the peak
     allreduce_bucket = (
         min(n_local, DEEPSPEED_ALLREDUCE_BUCKET_ELEMENTS) * DEEPSPEED_ALLREDUCE_BYTES_PER_ELEMENT
-        if par.grad_accumulation == "separate_buffer" and settings.data_parallel > 1
+        if par.grad_accumulation == "separate_buffer" and layout.data_parallel > 1
         else 0.0
     )
 
@@ -452,7 +457,7 @@ def _device_memory(
         activations += in_flight * s * b * model.d_model * act_bytes / (t if sp else 1)
     logit_bytes = LOGIT_BYTES
     logit_mem = logit_bytes * s * b * vocab_rows / t if logits else 0.0
-    pipe_buffers = pipeline_buffer_bytes(s * b * model.d_model * act_bytes / t, in_flight, par.pipeline, last=logits)
+    pipe_buffers = pipeline_buffer_bytes(s * b * model.d_model * act_bytes / t, in_flight, layout.pp, last=logits)
     buffers += pipe_buffers
     fragmentation = FRAGMENTATION * (activations + logit_mem + buffers - grad_buffer)
     assumptions = (
@@ -460,8 +465,8 @@ def _device_memory(
         ("stage_layers", stage_layers),
         ("stage_params", int(stage_params)),
         ("in_flight_micro_batches", in_flight),
-        ("pipeline_schedule", "1f1b" if par.pipeline > 1 else "none"),
-        ("state_shard_ranks", ranks if shard_optim else 1),
+        ("pipeline_schedule", "1f1b" if layout.pp > 1 else "none"),
+        ("state_shard_ranks", layout.shards("optimizer_states")),
         ("attention_kernel", par.attention_kernel),
         ("sequence_parallel", sp),
         ("sequence_parallel_saves", par.sequence_parallel_saves if sp else "n/a"),
@@ -500,24 +505,22 @@ def cpu_phase_memory(
     """Peak RSS of one CPU training process (module docstring: CPU): model states as on GPU, DDP's
     gradient buckets, the CPU path's activations, the step's and the evaluation's logits, CPU_RUNTIME_BYTES."""
     par = settings.parallelism
+    layout = phase_layout(settings, nodes)
+    t, c, p = layout.tp, layout.cp, layout.pp
     states = phase_memory(model, precision, params, vocab_rows, settings, 0.0, nodes)
     # FSDP gathers one layer ahead: 2 unsharded layers (runlib's CPU path: no root group held, measured)
-    buffers = (
-        2 * params.per_layer * state_bytes_per_param(precision)[0] / par.tensor
-        if par.sharding in ("fsdp", "hsdp")
-        else 0.0
-    )
-    if par.sharding == "none" and settings.data_parallel > 1:
-        buffers += params.total / (par.tensor * par.pipeline) * state_bytes_per_param(precision)[2]
+    buffers = 2 * params.per_layer * state_bytes_per_param(precision)[0] / t if layout.is_sharded("weights") else 0.0
+    if layout.sharding == "none" and layout.data_parallel > 1:  # DDP's gradient buckets
+        buffers += params.total / (t * p) * state_bytes_per_param(precision)[2]
     act_bytes = 4 if precision.compute == "fp32" else 2
-    s, b, t = settings.seq_len / par.context, settings.micro_batch, par.tensor
+    s, b = settings.seq_len / c, settings.micro_batch
     selective = par.activation_checkpointing == "selective"
-    per_layer = cpu_activation_bytes_per_layer(model, settings.seq_len, b, t, par.context, act_bytes, selective)
-    in_flight = min(1.0, settings.grad_accum / par.pipeline) if par.pipeline > 1 else 1.0
+    per_layer = cpu_activation_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, selective)
+    in_flight = min(1.0, settings.grad_accum / p) if p > 1 else 1.0
     if par.activation_checkpointing == "full":
         activations = model.layers * s * b * model.d_model * act_bytes / t * in_flight + per_layer
     elif par.activation_checkpointing == "selective_op":
-        kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, par.context, act_bytes, True)
+        kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, True)
         activations = model.layers * kept * in_flight + per_layer
     else:
         activations = model.layers * per_layer * in_flight

@@ -59,7 +59,7 @@ class LossPrediction:
 
 def refit_loss(params: float, tokens: float) -> float:
     """The Besiroglu et al. refit L(N, D) in nats per token (Chinchilla's data and tokenizer)."""
-    return REFIT_E + REFIT_A / max(params, 1.0) ** REFIT_ALPHA + REFIT_B / max(tokens, 1.0) ** REFIT_BETA
+    return float(REFIT_E + REFIT_A / max(params, 1.0) ** REFIT_ALPHA + REFIT_B / max(tokens, 1.0) ** REFIT_BETA)
 
 
 def _span(lo: float, hi: float) -> str:
@@ -100,11 +100,11 @@ def refit_optimum(compute_flops: float) -> tuple[float, float]:
 
 
 def deepseek_optimal_batch_tokens(compute: float) -> float:
-    return 0.2920 * compute**0.3271
+    return float(0.2920 * compute**0.3271)
 
 
 def deepseek_optimal_lr(compute: float) -> float:
-    return 0.3118 * compute**-0.1250
+    return float(0.3118 * compute**-0.1250)
 
 
 def references(

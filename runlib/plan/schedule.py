@@ -93,13 +93,6 @@ def build_schedule(
     return Schedule(kind, peak_lr, peak_lr * min_lr_ratio, warmup_tokens, decay_start, decay_end, run_tokens)
 
 
-def lr_scale_of(phase: object) -> float:
-    """A phase spec's optimizer.lr_scale (runlib.spec.models.PhaseOptimizer), 1 when it sets none."""
-    optimizer = getattr(phase, "optimizer", None)
-    scale = getattr(optimizer, "lr_scale", None) if optimizer is not None else None
-    return float(scale) if scale is not None else 1.0
-
-
 def planned_lr(schedule: Schedule, tokens: float, lr_scale: float = 1.0) -> float:
     """The LR of a step that ends after `tokens` in a phase with this lr_scale: the run's schedule times it."""
     return schedule.lr_at(tokens) * lr_scale

@@ -12,8 +12,10 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from runlib.plan.effective import PhaseSettings
+from runlib.plan.layout import planned_degrees
 from runlib.spec.models import RunSpec
 from runlib.spec.units import BatchSize, Duration
 
@@ -77,11 +79,11 @@ def linear_ramp_points(spec: RunSpec) -> list[tuple[float, BatchSize]]:
     if ramp is None:
         return []
     seq_len = spec.model.seq_len
-    par = spec.parallelism
-    devices = spec.hardware.nodes * spec.hardware.devices_per_node
-    dp = max(1, devices // (par.tensor * par.pipeline * par.context))
+    dp, _ = planned_degrees(spec.parallelism, spec.hardware.nodes * spec.hardware.devices_per_node)
     steady = spec.batch.micro_batch * spec.batch.grad_accum * dp * seq_len
-    unit = "sequences" if ramp.start.unit == ramp.increment.unit == "sequences" else "tokens"
+    unit: Literal["tokens", "sequences"] = (
+        "sequences" if ramp.start.unit == ramp.increment.unit == "sequences" else "tokens"
+    )
     per = seq_len if unit == "sequences" else 1  # tokens per unit
     start, increment = ramp.start.tokens(seq_len) // per, max(1, ramp.increment.tokens(seq_len) // per)
     steady //= per
@@ -98,7 +100,7 @@ def linear_ramp_points(spec: RunSpec) -> list[tuple[float, BatchSize]]:
     return points
 
 
-def ramp_points(spec: RunSpec) -> list[tuple[float, object]]:
+def ramp_points(spec: RunSpec) -> list[tuple[float, BatchSize]]:
     """(threshold tokens, BatchSize) in spec order; percent thresholds are of the run's tokens."""
     if spec.batch.linear_ramp is not None:
         return list(linear_ramp_points(spec))
@@ -148,7 +150,7 @@ def ramp_stretches(spec: RunSpec) -> list[RampStretch]:
 
 
 def _tokens_per_step_at(
-    position: float, settings: PhaseSettings, ramp: list[tuple[float, object]]
+    position: float, settings: PhaseSettings, ramp: list[tuple[float, BatchSize]]
 ) -> tuple[int, float]:
     """Tokens per step at `position` and the next ramp threshold after it (inf if none)."""
     steady = max(1, settings.steady_tokens_per_step)
@@ -160,7 +162,7 @@ def _tokens_per_step_at(
     if i == 0:
         return steady, next_threshold
     batch = max((p for p in ramp if p[0] <= position), key=lambda p: p[0])[1]
-    return max(1, batch.tokens(settings.seq_len)), next_threshold  # type: ignore[attr-defined]
+    return max(1, batch.tokens(settings.seq_len)), next_threshold
 
 
 def nominal_phase_tokens(duration: Duration, run_tokens: int, tokens_per_step: int) -> float:
@@ -171,7 +173,9 @@ def nominal_phase_tokens(duration: Duration, run_tokens: int, tokens_per_step: i
     return duration.amount
 
 
-def phase_span(start_tokens: int, start_step: int, settings: PhaseSettings, run_tokens: int, ramp) -> PhaseSpan:
+def phase_span(
+    start_tokens: int, start_step: int, settings: PhaseSettings, run_tokens: int, ramp: list[tuple[float, BatchSize]]
+) -> PhaseSpan:
     duration = settings.phase.tokens
     position, step = start_tokens, start_step
     segments: list[Segment] = []

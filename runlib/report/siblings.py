@@ -11,38 +11,30 @@ when this report is written again (the workflow rewrites it whenever one of its 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from runlib.audit.render.report import Block, Code, Heading, Link, Para, Table
+from runlib.audit.render.report import Block, Cell, Code, Heading, Link, Para, Table
+from runlib.report.collect import JsonObject, RunData, json_object, number
+from runlib.store.keys import spec_key
 from runlib.util.report_dirs import SPEC_PATH_FILE, recorded_spec_path, sibling_reports
-from runlib.workflow.keys import spec_key
-
-if TYPE_CHECKING:
-    from runlib.report.run_report import RunData
 
 SUMMARY = "summary.json"
 SUMMARY_MAX_BYTES = 1 << 20  # a summary is a few hundred bytes: a larger file is not one
 
 
-def _number(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
-def run_summary(run: RunData) -> dict[str, Any]:
+def run_summary(run: RunData) -> JsonObject:
     """The headline numbers of a run report (pure: from the collected run)."""
     trained = [p for p in run.phases if p.train is not None and p.train.built]
     last = trained[-1] if trained else None
     counts = last.train.manifest.counts if last is not None and last.train and last.train.manifest else {}
     records = last.records if last is not None else []
-    final_loss = _number(counts.get("final_loss", records[-1].get("loss") if records else None))
-    tokens = _number(counts.get("tokens", records[-1].get("tokens") if records else None))
+    final_loss = number(counts.get("final_loss", records[-1].get("loss") if records else None))
+    tokens = number(counts.get("tokens", records[-1].get("tokens") if records else None))
     evaluated = [p for p in run.phases if p.eval_data is not None]
     heldout: dict[str, float] = {}
     if evaluated:
-        for source, entry in ((evaluated[-1].eval_data or {}).get("heldout") or {}).items():
-            loss = _number((entry or {}).get("loss")) if isinstance(entry, dict) else None
+        for source, entry in json_object((evaluated[-1].eval_data or {}).get("heldout")).items():
+            loss = number(entry.get("loss")) if isinstance(entry, dict) else None
             if loss is not None:
                 heldout[str(source)] = loss
     return {
@@ -58,7 +50,7 @@ def run_summary(run: RunData) -> dict[str, Any]:
     }
 
 
-def read_summary(directory: Path) -> dict[str, Any] | None:
+def read_summary(directory: Path) -> JsonObject | None:
     """A report directory's summary.json, or None (missing, too large, not a JSON object)."""
     path = Path(directory) / SUMMARY
     try:
@@ -70,41 +62,42 @@ def read_summary(directory: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def sibling_summaries(out_dir: Path) -> list[tuple[Path, dict[str, Any] | None]]:
+def sibling_summaries(out_dir: Path) -> list[tuple[Path, JsonObject | None]]:
     """The other run reports beside out_dir that hold a report (reports/<run>/run[-*]/report.html), each
     with its summary (None: written by a runlib before summaries, or unreadable)."""
     return [(d, read_summary(d)) for d in sibling_reports(out_dir, "run") if (d / "report.html").is_file()]
 
 
-def _fmt(x: Any, spec: str) -> str:
-    value = _number(x)
+def _fmt(x: object, spec: str) -> str:
+    value = number(x)
     return format(value, spec) if value is not None else "–"
 
 
-def sibling_blocks(own: dict[str, Any], siblings: list[tuple[Path, dict[str, Any] | None]]) -> list[Block]:
+def sibling_blocks(own: JsonObject, siblings: list[tuple[Path, JsonObject | None]]) -> list[Block]:
     """A table of this report and its siblings' (pure): spec file, link, stages, tokens, losses."""
     if not siblings:
         return []
-    sources = list(own.get("heldout_loss") or {})
+    sources = list(json_object(own.get("heldout_loss")))
     for _, summary in siblings:
-        sources += [s for s in ((summary or {}).get("heldout_loss") or {}) if s not in sources]
+        sources += [s for s in json_object((summary or {}).get("heldout_loss")) if s not in sources]
 
-    def row(label: Any, summary: dict[str, Any] | None, fallback_path: str | None) -> tuple[Any, ...]:
+    def row(label: Cell, summary: JsonObject | None, fallback_path: str | None) -> tuple[Cell, ...]:
         if summary is None:
             return (label, Code(fallback_path or "?"), "no summary (an older report)", *(["–"] * (3 + len(sources))))
-        heldout = summary.get("heldout_loss") if isinstance(summary.get("heldout_loss"), dict) else {}
+        heldout = json_object(summary.get("heldout_loss"))
         built, total = summary.get("stages_built"), summary.get("stages")
         return (
             label,
             Code(str(summary.get("spec_path", fallback_path or "?"))),
-            f"{built} of {total}" if _number(built) is not None and _number(total) is not None else "–",
+            f"{built} of {total}" if number(built) is not None and number(total) is not None else "–",
             _fmt(summary.get("tokens_trained"), ",.0f"),
             _fmt(summary.get("final_loss"), ".4f"),
             str(summary.get("heldout_phase") or "–"),
             *(_fmt(heldout.get(s), ".4f") for s in sources),
         )
 
-    rows = [row("this report", own, own.get("spec_path"))]
+    own_path = own.get("spec_path")
+    rows = [row("this report", own, own_path if isinstance(own_path, str) else None)]
     for directory, summary in siblings:
         link = Link(directory.name, f"../{directory.name}/report.html", f"../{directory.name}/report.md")
         rows.append(row(link, summary, recorded_spec_path(directory)))
@@ -120,7 +113,7 @@ def sibling_blocks(own: dict[str, Any], siblings: list[tuple[Path, dict[str, Any
     ]
 
 
-def write_summary(directory: Path, summary: dict[str, Any]) -> None:
+def write_summary(directory: Path, summary: JsonObject) -> None:
     """summary.json and the spec-path file into a report directory being written."""
     Path(directory, SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    Path(directory, SPEC_PATH_FILE).write_text(summary["spec_path"] + "\n", encoding="utf-8")
+    Path(directory, SPEC_PATH_FILE).write_text(str(summary["spec_path"]) + "\n", encoding="utf-8")

@@ -6,7 +6,7 @@ Four parts, each a pure comparison of things the project already derives:
 2. the plan: parameters, FLOPs, tokens and steps per phase, the LR at every phase boundary, memory per
    device per phase, epochs per source, device-hours and days (runlib.plan.derive on both);
 3. the audit findings that appear and disappear (by code and spec path);
-4. the stages that rerun: B's stage instances whose key (runlib.workflow.keys) is not a key of A's stage
+4. the stages that rerun: B's stage instances whose key (runlib.store.keys) is not a key of A's stage
    graph. Artifacts are content-addressed, so with A built these are exactly the jobs `snakemake -n` lists
    for B (besides its `track` and `report` views, which follow every change of the run), with the
    estimated device-hours of the training phases among them.
@@ -27,8 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runlib.audit import AuditResult, audit_loaded
+from runlib.audit import AuditResult
+from runlib.curate.config import CurateShardConfig
 from runlib.errors import UserError
+from runlib.graph.measured import audit_measured
 from runlib.plan import Plan
 from runlib.spec import LoadedSpec, load_spec
 from runlib.spec.units import format_count
@@ -235,27 +237,25 @@ def finding_changes(a: AuditResult, b: AuditResult) -> tuple[list[FindingChange]
 
 
 def review_graph(spec: Any, plan: Plan) -> tuple[Any, list[str]]:
-    """The spec's stage graph (runlib.workflow.graph.build_graph), except that a file source whose glob
+    """The spec's stage graph (runlib.graph.build.build_graph), except that a file source whose glob
     matches nothing gets one placeholder shard (no files) instead of an error. Returns the graph and the
     names of those sources."""
-    from runlib.workflow import configs
-    from runlib.workflow.graph import build_graph
+    from runlib.graph import configs
+    from runlib.graph.build import build_graph
 
     placeholders: list[str] = []
-    shard_configs: dict[str, list] = {}
+    shard_configs: dict[str, list[CurateShardConfig]] = {}
     for name, source in spec.data.sources.items():
         try:
             shard_configs[name] = configs.curate_shard_configs(_one_source(spec, name), plan)[name]
         except UserError as exc:
             if "matches no file" not in str(exc):
                 raise
-            from runlib.curate.config import CurateShardConfig
-
             placeholders.append(name)
             shard_configs[name] = [
                 CurateShardConfig(input=source.input, curate=source.curate, shard=0, shards=1, files=[])
             ]
-    # a tokenizer.pretrained or eval task file not here: a placeholder digest on both sides (runlib.workflow.configs)
+    # a tokenizer.pretrained or eval task file not here: a placeholder digest on both sides (runlib.graph.configs)
     with configs.placeholder_files() as missing_files:
         graph = build_graph(spec, shard_configs)
     return graph, placeholders + missing_files
@@ -270,7 +270,7 @@ def _one_source(spec: Any, name: str) -> Any:
 def stage_reruns(graph_a: Any, graph_b: Any, spec_b: Any) -> list[StageRerun]:
     """B's stage instances whose key A's graph lacks, in B's graph order; a training stage carries the
     estimated device-hours of its own run (a ladder rung's or a branch's plan, not the target's)."""
-    from runlib.workflow.train_plans import node_device_hours, train_plans
+    from runlib.graph.train_plans import node_device_hours, train_plans
 
     keys_a = {(n.stage, n.key) for n in graph_a.nodes}
     before = {n.instance: n.key for n in graph_a.nodes}
@@ -291,10 +291,10 @@ def stage_reruns(graph_a: Any, graph_b: Any, spec_b: Any) -> list[StageRerun]:
 
 
 def diff_loaded(a: LoadedSpec, b: LoadedSpec) -> SpecDiff:
-    """The whole comparison of two loaded specs, each audited as `runlib audit` audits it (audit_loaded with
-    use_measured: a source tokenized on this machine under that spec counts its measured tokens, so the
+    """The whole comparison of two loaded specs, each audited as `runlib audit` audits it (audit_measured: a
+    source tokenized on this machine under that spec counts its measured tokens, so the
     epochs here are the audit's)."""
-    result_a, result_b = audit_loaded(a, use_measured=True), audit_loaded(b, use_measured=True)
+    result_a, result_b = audit_measured(a), audit_measured(b)
     graph_a, missing_a = review_graph(a.spec, result_a.plan)
     graph_b, missing_b = review_graph(b.spec, result_b.plan)
     appeared, disappeared = finding_changes(result_a, result_b)
@@ -392,10 +392,12 @@ def render_text(d: SpecDiff) -> str:
     for f in d.disappeared:
         lines.append(f"  - {f.severity:<7} {f.code} {f.path}: {f.message}")
     lines += ["", _rerun_summary(d)]
-    for r in d.reruns:
-        hours = f"  ~{_number(d.hours_unit, r.device_hours)} {d.hours_unit}" if r.device_hours is not None else ""
-        was = f"was {r.key_before}" if r.key_before else "new instance"
-        lines.append(f"  {r.instance:<34} {r.key}  ({was}){hours}")
+    for rerun in d.reruns:
+        hours = (
+            f"  ~{_number(d.hours_unit, rerun.device_hours)} {d.hours_unit}" if rerun.device_hours is not None else ""
+        )
+        was = f"was {rerun.key_before}" if rerun.key_before else "new instance"
+        lines.append(f"  {rerun.instance:<34} {rerun.key}  ({was}){hours}")
     if d.placeholder_sources:
         lines.append(
             f"  (input files of {', '.join(d.placeholder_sources)} not found here: their stage keys assume "
@@ -443,11 +445,10 @@ def render_markdown(d: SpecDiff) -> str:
     lines += ["", "#### Stages that rerun", ""]
     if d.reruns:
         lines += [f"| stage | key | was | {d.hours_unit} |", "|---|---|---|---:|"]
-        for r in d.reruns:
-            hours = _number(d.hours_unit, r.device_hours) if r.device_hours is not None else ""
-            lines.append(
-                f"| {_md(r.instance)} | `{r.key}` | {f'`{r.key_before}`' if r.key_before else 'new'} | {hours} |"
-            )
+        for rerun in d.reruns:
+            hours = _number(d.hours_unit, rerun.device_hours) if rerun.device_hours is not None else ""
+            was = f"`{rerun.key_before}`" if rerun.key_before else "new"
+            lines.append(f"| {_md(rerun.instance)} | `{rerun.key}` | {was} | {hours} |")
     else:
         lines.append("None.")
     if d.placeholder_sources:

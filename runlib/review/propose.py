@@ -33,10 +33,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from runlib.errors import UserError
+from runlib.plan import Plan, derive
+from runlib.plan.flops import flops_per_token
+from runlib.plan.params import count_params
+from runlib.plan.scaling import deepseek_optimal_batch_tokens, deepseek_optimal_lr, refit_optimum
 from runlib.review.importers.draft import Draft, load_draft
+from runlib.spec import LoadedSpec, load_spec, load_spec_text, validate_data
+from runlib.spec.hardware import CATALOG
+from runlib.spec.models import ModelSpec
+from runlib.spec.units import parse_count
 
 PLAN_SHARE = 0.95
 BASE_MFU = 0.40  # Llama 3 405B: 38-43% BF16 MFU (arXiv 2407.21783, Table 4)
@@ -66,16 +74,14 @@ class Shape:
 @dataclass(frozen=True)
 class Proposal:
     text: str
-    loaded: Any  # runlib.spec.LoadedSpec
+    loaded: LoadedSpec
     summary: str  # the choices in a few lines, for the terminal
     params: int
     tokens: int
     optimal_params: float
     optimal_tokens: float
 
-    def reload(self, file: str):
-        from runlib.spec import load_spec_text
-
+    def reload(self, file: str) -> LoadedSpec:
         return load_spec_text(self.text, file)
 
 
@@ -114,11 +120,6 @@ def _model_dict(shape: Shape, vocab_rows: int, seq_len: int) -> dict[str, Any]:
 
 def choose_shape(budget_flops: float, vocab_rows: int, seq_len: int) -> tuple[Shape, float, float, float]:
     """(shape, tokens, N_opt, D_opt): tokens = budget / plan FLOPs per token; N_opt at C = 6 N D."""
-    from runlib.plan.flops import flops_per_token
-    from runlib.plan.params import count_params
-    from runlib.plan.scaling import refit_optimum
-    from runlib.spec.models import ModelSpec
-
     scored = []
     for shape in candidate_shapes():
         # closed form of count_params for this family (checked below on the winner)
@@ -145,11 +146,19 @@ def choose_shape(budget_flops: float, vocab_rows: int, seq_len: int) -> tuple[Sh
     return shape, tokens, n_opt, d_opt
 
 
-def _layout(spec_data: dict[str, Any], per_rank_seqs: int) -> tuple[str, str, int, float, float]:
-    """(sharding, recompute, micro_batch, estimated MFU factor, memory share) that fits, best MFU first."""
-    from runlib.plan import derive
-    from runlib.spec import validate_data
+class Layout(NamedTuple):
+    """A data-parallel layout that fits device memory, and what it costs."""
 
+    sharding: str
+    recompute: str
+    micro_batch: int
+    mfu_factor: float  # RECOMPUTE_MFU of the recomputation
+    memory_share: float  # the plan's memory per device over the device's
+
+
+def _layout(spec_data: dict[str, Any], per_rank_seqs: int) -> Layout:
+    """The layout that fits MEMORY_SHARE of device memory with the best MFU; among equals the least
+    sharding, then the largest micro-batch."""
     options = []
     for recompute in ("none", "selective", "full"):
         for level, sharding in enumerate(SHARDINGS):
@@ -166,7 +175,7 @@ def _layout(spec_data: dict[str, Any], per_rank_seqs: int) -> tuple[str, str, in
         memory = max(p.memory.total for p in plan.phases)
         capacity = plan.accelerator.memory_gib * 2**30
         if memory <= MEMORY_SHARE * capacity:
-            return sharding, recompute, micro, factor, memory / capacity
+            return Layout(sharding, recompute, micro, factor, memory / capacity)
     raise UserError(
         "runlib propose: no data-parallel layout fits the compute-optimal model in device memory "
         "(runlib enacts no tensor or pipeline parallelism); give more memory per device (another --accelerator)"
@@ -199,8 +208,6 @@ def _sources(
             ],
         )
     if Path(data).suffix in (".yaml", ".yml") or Path(data).is_file():
-        from runlib.spec import load_spec
-
         loaded = load_spec(data)
         sources = {k: v for k, v in loaded.data["data"]["sources"].items()}
         phases = loaded.spec.phases
@@ -218,8 +225,6 @@ def _sources(
                 + ("its anneal phase's for the anneal." if anneals else "for the anneal.")
             ],
         )
-    from runlib.spec.units import parse_count
-
     sources, weights = {}, {}
     for item in data.split(","):
         try:
@@ -241,19 +246,29 @@ def _sources(
     return sources, mixture, mixture, ["Data: the --data sources, weighted by their tokens (each seen about once)."]
 
 
-def propose(
-    accelerator: str,
-    devices: int,
-    days: float,
-    data: str | None = None,
-    mfu: float | None = None,
-    name: str | None = None,
-) -> Proposal:
-    from runlib.plan import derive
-    from runlib.plan.hardware import CATALOG
-    from runlib.plan.scaling import deepseek_optimal_batch_tokens, deepseek_optimal_lr
-    from runlib.spec import validate_data
+# ------------------------------------------------------------------------------------- the budget
 
+
+@dataclass(frozen=True)
+class Budget:
+    """The hardware budget asked for, checked: accelerator x devices x days at an MFU."""
+
+    accelerator: str
+    devices: int
+    days: float
+    base_mfu: float  # the planning MFU before the layout's recomputation
+    compute: str  # bf16, or fp16 where the accelerator has no bf16
+    peak: float  # the accelerator's dense FLOP/s at that precision
+    nodes: int
+    per_node: int
+
+    @property
+    def device_hours(self) -> float:
+        return self.devices * self.days * 24
+
+
+def _budget(accelerator: str, devices: int, days: float, mfu: float | None) -> Budget:
+    """The budget, each argument checked (UserError naming the flag)."""
     if accelerator not in CATALOG:
         raise UserError(f"runlib propose: unknown accelerator {accelerator!r}; known: {', '.join(CATALOG)}")
     if devices < 1 or (devices > 8 and devices % 8):
@@ -265,150 +280,262 @@ def propose(
         raise UserError(f"runlib propose: --mfu {mfu}: give a fraction in [0.01, 0.9] (0.40 is typical)")
     acc = CATALOG[accelerator]
     compute = "bf16" if acc.supports("bf16") else "fp16"
-    peak = acc.peak_tflops[compute] * 1e12
     nodes, per_node = (devices // 8, 8) if devices >= 8 else (1, devices)
-    device_hours = devices * days * 24
-    name = name or f"proposal-{accelerator}-{devices}x{days:g}d"
+    return Budget(accelerator, devices, days, base_mfu, compute, acc.peak_tflops[compute] * 1e12, nodes, per_node)
 
+
+# ---------------------------------------------------------------------------------------- the fit
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The run that spends the budget's FLOPs at one MFU factor: the shape, the tokens and the fit's optimum
+    (choose_shape), DeepSeek LLM's batch and LR, the schedule's steps."""
+
+    vocab_rows: int
+    seq_len: int
+    shape: Shape
+    tokens: float
+    n_opt: float
+    d_opt: float
+    b_opt: float  # DeepSeek LLM's B_opt, tokens
+    per_rank: int  # sequences per data-parallel rank per step
+    step_tokens: int
+    steps: int
+    anneal_steps: int
+    lr: float
+    warmup_steps: int
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """_sources: the spec's data.sources, the foundation and anneal mixtures, the header's notes."""
+
+    sources: dict[str, Any]
+    mixture: dict[str, float]
+    anneal_mixture: dict[str, float]
+    notes: list[str]
+
+
+def _fit(budget: Budget, factor: float, data: str | None) -> tuple[Fit, DataPlan]:
+    """The fit for the budget's FLOPs at `factor` x its MFU, and the data it trains on."""
+    budget_flops = PLAN_SHARE * budget.device_hours * 3600 * budget.peak * budget.base_mfu * factor
+    n_guess = (budget_flops / 6 / 20) ** 0.5  # ~20 tokens per parameter, only to pick vocab and context
+    vocab_rows = 32768 if n_guess < 1e9 else 65536
+    seq_len = 2048 if n_guess < 1e9 else 4096
+    shape, tokens, n_opt, d_opt = choose_shape(budget_flops, vocab_rows, seq_len)
+    data_plan = DataPlan(*_sources(data, tokens))
+    non_embedding = shape.layers * (4 * shape.d_model**2 + 3 * shape.d_model * shape.d_ff + 2 * shape.d_model)
+    m = 6.0 * non_embedding + 6.0 * shape.layers * shape.d_model * seq_len
+    b_opt = deepseek_optimal_batch_tokens(m * tokens)
+    dp = budget.devices
+    per_rank = max(1, round(b_opt / seq_len / dp))
+    step_tokens = per_rank * dp * seq_len
+    steps = max(10, round(tokens / step_tokens))
+    anneal_steps = max(1, math.floor(ANNEAL_SHARE * steps))  # floor: at most PHASE002's 10%
+    lr = float(f"{deepseek_optimal_lr(m * tokens):.3g}")
+    warmup_steps = max(1, min(MAX_WARMUP_STEPS, round(0.01 * steps)))
+    fit = Fit(
+        vocab_rows=vocab_rows,
+        seq_len=seq_len,
+        shape=shape,
+        tokens=tokens,
+        n_opt=n_opt,
+        d_opt=d_opt,
+        b_opt=b_opt,
+        per_rank=per_rank,
+        step_tokens=step_tokens,
+        steps=steps,
+        anneal_steps=anneal_steps,
+        lr=lr,
+        warmup_steps=warmup_steps,
+    )
+    return fit, data_plan
+
+
+def _spec_data(budget: Budget, name: str, factor: float, fit: Fit, data_plan: DataPlan) -> dict[str, Any]:
+    """The spec's YAML data for the fit, before the layout (data parallel, micro-batch 1)."""
+    steps, step_tokens, anneal_steps = fit.steps, fit.step_tokens, fit.anneal_steps
+    spec_data: dict[str, Any] = {
+        "name": name,
+        "hardware": {
+            "accelerator": budget.accelerator,
+            "nodes": budget.nodes,
+            "devices_per_node": budget.per_node,
+            "mfu": round(budget.base_mfu * factor, 4),
+            "node_mtbf_hours": round(GPU_MTBF_HOURS / budget.per_node, 1),
+        },
+        "budget": {"gpu_hours": int(budget.device_hours), "days": budget.days},
+        "model": _model_dict(fit.shape, fit.vocab_rows, fit.seq_len),
+        "tokenizer": {
+            "vocab_size": fit.vocab_rows - 256,
+            "reserved_tokens": 256,
+            "digits": "single",
+            "train_on": data_plan.mixture,
+        },
+        "data": {"sources": data_plan.sources},
+        "batch": {"micro_batch": 1, "grad_accum": fit.per_rank, "global_batch": f"{step_tokens} tokens"},
+        "optimizer": {
+            "kind": "adamw",
+            "lr": fit.lr,
+            "betas": [0.9, 0.95],
+            "eps": 1e-8,
+            "weight_decay": 0.1,
+            "grad_clip": 1.0,
+            "z_loss": 1e-4,
+        },
+        "schedule": {
+            "kind": "wsd",
+            "warmup": f"{fit.warmup_steps} steps",
+            "decay": f"{anneal_steps * step_tokens} tokens",
+            "min_lr_ratio": 0.0,
+        },
+        "precision": {"compute": budget.compute, "loss_scaling": "dynamic" if budget.compute == "fp16" else "none"},
+        "tokens": steps * step_tokens,
+        "phases": _phases(fit, data_plan),
+        "checkpoint": {"every": "1000 steps"},
+        "monitor": {
+            "eval_every": f"{max(50, steps // 100)} steps",
+            "spike": {"zscore": 5.0, "window": 200, "action": "log"},
+        },
+    }
+    if budget.compute == "fp16":
+        spec_data["checkpoint"]["state"] = ["model", "optimizer", "scheduler", "rng", "data", "scaler"]
+    return spec_data
+
+
+def _phases(fit: Fit, data_plan: DataPlan) -> list[dict[str, Any]]:
+    """A foundation phase, then the anneal over the last ANNEAL_SHARE of the steps."""
+    return [
+        {
+            "name": "foundation",
+            "kind": "foundation",
+            "tokens": f"{(fit.steps - fit.anneal_steps) * fit.step_tokens} tokens",
+            "mixture": data_plan.mixture,
+        },
+        {
+            "name": "anneal",
+            "kind": "anneal",
+            "tokens": f"{fit.anneal_steps * fit.step_tokens} tokens",
+            "mixture": data_plan.anneal_mixture,
+        },
+    ]
+
+
+def _fit_and_layout(budget: Budget, data: str | None, name: str) -> tuple[Fit, DataPlan, dict[str, Any], Layout]:
+    """The fit and the layout that agree: the layout's MFU changes the budget's FLOPs, which may change the
+    shape and the layout (at most 3 rounds)."""
     factor, layout = 1.0, None
-    for _ in range(3):  # the layout's MFU changes the budget's FLOPs, which may change the shape and layout
-        budget_flops = PLAN_SHARE * device_hours * 3600 * peak * base_mfu * factor
-        n_guess = (budget_flops / 6 / 20) ** 0.5  # ~20 tokens per parameter, only to pick vocab and context
-        vocab_rows = 32768 if n_guess < 1e9 else 65536
-        seq_len = 2048 if n_guess < 1e9 else 4096
-        shape, tokens, n_opt, d_opt = choose_shape(budget_flops, vocab_rows, seq_len)
-        sources, mixture, anneal_mixture, data_notes = _sources(data, tokens)
-        non_embedding = shape.layers * (4 * shape.d_model**2 + 3 * shape.d_model * shape.d_ff + 2 * shape.d_model)
-        m = 6.0 * non_embedding + 6.0 * shape.layers * shape.d_model * seq_len
-        b_opt = deepseek_optimal_batch_tokens(m * tokens)
-        dp = devices
-        per_rank = max(1, round(b_opt / seq_len / dp))
-        step_tokens = per_rank * dp * seq_len
-        steps = max(10, round(tokens / step_tokens))
-        anneal_steps = max(1, math.floor(ANNEAL_SHARE * steps))  # floor: at most PHASE002's 10%
-        lr = float(f"{deepseek_optimal_lr(m * tokens):.3g}")
-        warmup_steps = max(1, min(MAX_WARMUP_STEPS, round(0.01 * steps)))
-        spec_data: dict[str, Any] = {
-            "name": name,
-            "hardware": {
-                "accelerator": accelerator,
-                "nodes": nodes,
-                "devices_per_node": per_node,
-                "mfu": round(base_mfu * factor, 4),
-                "node_mtbf_hours": round(GPU_MTBF_HOURS / per_node, 1),
-            },
-            "budget": {"gpu_hours": int(device_hours), "days": days},
-            "model": _model_dict(shape, vocab_rows, seq_len),
-            "tokenizer": {
-                "vocab_size": vocab_rows - 256,
-                "reserved_tokens": 256,
-                "digits": "single",
-                "train_on": mixture,
-            },
-            "data": {"sources": sources},
-            "batch": {"micro_batch": 1, "grad_accum": per_rank, "global_batch": f"{step_tokens} tokens"},
-            "optimizer": {
-                "kind": "adamw",
-                "lr": lr,
-                "betas": [0.9, 0.95],
-                "eps": 1e-8,
-                "weight_decay": 0.1,
-                "grad_clip": 1.0,
-                "z_loss": 1e-4,
-            },
-            "schedule": {
-                "kind": "wsd",
-                "warmup": f"{warmup_steps} steps",
-                "decay": f"{anneal_steps * step_tokens} tokens",
-                "min_lr_ratio": 0.0,
-            },
-            "precision": {"compute": compute, "loss_scaling": "dynamic" if compute == "fp16" else "none"},
-            "tokens": steps * step_tokens,
-            "phases": [
-                {
-                    "name": "foundation",
-                    "kind": "foundation",
-                    "tokens": f"{(steps - anneal_steps) * step_tokens} tokens",
-                    "mixture": mixture,
-                },
-                {
-                    "name": "anneal",
-                    "kind": "anneal",
-                    "tokens": f"{anneal_steps * step_tokens} tokens",
-                    "mixture": anneal_mixture,
-                },
-            ],
-            "checkpoint": {"every": "1000 steps"},
-            "monitor": {
-                "eval_every": f"{max(50, steps // 100)} steps",
-                "spike": {"zscore": 5.0, "window": 200, "action": "log"},
-            },
-        }
-        if compute == "fp16":
-            spec_data["checkpoint"]["state"] = ["model", "optimizer", "scheduler", "rng", "data", "scaler"]
-        new_layout = _layout(spec_data, per_rank)
+    for _ in range(3):
+        fit, data_plan = _fit(budget, factor, data)
+        spec_data = _spec_data(budget, name, factor, fit, data_plan)
+        new_layout = _layout(spec_data, fit.per_rank)
         if layout == new_layout:
             break
         layout = new_layout
-        factor = new_layout[3]
+        factor = new_layout.mfu_factor
     assert layout is not None
-    sharding, recompute, micro, factor, memory_share = layout
-    spec_data["parallelism"] = {"sharding": sharding, "activation_checkpointing": recompute}
-    spec_data["batch"] = {**spec_data["batch"], "micro_batch": micro, "grad_accum": per_rank // micro}
-    plan = derive(validate_data(spec_data).spec)
-    young = plan.checkpoint.young_optimum_hours or 1.0
-    hours_per_step = sum(p.hours for p in plan.phases) / max(plan.steps_total, 1)
-    every = max(1, _two_digits(young / hours_per_step))
-    spec_data["checkpoint"]["every"] = f"{every} steps"
+    return fit, data_plan, spec_data, layout
 
-    if data is None:  # the placeholder holds exactly the run's tokens: one epoch
-        spec_data["data"]["sources"]["web"]["tokens"] = plan.tokens_total
-    params = plan.params.total
-    c_fit = 6.0 * params * plan.tokens_total
-    why = {
-        "hardware.mfu": f"{base_mfu:g} planning MFU x {factor:g} for {recompute} recomputation (Korthikanti et al. 2022)",
-        "hardware.node_mtbf_hours": f"Llama 3 §3.3.4: 419 failures / (54 d x 16,384 GPUs) = {GPU_MTBF_HOURS:,.0f} GPU-h, / {per_node} per node",
-        "budget.gpu_hours": f"{devices} devices x {days:g} days x 24",
-        "model.layers": f"shape nearest N_opt {n_opt / 1e9:.3g}B (Besiroglu et al. 2024 refit at C = 6ND = {c_fit:.3g})",
+
+# ------------------------------------------------------------------------------- the comments
+
+
+def _why(budget: Budget, fit: Fit, layout: Layout, plan: Plan, spec_data: dict[str, Any]) -> dict[str, str]:
+    """Each chosen number's comment: where it comes from."""
+    c_fit = 6.0 * plan.params.total * plan.tokens_total
+    shape, sharding, recompute = fit.shape, layout.sharding, layout.recompute
+    young = plan.checkpoint.young_optimum_hours or 1.0
+    return {
+        "hardware.mfu": f"{budget.base_mfu:g} planning MFU x {layout.mfu_factor:g} for {recompute} recomputation (Korthikanti et al. 2022)",
+        "hardware.node_mtbf_hours": f"Llama 3 §3.3.4: 419 failures / (54 d x 16,384 GPUs) = {GPU_MTBF_HOURS:,.0f} GPU-h, / {budget.per_node} per node",
+        "budget.gpu_hours": f"{budget.devices} devices x {budget.days:g} days x 24",
+        "model.layers": f"shape nearest N_opt {fit.n_opt / 1e9:.3g}B (Besiroglu et al. 2024 refit at C = 6ND = {c_fit:.3g})",
         "model.d_model": f"d_model/layers {shape.aspect:.0f} (published 64-128; Llama 2 7B: 128)",
         "model.heads": f"head_dim {shape.d_model // shape.heads}",
         "model.d_ff": "8/3 d_model rounded up to 256 (SwiGLU, Llama)",
         "model.seq_len": "2048 below ~1B parameters, else 4096 (Pythia, GPT-3; Llama 2, OLMo 2)",
-        "model.vocab_size": f"{vocab_rows} rows: learned + 256 reserved, a multiple of 128",
-        "batch.grad_accum": f"{per_rank} sequences per rank per step: DeepSeek B_opt {b_opt:,.0f} tokens (arXiv 2401.02954, eq. 1)",
-        "batch.micro_batch": f"largest that fits with {sharding}/{recompute}: {memory_share:.0%} of device memory",
+        "model.vocab_size": f"{fit.vocab_rows} rows: learned + 256 reserved, a multiple of 128",
+        "batch.grad_accum": f"{fit.per_rank} sequences per rank per step: DeepSeek B_opt {fit.b_opt:,.0f} tokens (arXiv 2401.02954, eq. 1)",
+        "batch.micro_batch": f"largest that fits with {sharding}/{recompute}: {layout.memory_share:.0%} of device memory",
         "optimizer.lr": "DeepSeek eta_opt = 0.3118 C^-0.125",
         "optimizer.z_loss": "PaLM's 1e-4 (arXiv 2204.02311)",
         "schedule.warmup": "min(2000 steps, 1% of the run) (DeepSeek LLM §2.3)",
         "schedule.decay": "the anneal phase (SCHED006), 10% of the run (Hägele et al. 2024)",
-        "tokens": f"{steps:,} steps: the budget's FLOPs / the plan's {plan.flops_per_token:.3g} FLOPs per token; D_opt {d_opt / 1e9:.3g}B",
+        "tokens": f"{fit.steps:,} steps: the budget's FLOPs / the plan's {plan.flops_per_token:.3g} FLOPs per token; D_opt {fit.d_opt / 1e9:.3g}B",
         "parallelism.sharding": f"best estimated MFU that fits: {sharding}, recompute {recompute}",
         "checkpoint.every": f"Young's optimum {young * 60:.0f} min (write {plan.checkpoint.write_seconds:.0f} s, job MTBF {plan.checkpoint.job_mtbf_hours or 0:,.0f} h)",
         "monitor.eval_every": "held-out loss per source every ~1% of the run",
         **{f"data.sources.{k}": "from --data" for k in spec_data["data"]["sources"]},
     }
-    draft = Draft()
-    _flatten(draft, spec_data, "", why)
-    n_ratio, d_ratio = params / n_opt, plan.tokens_total / d_opt
-    draft.header = [
-        f"Proposed by `runlib propose --accelerator {accelerator} --devices {devices} --days {days:g}"
+
+
+def _header(budget: Budget, data: str | None, fit: Fit, plan: Plan, data_notes: list[str]) -> list[str]:
+    """The proposal's header: the command, the budget's share planned, the fit and how near the spec is."""
+    params = plan.params.total
+    c_fit = 6.0 * params * plan.tokens_total
+    n_ratio, d_ratio = params / fit.n_opt, plan.tokens_total / fit.d_opt
+    device_hours = budget.device_hours
+    return [
+        f"Proposed by `runlib propose --accelerator {budget.accelerator} --devices {budget.devices} --days {budget.days:g}"
         + (f" --data {data}`" if data else "`")
         + " (runlib/review/propose.py documents the rules).",
         f"Budget: {device_hours:,.0f} device-hours; planned {plan.gpu_hours:,.0f} ({plan.gpu_hours / device_hours:.0%}; the rest for eval, checkpoints, restarts).",
         f"Compute-optimal fit: Besiroglu et al. 2024 refit (arXiv 2404.10102) at C = 6ND = {c_fit:.3g} FLOPs:",
-        f"  N_opt {n_opt:,.0f}, D_opt {d_opt:,.0f}; this spec: N {params:,} ({n_ratio:.3f}x), D {plan.tokens_total:,} ({d_ratio:.3f}x).",
+        f"  N_opt {fit.n_opt:,.0f}, D_opt {fit.d_opt:,.0f}; this spec: N {params:,} ({n_ratio:.3f}x), D {plan.tokens_total:,} ({d_ratio:.3f}x).",
         *data_notes,
         "Each number's comment says why it was chosen.",
     ]
+
+
+def _summary(budget: Budget, fit: Fit, layout: Layout, plan: Plan, every: int) -> str:
+    """The choices in a few lines, for the terminal."""
+    params = plan.params.total
+    n_ratio, d_ratio = params / fit.n_opt, plan.tokens_total / fit.d_opt
+    return (
+        f"proposal: {params / 1e9:.3g}B parameters on {plan.tokens_total / 1e9:.3g}B tokens "
+        f"(refit optimum {fit.n_opt / 1e9:.3g}B / {fit.d_opt / 1e9:.3g}B: {n_ratio:.2f}x / {d_ratio:.2f}x), "
+        f"{plan.wall_days:.1f} of {budget.days:g} days, batch {fit.step_tokens:,} tokens, LR {fit.lr:g}, "
+        f"{layout.sharding}/{layout.recompute}, micro-batch {layout.micro_batch}, checkpoint every {every} steps\n"
+    )
+
+
+# ----------------------------------------------------------------------------------------- the steps
+
+
+def propose(
+    accelerator: str,
+    devices: int,
+    days: float,
+    data: str | None = None,
+    mfu: float | None = None,
+    name: str | None = None,
+) -> Proposal:
+    """Check the budget, fit the run and its layout, place the checkpoints at Young's interval, then write
+    the spec with each number's comment and the header."""
+    budget = _budget(accelerator, devices, days, mfu)
+    name = name or f"proposal-{accelerator}-{devices}x{days:g}d"
+    fit, data_plan, spec_data, layout = _fit_and_layout(budget, data, name)
+    spec_data["parallelism"] = {"sharding": layout.sharding, "activation_checkpointing": layout.recompute}
+    spec_data["batch"] = {
+        **spec_data["batch"],
+        "micro_batch": layout.micro_batch,
+        "grad_accum": fit.per_rank // layout.micro_batch,
+    }
+    plan = derive(validate_data(spec_data).spec)
+    young = plan.checkpoint.young_optimum_hours or 1.0
+    hours_per_step = sum(p.hours for p in plan.phases) / max(plan.steps_total, 1)
+    every = max(1, _two_digits(young / hours_per_step))
+    spec_data["checkpoint"]["every"] = f"{every} steps"
+    if data is None:  # the placeholder holds exactly the run's tokens: one epoch
+        spec_data["data"]["sources"]["web"]["tokens"] = plan.tokens_total
+    draft = Draft()
+    _flatten(draft, spec_data, "", _why(budget, fit, layout, plan, spec_data))
+    draft.header = _header(budget, data, fit, plan, data_plan.notes)
     text = draft.to_yaml()
     loaded = load_draft(text, "<proposal>", "runlib propose")
-    summary = (
-        f"proposal: {params / 1e9:.3g}B parameters on {plan.tokens_total / 1e9:.3g}B tokens "
-        f"(refit optimum {n_opt / 1e9:.3g}B / {d_opt / 1e9:.3g}B: {n_ratio:.2f}x / {d_ratio:.2f}x), "
-        f"{plan.wall_days:.1f} of {days:g} days, batch {step_tokens:,} tokens, LR {lr:g}, {sharding}/{recompute}, "
-        f"micro-batch {micro}, checkpoint every {every} steps\n"
-    )
-    return Proposal(text, loaded, summary, params, plan.tokens_total, n_opt, d_opt)
+    summary = _summary(budget, fit, layout, plan, every)
+    return Proposal(text, loaded, summary, plan.params.total, plan.tokens_total, fit.n_opt, fit.d_opt)
 
 
 def _two_digits(x: float) -> int:

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from runlib.curate import builtin
-from runlib.curate.inputs import match_files
 from runlib.curate.readers import read_documents
 from runlib.errors import UserError
+from runlib.util.globs import match_files
 
 BYTES_PER_TRAIN_TOKEN = {"python_docs": 2.60, "python_code": 2.49, "arithmetic": 1.12}
 CODE_DOMAIN = "code"

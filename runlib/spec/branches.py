@@ -3,7 +3,7 @@
 A branch (runlib.spec.models.PhaseBranch) is trained from the checkpoint at the end of the phase before
 it, as WSD anneals branched from one stable checkpoint (Hu et al. 2024, MiniCPM, arXiv 2404.06395,
 section 4). Its run is the spec with the last phase's mixture, tokens and seq_len and the schedule's decay
-replaced by the branch's: runlib.workflow.configs.branch_specs builds the branch's stages from it, and
+replaced by the branch's: runlib.graph.configs.branch_specs builds the branch's stages from it, and
 the audit checks it (runlib.audit.branches).
 """
 

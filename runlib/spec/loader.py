@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from runlib.errors import Diagnostic, SpecError, UserError
 from runlib.spec.bounded_yaml import (
@@ -34,6 +35,7 @@ from runlib.spec.bounded_yaml import (
     LimitExceeded,
     compose_bounded,
 )
+from runlib.spec.hardware import CATALOG
 from runlib.spec.models import NAME_PATTERN, ONE_LINE_PATTERN, RunSpec
 from runlib.spec.units import short_repr
 from runlib.util.userfile import read_bounded
@@ -395,9 +397,9 @@ def _number(x: float) -> str:
 def _range(field: FieldInfo | None, ctx: dict[str, Any]) -> str:
     lower, upper = _bounds(field)
     if lower is None and ("ge" in ctx or "gt" in ctx):
-        lower = (ctx.get("ge", ctx.get("gt")), "ge" in ctx)
+        lower = (ctx["ge"] if "ge" in ctx else ctx["gt"], "ge" in ctx)
     if upper is None and ("le" in ctx or "lt" in ctx):
-        upper = (ctx.get("le", ctx.get("lt")), "le" in ctx)
+        upper = (ctx["le"] if "le" in ctx else ctx["lt"], "le" in ctx)
     if lower is not None and upper is not None and lower[1] and upper[1]:
         return f"from {_number(lower[0])} to {_number(upper[0])}"
     parts = []
@@ -412,8 +414,10 @@ def _fix(path: str, what: str, example: str | None) -> str:
     return f"write {path} as {what}" + (f", e.g. `{example}`" if example else "")
 
 
-def explain_error(error: dict[str, Any], loc: tuple[Any, ...], path: str) -> tuple[str, str]:
-    """(message, fix) for one pydantic error at `loc` (`path` spelled as the spec's dotted path)."""
+def explain_error(error: ErrorDetails, loc: tuple[Any, ...], path: str) -> tuple[str, str]:
+    """(message, fix) for one pydantic error at `loc` (`path` spelled as the spec's dotted path).
+
+    Over 80 lines: one branch per kind of pydantic error, each its message and its fix, read side by side."""
     kind, got = error["type"], error.get("input")
     ctx = error.get("ctx") or {}
     field = _field_at(loc)
@@ -508,8 +512,9 @@ def explain_error(error: dict[str, Any], loc: tuple[Any, ...], path: str) -> tup
         return (
             f"{short_repr(got)} has {len(got) if isinstance(got, str) else '?'} characters; {path} takes at most "
             f"{limit} (names become file and folder names)",
-            f"write a shorter name, e.g. `{key}: {shortened}`" if shortened and not isinstance(key, int) else
-            f"write a name of at most {limit} characters",
+            f"write a shorter name, e.g. `{key}: {shortened}`"
+            if shortened and not isinstance(key, int)
+            else f"write a name of at most {limit} characters",
         )
     if kind in ("too_short", "too_long"):
         return (
@@ -571,9 +576,9 @@ def validation_diagnostics(exc: ValidationError, data: Any, smap: SourceMap) -> 
         line, col = position if position else (None, None)
         message, fix = explain_error(error, loc, path)
         if error["type"] == "extra_forbidden" and "did you mean" in message:
-            guess = message.rsplit("'", 2)[-2]
-            if (*loc[:-1], guess) in renamed:
-                message += f" ({guess} is required and missing)"
+            meant = message.rsplit("'", 2)[-2]
+            if (*loc[:-1], meant) in renamed:
+                message += f" ({meant} is required and missing)"
         diagnostics.append(Diagnostic(smap.file, line, col, "SPEC002", path, message, fix))
     diagnostics.sort(key=lambda d: (d.line or 0, d.col or 0))
     return diagnostics
@@ -590,8 +595,6 @@ def load_spec_text(text: str, file: str = "<spec>") -> LoadedSpec:
 
 def _cross_field_problems(spec: RunSpec) -> list[tuple[str, str]]:
     """Problems without which the spec has no meaning, but which one field's type cannot express."""
-    from runlib.plan.hardware import CATALOG
-
     problems = []
     hw = spec.hardware
     if hw.accelerator not in CATALOG and (hw.memory_gib is None or not hw.peak_tflops):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from runlib.curate.config import InputFile
-from runlib.stageconfig import StageConfig
+from runlib.store.stageconfig import StageConfig
 
 
 class TokenizerConfig(StageConfig):

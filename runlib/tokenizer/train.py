@@ -3,7 +3,7 @@
     train_tokenizer(config, {source: curated_dir}, out_dir) -> summary; writes out_dir/tokenizer.json
 
 `config` is a runlib.tokenizer.config.TokenizerConfig (the spec's tokenizer section, built by
-runlib.workflow.configs); the field names below are its fields.
+runlib.graph.configs); the field names below are its fields.
 
 Layout of a trained tokenizer (runlib.tokenizer.special): ids 0..R-1 are the R reserved special
 tokens (id 0 = `<|endoftext|>`, the end-of-document token), then the 256 byte symbols and the learned
@@ -36,17 +36,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runlib.errors import UserError
 from runlib.tokenizer.config import TokenizerConfig
 from runlib.tokenizer.special import EOS, EOS_ID, special_ids, special_tokens
-from runlib.util.atomic import write_text_atomic
+from runlib.util.atomic import write_bytes_atomic, write_text_atomic
 from runlib.util.hashing import bytes_digest
+
+if TYPE_CHECKING:  # tokenizers is imported where it is used: `runlib audit` never loads it
+    from tokenizers import Tokenizer, trainers
 
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_TRAIN_BYTES = 10**9
@@ -162,11 +163,13 @@ def byte_level(text: str) -> str:
     return "".join(BYTE_TO_CHAR[b] for b in text.encode("utf-8"))
 
 
-def _new_tokenizer(digits: str, reserved: int, vocab_total: int, min_frequency: int):
+def _new_tokenizer(
+    digits: str, reserved: int, vocab_total: int, min_frequency: int
+) -> tuple[Tokenizer, trainers.BpeTrainer]:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
-    steps = []
+    steps: list[pre_tokenizers.PreTokenizer] = []
     if digits == "single":
         steps.append(pre_tokenizers.Digits(individual_digits=True))
     elif digits == "triplets":
@@ -190,7 +193,7 @@ def _is_byte_level(data: dict[str, Any]) -> bool:
     return any(p.get("type") == "ByteLevel" for p in parts)
 
 
-def _drop(tok, drop: Sequence[str], protected: set[str]) -> tuple[Any, dict[str, Any]]:
+def _drop(tok: Tokenizer, drop: Sequence[str], protected: set[str]) -> tuple[Tokenizer, dict[str, Any]]:
     """Remove every merge that yields a token containing a drop string, and the merges this leaves dead.
 
     The ids stay (unused), so that no other id moves. Returns the new tokenizer and
@@ -240,7 +243,7 @@ def _drop(tok, drop: Sequence[str], protected: set[str]) -> tuple[Any, dict[str,
     return Tokenizer.from_str(json.dumps(data, ensure_ascii=False)), info
 
 
-def _add_domain(tok, domain: Sequence[str], drop: Sequence[str], specials: set[str]) -> dict[str, int]:
+def _add_domain(tok: Tokenizer, domain: Sequence[str], drop: Sequence[str], specials: set[str]) -> dict[str, int]:
     from tokenizers import AddedToken
 
     for text in domain:
@@ -256,13 +259,14 @@ def _add_domain(tok, domain: Sequence[str], drop: Sequence[str], specials: set[s
             )
     unique = list(dict.fromkeys(domain))
     tok.add_tokens([AddedToken(t, single_word=False, normalized=False, special=False) for t in unique])
-    return {t: tok.token_to_id(t) for t in unique}
+    ids = {t: tok.token_to_id(t) for t in unique}
+    return {t: i for t, i in ids.items() if i is not None}  # each was just added: none is missing
 
 
 # ----------------------------------------------------------------------------------------- public
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path) -> Tokenizer:
     """Open a tokenizer.json for encoding documents: special-token strings in text stay text."""
     from tokenizers import Tokenizer
 
@@ -271,7 +275,7 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
-def eos_id(tok) -> int:
+def eos_id(tok: Tokenizer) -> int:
     """The end-of-document id: `<|endoftext|>` (id 0 in a trained tokenizer), else a common EOS name."""
     for name in EOS_CANDIDATES:
         i = tok.token_to_id(name)
@@ -284,7 +288,7 @@ def eos_id(tok) -> int:
     )
 
 
-def decode(tok, ids: Iterable[int]) -> str:
+def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
     """tok.decode(ids), except that added tokens are written as they are (works around HF issue #1392)."""
     added = {i: t.content for i, t in tok.get_added_tokens_decoder().items() if not t.special}
     parts: list[str] = []
@@ -302,7 +306,7 @@ def decode(tok, ids: Iterable[int]) -> str:
     return "".join(parts)
 
 
-def compression(tok, texts: Iterable[str]) -> dict[str, Any]:
+def compression(tok: Tokenizer, texts: Iterable[str]) -> dict[str, Any]:
     """chars/token and bytes/token of texts (document tokens only, no EOS)."""
     docs = chars = nbytes = tokens = 0
     batch: list[str] = []
@@ -335,7 +339,7 @@ def compression(tok, texts: Iterable[str]) -> dict[str, Any]:
     }
 
 
-def _heldout_compression(tok, names: Iterable[str], curated: dict[str, Path]) -> dict[str, Any]:
+def _heldout_compression(tok: Tokenizer, names: Iterable[str], curated: dict[str, Path]) -> dict[str, Any]:
     out = {}
     for name in names:
         path = Path(curated[name]) / "heldout.jsonl"
@@ -361,27 +365,26 @@ def _check_inputs(cfg: TokenizerConfig, curated: dict[str, Path]) -> dict[str, f
     return weights
 
 
-def _pretrained(cfg: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
+def _pretrained(cfg: TokenizerConfig, pretrained: str, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
+    """Copy the tokenizer.json at `pretrained` (cfg.pretrained) into out_dir, with cfg's drop and domain tokens."""
     from tokenizers import Tokenizer
 
-    src = Path(cfg.pretrained).expanduser()
+    src = Path(pretrained).expanduser()
     if not src.is_file():
-        raise UserError(
-            f"tokenizer.pretrained: {cfg.pretrained!r} does not exist (relative paths start at {Path.cwd()})"
-        )
+        raise UserError(f"tokenizer.pretrained: {pretrained!r} does not exist (relative paths start at {Path.cwd()})")
     # read once: the bytes used are the bytes compared with the digest the stage's key holds
     data = src.read_bytes()
     keyed = cfg.pretrained_file
     if keyed is not None and bytes_digest(data) != keyed.digest:
         raise UserError(
-            f"tokenizer.pretrained: {cfg.pretrained!r} changed since this stage's key was computed (keyed as "
+            f"tokenizer.pretrained: {pretrained!r} changed since this stage's key was computed (keyed as "
             f"{keyed.bytes} bytes, {keyed.digest}; now {len(data)} bytes, {bytes_digest(data)}); rerun snakemake, "
             "which keys the tokenizer by the new content"
         )
     try:
         tok = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as exc:  # tokenizers raises a plain Exception on a malformed file
-        raise UserError(f"tokenizer.pretrained: {cfg.pretrained!r} is not a tokenizers tokenizer.json: {exc}") from exc
+        raise UserError(f"tokenizer.pretrained: {pretrained!r} is not a tokenizers tokenizer.json: {exc}") from exc
     eos = eos_id(tok)
     specials = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if t.special}
     info: dict[str, Any] = {"dropped_ids": [], "unreachable_ids": [], "notes": []}
@@ -393,10 +396,7 @@ def _pretrained(cfg: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -
         domain_ids = _add_domain(tok, cfg.domain_tokens, cfg.drop_tokens, set(specials))
         write_text_atomic(target, tok.to_str(pretty=True))
     else:
-        fd, tmp = tempfile.mkstemp(prefix=f".{TOKENIZER_FILE}.", dir=out_dir)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
+        write_bytes_atomic(target, data)
     tok = load_tokenizer(target)
     names = [n for n, w in cfg.train_on.items() if w > 0 and n in curated]
     return {
@@ -426,7 +426,7 @@ def train_tokenizer(config: TokenizerConfig, curated: dict[str, Path], out_dir: 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.pretrained:
-        return _pretrained(cfg, curated, out_dir)
+        return _pretrained(cfg, cfg.pretrained, curated, out_dir)
     if cfg.vocab_size is None:
         raise UserError("tokenizer.vocab_size: required to train a tokenizer (or give tokenizer.pretrained)")
     if cfg.vocab_size < 256:

@@ -20,7 +20,7 @@ def clean_key(key: str) -> str:
     return _BAD_KEY_CHARS.sub("_", key)[:MAX_ENTITY_KEY_LENGTH]
 
 
-def stringify(value: Any, limit: int = MAX_PARAM_VAL_LENGTH) -> str:
+def stringify(value: object, limit: int = MAX_PARAM_VAL_LENGTH) -> str:
     """JSON spelling for null/booleans/empty containers, str() otherwise; cut to MLflow's value limit."""
     if value is None or isinstance(value, bool):
         text = json.dumps(value)
@@ -34,7 +34,7 @@ def stringify(value: Any, limit: int = MAX_PARAM_VAL_LENGTH) -> str:
     return text
 
 
-def _walk(value: Any, key: str, out: dict[str, str]) -> None:
+def _walk(value: object, key: str, out: dict[str, str]) -> None:
     if isinstance(value, dict) and value:
         for k, v in value.items():
             _walk(v, f"{key}.{k}" if key else str(k), out)

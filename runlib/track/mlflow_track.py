@@ -1,6 +1,6 @@
 """MLflow tracking of a spec run: one parent run per spec, one child run per stage artifact.
 
-The tracking URI is machine-local (runlib.workflow.settings.tracking_uri(): MLFLOW_TRACKING_URI, or
+The tracking URI is machine-local (runlib.store.settings.tracking_uri(): MLFLOW_TRACKING_URI, or
 a SQLite file in the work directory). Stage jobs do not call this module (importing mlflow costs a
 stage job 1.5 CPU-s, logging 1.1 s more): the workflow's track rule records every built artifact of the
 spec in one process (runlib.track.resync), after each training phase and before the report. Tracking
@@ -19,15 +19,15 @@ idempotent: a rerun, a second process that waited for another's build, or `runli
 A train_phase run also gets its metrics.jsonl as metric histories (step = the optimizer step) and
 its checkpoint's location (tag runlib.checkpoint, param checkpoint); an eval_phase run gets its
 eval.json as metrics at step = the phase index. Metric names follow the one scheme of runlib.track's
-docstring (one name per quantity). `update_parent` gives the parent the run's summary metrics and the
-span of its artifacts' builds; `log_report` attaches the run report to the parent.
+docstring (one name per quantity); runlib.track.metrics computes them, without mlflow. `update_parent`
+gives the parent the run's summary metrics and the span of its artifacts' builds; `log_report` attaches
+the run report to the parent.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import math
 import re
 import sys
@@ -36,20 +36,35 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from runlib.audit import AuditResult, audit
+from runlib.audit.render import json_view, text
+from runlib.graph.measured import audit_measured, measured
+from runlib.spec import load_spec
+from runlib.spec.models import RunSpec
+from runlib.store.keys import canonical, spec_key
+from runlib.store.manifest import Manifest
+from runlib.store.node import StageNode
+from runlib.store.settings import tracking_uri, work_dir
 from runlib.track.flatten import clean_key, flatten
+from runlib.track.metrics import (
+    build_span_ms,
+    eval_metrics,
+    is_number,
+    is_value,
+    own_manifests,
+    parent_summary,
+    read_json_object,
+    stage_metrics,
+    train_history,
+)
 from runlib.util.jsonl import read_jsonl
-from runlib.workflow.keys import canonical, spec_key
-from runlib.workflow.manifest import Manifest
-from runlib.workflow.settings import tracking_uri, work_dir
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
-
-    from runlib.spec.models import RunSpec
-    from runlib.workflow.graph import StageNode
 
 T = TypeVar("T")
 
@@ -143,92 +158,6 @@ def _log_metric_points(
         _retry(client.log_batch, run_id, metrics=list(chunk))
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def metric_name(*parts: Any) -> str:
-    """The scheme's name of a metric: its parts (each made a valid MLflow name) joined by "/"."""
-    return "/".join(clean_key(str(p)).replace("/", "_") for p in parts)
-
-
-def numeric_leaves(d: dict[str, Any], *prefix: str) -> dict[str, float]:
-    """Numbers in nested dicts under "/"-joined names (lists and strings are skipped: they are not metrics)."""
-    out: dict[str, float] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(numeric_leaves(v, *prefix, k))
-        elif _is_number(v):
-            out[metric_name(*prefix, k)] = float(v)
-    return out
-
-
-# manifest values that a stage's own history logs already (under the name in the comment): not logged twice
-DUPLICATED_COUNTS = {
-    "train_phase": {"tokens", "final_loss", "tokens_per_s", "mfu"},  # train/tokens, train/loss, ... (last point)
-}
-DUPLICATED_DETAILS = {"train_phase": {"loss_by_source"}}  # train/loss/<source> (last point)
-COUNTS_FROM_FILE = {"eval_phase"}  # its counts copy eval.json: heldout/<source>/..., task/<task>/...
-
-
-def stage_metrics(manifest: Manifest) -> dict[str, float]:
-    """stage/wall_seconds, the counts as count/<name> and the numeric details as detail/<path>, less what the
-    stage's history logs already (DUPLICATED_COUNTS, DUPLICATED_DETAILS, COUNTS_FROM_FILE)."""
-    stage = manifest.stage
-    metrics: dict[str, float] = {}
-    wall = manifest.timings.wall_seconds
-    if _is_number(wall):
-        metrics["stage/wall_seconds"] = float(wall)
-    if stage not in COUNTS_FROM_FILE:
-        skip = DUPLICATED_COUNTS.get(stage, set())
-        metrics.update(numeric_leaves({k: v for k, v in manifest.counts.items() if k not in skip}, "count"))
-    skip = DUPLICATED_DETAILS.get(stage, set())
-    metrics.update(numeric_leaves({k: v for k, v in manifest.details.items() if k not in skip}, "detail"))
-    return metrics
-
-
-TRAIN_HISTORY_FIELDS = ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu")
-
-
-def _is_value(value: Any) -> bool:
-    """A metric value: any int or float but a bool (a NaN or infinite loss is worth recording)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def train_history(records: Iterable[dict[str, Any]]) -> list[tuple[str, float, int]]:
-    """metrics.jsonl records -> (name, value, step): train/<loss|lr|grad_norm|tokens|tokens_per_s|mfu>,
-    train/loss/<source> and train/heldout_loss/<source> (monitor.eval_every); a record without an integer
-    step is skipped."""
-    points: list[tuple[str, float, int]] = []
-    for record in records:
-        step = record.get("step")
-        if not _is_value(step) or not math.isfinite(step):
-            continue
-        step = int(step)
-        points += [
-            (metric_name("train", k), float(record[k]), step) for k in TRAIN_HISTORY_FIELDS if _is_value(record.get(k))
-        ]
-        for field, group in (("loss_by_source", "loss"), ("heldout_loss_by_source", "heldout_loss")):
-            by_source = record.get(field)
-            if isinstance(by_source, dict):
-                points += [
-                    (metric_name("train", group, s), float(v), step) for s, v in by_source.items() if _is_value(v)
-                ]
-    return points
-
-
-def eval_metrics(data: dict[str, Any]) -> dict[str, float]:
-    """eval.json -> heldout/<source>/<loss|perplexity|bits_per_byte|tokens> and task/<name>/<metric>."""
-    out: dict[str, float] = {}
-    for prefix, group in (("heldout", data.get("heldout")), ("task", data.get("tasks"))):
-        for name, values in (group if isinstance(group, dict) else {}).items():
-            if isinstance(values, dict):
-                for k, v in values.items():
-                    if _is_value(v):
-                        out[metric_name(prefix, name, k)] = float(v)
-    return out
-
-
 def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
@@ -266,6 +195,8 @@ def _experiment_id(client: MlflowClient, name: str) -> str:
             if "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
                 raise
             exp = _retry(client.get_experiment_by_name, name)
+            if exp is None:
+                raise RuntimeError(f"MLflow experiment {name!r} was created meanwhile but cannot be read") from exc
     if exp.lifecycle_stage == "deleted":
         raise RuntimeError(
             f"MLflow experiment {name!r} is deleted: restore it (`mlflow experiments restore --experiment-id "
@@ -277,22 +208,16 @@ def _experiment_id(client: MlflowClient, name: str) -> str:
 # ------------------------------------------------------------------------------------- the parent
 
 
-def _audit(spec: RunSpec, spec_path: str | Path | None):
+def _audit(spec: RunSpec, spec_path: str | Path | None) -> AuditResult:
     """The audit the parent records: `runlib audit`'s (audit_loaded with the measured token counts of the
     sources tokenized here), with line numbers when spec_path is this spec's file."""
-    from runlib.audit import audit, audit_loaded
-
     if spec_path and Path(spec_path).is_file():
         try:
-            from runlib.spec import load_spec
-
             loaded = load_spec(spec_path)
         except Exception:
             loaded = None
         if loaded is not None and loaded.spec == spec:  # line numbers only when the file is this spec
-            return audit_loaded(loaded, use_measured=True)
-    from runlib.workflow.measured import measured
-
+            return audit_measured(loaded)
     tokens, prediction = measured(spec)
     return audit(
         spec, None, str(spec_path) if spec_path else "<spec>", measured_tokens=tokens, ladder_prediction=prediction
@@ -306,15 +231,13 @@ def _create_parent(
     spec_path: str | Path | None,
     start_ms: int | None = None,
 ) -> str:
-    from runlib.audit.render import json_view, text
-
     key = spec_key(spec)
     result = _audit(spec, spec_path)
     tags = {"runlib.spec_key": key, "runlib.spec_name": spec.name, "runlib.accelerator": spec.hardware.accelerator}
     if spec_path:
         tags["runlib.spec_file"] = str(Path(spec_path).resolve())
     run = _retry(client.create_run, experiment_id, start_time=start_ms, run_name=parent_run_name(spec), tags=tags)
-    run_id = run.info.run_id
+    run_id: str = run.info.run_id
     params = flatten(spec.model_dump(mode="json"), "spec.")
     params.update(flatten(json_view.derived(result.plan), "derived."))
     _log_params(client, run_id, params)
@@ -359,71 +282,6 @@ def keys_recorded_elsewhere(client: MlflowClient, experiment_id: str, parent_id:
         token = page.token
         if not token:
             return keys
-
-
-def own_manifests(manifests: dict[str, Manifest], reused_keys: Collection[str]) -> dict[str, Manifest]:
-    """The manifests of the artifacts this run built itself: those whose key is not among `reused_keys`."""
-    return {name: m for name, m in manifests.items() if m.key not in reused_keys}
-
-
-def build_span_ms(manifests: Iterable[Manifest]) -> tuple[int, int] | None:
-    """(start, end) in Unix ms of the builds of these artifacts: the first start, the last end."""
-    spans = [
-        (m.timings.started_at, m.timings.started_at + m.timings.wall_seconds)
-        for m in manifests
-        if _is_number(m.timings.started_at) and _is_number(m.timings.wall_seconds)
-    ]
-    if not spans:
-        return None
-    return int(min(a for a, _ in spans) * 1000), int(max(b for _, b in spans) * 1000)
-
-
-def parent_summary(
-    manifests: dict[str, Manifest],
-    evals: dict[int, dict[str, Any]],
-    planned_device_hours: float | None,
-    run_instances: Collection[str] | None = None,
-    reused_keys: Collection[str] = (),
-) -> list[tuple[str, float, int]]:
-    """The parent's summary metrics as (name, value, step), from the built artifacts of the run (pure):
-    manifests by node instance; evals: eval.json by phase index; reused_keys: the artifacts another run
-    built, which this one reuses (REUSED_TAG).
-    - heldout/<source>/<loss|bits_per_byte>: the latest evaluated phase's (step = its phase index; the
-      same names as the eval_phase children, so MLflow compares them across runs);
-    - train/tokens: tokens trained (the furthest phase built) by the spec's own run: `run_instances`, the
-      train_phase instances that are not a ladder rung's or a branch's (None: every train_phase);
-    - run/wall_seconds: from the first start to the last end of the builds this run made itself (the parent's
-      span; a variant's run counts from its own first build, not from the builds it reuses);
-    - train/device_hours: measured, each train_phase's wall seconds x its processes / 3600 (core-hours on
-      a CPU run: tag runlib.accelerator says which), rungs and branches included; plan/device_hours: the
-      plan's estimate of the same stages beside it."""
-    points: list[tuple[str, float, int]] = []
-    if evals:
-        phase = max(evals)
-        for source, values in (evals[phase].get("heldout") or {}).items():
-            for k in ("loss", "bits_per_byte"):
-                if isinstance(values, dict) and _is_number(values.get(k)):
-                    points.append((metric_name("heldout", source, k), float(values[k]), phase))
-    trains = [m for m in manifests.values() if m.stage == "train_phase"]
-    own = [
-        m for i, m in manifests.items() if m.stage == "train_phase" and (run_instances is None or i in run_instances)
-    ]
-    tokens = [m.counts.get("tokens") for m in own if _is_number(m.counts.get("tokens"))]
-    if tokens:
-        points.append(("train/tokens", float(max(tokens)), 0))
-    span = build_span_ms(own_manifests(manifests, reused_keys).values())
-    if span is not None:
-        points.append(("run/wall_seconds", (span[1] - span[0]) / 1000.0, 0))
-    device_seconds = [
-        m.timings.wall_seconds * m.counts.get("processes", 1)
-        for m in trains
-        if _is_number(m.timings.wall_seconds) and _is_number(m.counts.get("processes", 1))
-    ]
-    if device_seconds:
-        points.append(("train/device_hours", sum(device_seconds) / 3600.0, 0))
-    if planned_device_hours is not None and _is_number(planned_device_hours):
-        points.append(("plan/device_hours", float(planned_device_hours), 0))
-    return points
 
 
 def update_parent(
@@ -540,6 +398,65 @@ def _recorded_elsewhere(client: MlflowClient, experiment_id: str, parent_id: str
     return {key} if any(r.data.tags.get("mlflow.parentRunId") != parent_id for r in runs) else set()
 
 
+@dataclass
+class ChildRecord:
+    """What a stage's child run records: _child_record's answer, which _log_child logs."""
+
+    tags: dict[str, str]
+    params: dict[str, str]
+    points: list[tuple[str, float, int]]  # (name, value, step): the summary at step 0, then the histories
+    files: list[Path]  # artifacts to attach (a missing one is skipped: an optional file the stage did not write)
+    start_ms: int | None
+    end_ms: int | None
+
+
+def _child_record(
+    parent_id: str,
+    spec: RunSpec,
+    node: StageNode,
+    manifest: Manifest,
+    artifact_files: Iterable[str | Path],
+    reused: bool,
+) -> ChildRecord:
+    """The tags, params, metric points, files and span of one artifact's child run (reads only its files)."""
+    started, wall = manifest.timings.started_at, manifest.timings.wall_seconds
+    start_ms = int(started * 1000) if is_number(started) else None
+    end_ms = None
+    if start_ms is not None and is_number(wall):
+        end_ms = start_ms + int(wall * 1000)
+    tags = {
+        "mlflow.parentRunId": parent_id,
+        "runlib.stage": node.stage,
+        "runlib.key": node.key,
+        "runlib.content_hash": manifest.content_hash,
+        "runlib.spec_key": spec_key(spec),
+        "runlib.manifest_digest": manifest_digest(manifest),
+        REUSED_TAG: "true" if reused else "false",
+    }
+    params = flatten(node.config.model_dump(mode="json"), "config.")
+    params.update({clean_key(f"input.{role}"): key for role, key in node.inputs.items()})
+    files = [Path(p) for p in artifact_files]
+    history: list[tuple[str, float, int]] = []  # metrics with their own steps
+    if node.stage == "train_phase":
+        history = train_history(read_jsonl(node.dir / "metrics.jsonl"))
+        checkpoint = str((node.dir / "final.pt").resolve())
+        tags["runlib.checkpoint"] = checkpoint
+        params["checkpoint"] = checkpoint
+    elif node.stage == "eval_phase":
+        eval_json = node.dir / "eval.json"
+        data = read_json_object(eval_json)
+        if data is not None:
+            index = data.get("phase_index", node.params.get("phase", 0))
+            step = int(index) if is_value(index) and math.isfinite(index) else 0
+            history = [(k, v, step) for k, v in eval_metrics(data).items()]
+            if eval_json.resolve() not in {p.resolve() for p in files}:
+                files.append(eval_json)
+    # a count also logged as a history (tokens, tokens_per_s) would add a stray point at step 0
+    summary = {k: v for k, v in stage_metrics(manifest).items() if k not in {name for name, _, _ in history}}
+    points = [(k, v, 0) for k, v in summary.items()] + history
+    return ChildRecord(tags, params, points, files, start_ms, end_ms)
+
+
 def _log_child(
     client: MlflowClient,
     experiment_id: str,
@@ -550,50 +467,16 @@ def _log_child(
     artifact_files: Iterable[str | Path],
     reused: bool = False,
 ) -> str:
-    digest = manifest_digest(manifest)
-    started, wall = manifest.timings.started_at, manifest.timings.wall_seconds
-    start_ms = int(started * 1000) if _is_number(started) else None
-    end_ms = None
-    if start_ms is not None and _is_number(wall):
-        end_ms = start_ms + int(wall * 1000)
-    tags = {
-        "mlflow.parentRunId": parent_id,
-        "runlib.stage": node.stage,
-        "runlib.key": node.key,
-        "runlib.content_hash": manifest.content_hash,
-        "runlib.spec_key": spec_key(spec),
-        "runlib.manifest_digest": digest,
-        REUSED_TAG: "true" if reused else "false",
-    }
-    params = flatten(node.config.model_dump(mode="json"), "config.")
-    params.update({clean_key(f"input.{role}"): key for role, key in node.inputs.items()})
-    artifact_files = [Path(p) for p in artifact_files]
-    history: list[tuple[str, float, int]] = []  # metrics with their own steps
-    if node.stage == "train_phase":
-        history = train_history(read_jsonl(node.dir / "metrics.jsonl"))
-        checkpoint = str((node.dir / "final.pt").resolve())
-        tags["runlib.checkpoint"] = checkpoint
-        params["checkpoint"] = checkpoint
-    elif node.stage == "eval_phase":
-        eval_json = node.dir / "eval.json"
-        data = _read_json_object(eval_json)
-        if data is not None:
-            step = data.get("phase_index", node.params.get("phase", 0))
-            step = int(step) if _is_value(step) and math.isfinite(step) else 0
-            history = [(k, v, step) for k, v in eval_metrics(data).items()]
-            if eval_json.resolve() not in {p.resolve() for p in artifact_files}:
-                artifact_files.append(eval_json)
-    # a count also logged as a history (tokens, tokens_per_s) would add a stray point at step 0
-    summary = {k: v for k, v in stage_metrics(manifest).items() if k not in {name for name, _, _ in history}}
-
-    run = _retry(client.create_run, experiment_id, start_time=start_ms, run_name=node.instance, tags=tags)
-    run_id = run.info.run_id
+    """Create the child run of one artifact and log its record (_child_record); the run's id. The
+    identifying tag runlib.kind is set last; a failure marks the run FAILED and is raised."""
+    record = _child_record(parent_id, spec, node, manifest, artifact_files, reused)
+    run = _retry(client.create_run, experiment_id, start_time=record.start_ms, run_name=node.instance, tags=record.tags)
+    run_id: str = run.info.run_id
     try:
-        _log_params(client, run_id, params)
-        points = [(k, v, 0) for k, v in summary.items()] + history
-        _log_metric_points(client, run_id, points, end_ms or int(time.time() * 1000))
+        _log_params(client, run_id, record.params)
+        _log_metric_points(client, run_id, record.points, record.end_ms or int(time.time() * 1000))
         _retry(client.log_dict, run_id, manifest.model_dump(mode="json"), "manifest.json")
-        for path in artifact_files:
+        for path in record.files:
             if not path.exists():  # an optional file the stage did not write (spikes.json)
                 continue
             if path.is_dir():
@@ -601,7 +484,7 @@ def _log_child(
             else:
                 _retry(client.log_artifact, run_id, str(path))
         _retry(client.set_tag, run_id, "runlib.kind", "stage")  # last: marks the record complete
-        _retry(client.set_terminated, run_id, "FINISHED", end_time=end_ms)
+        _retry(client.set_terminated, run_id, "FINISHED", end_time=record.end_ms)
     except BaseException:
         try:
             client.set_terminated(run_id, "FAILED")
@@ -609,14 +492,6 @@ def _log_child(
             pass
         raise
     return run_id
-
-
-def _read_json_object(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def log_stage(

@@ -22,17 +22,33 @@ failure is a warning, never a failed workflow: the next track step, or `runlib t
 
 from __future__ import annotations
 
+import fcntl
 import os
-import signal
+import sqlite3
 import sys
-import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runlib.errors import UserError
+from runlib.graph.build import StageGraph, build_graph
+from runlib.graph.registry import STAGES
+from runlib.graph.train_plans import node_device_hours, train_plans
+from runlib.spec import load_spec
+from runlib.spec.models import RunSpec
+from runlib.store.manifest import Manifest, find_manifest
+from runlib.store.settings import tracking_uri, work_dir
+from runlib.track import mlflow_track
+from runlib.track.metrics import build_span_ms, own_manifests, read_json_object
+from runlib.util.atomic import write_text_atomic
+from runlib.util.deadline import deadline
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 # A stalled MLflow server (it answers /health, not the API) held `runlib track` 7+ minutes: MLflow's
 # REST client waits MLFLOW_HTTP_REQUEST_TIMEOUT (default 120 s) per request and retries
@@ -58,31 +74,12 @@ def bound_mlflow_requests(environ: dict[str, str] | None = None) -> None:
 
 
 def track_deadline_s() -> float:
+    """The resync's deadline in seconds: RUNLIB_TRACK_DEADLINE_S, else TRACK_DEADLINE_S."""
     try:
         value = float(os.environ.get("RUNLIB_TRACK_DEADLINE_S", TRACK_DEADLINE_S))
     except ValueError:
         raise UserError("RUNLIB_TRACK_DEADLINE_S: give seconds, e.g. RUNLIB_TRACK_DEADLINE_S=300") from None
     return value if value > 0 else TRACK_DEADLINE_S
-
-
-@contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """TrackDeadline raised in the main thread after `seconds` (SIGALRM: it interrupts a blocked socket
-    read; PEP 475 retries a system call only when the handler returns). No-op outside the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def fire(signum, frame):
-        raise TrackDeadline()
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @contextmanager
@@ -93,10 +90,6 @@ def one_tracker() -> Iterator[None]:
     core), and two MLflow writers on one SQLite store fail with "database is locked" once SQLite's busy
     timeout passes (sqlite3.connect's 5 s default): one failed a track step of the data DAG test on a
     loaded machine. Waiting here instead keeps the writers in turn; the wait counts against the deadline."""
-    import fcntl
-
-    from runlib.workflow.settings import work_dir
-
     path = work_dir() / "locks" / "track.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -115,16 +108,9 @@ class Resynced:
 
 def resync(spec_path: str | Path) -> list[Resynced]:
     """Record every built artifact of the spec at spec_path in MLflow (see the module docstring)."""
-    from runlib.spec import load_spec
-    from runlib.track import mlflow_track
-    from runlib.workflow.graph import build_graph
-    from runlib.workflow.manifest import find_manifest
-    from runlib.workflow.settings import tracking_uri
-    from runlib.workflow.stages import TRACKED_FILES
-
     spec = load_spec(spec_path).spec
     graph = build_graph(spec)
-    built: dict[str, object] = {}  # node instance -> its manifest, or the UserError reading it
+    built: dict[str, Manifest | UserError | None] = {}  # node instance -> its manifest, or the UserError reading it
     for node in graph.nodes:
         try:
             built[node.instance] = find_manifest(node.dir)
@@ -139,7 +125,7 @@ def resync(spec_path: str | Path) -> list[Resynced]:
         # a new parent starts at the first build of this run's own artifacts: not at the builds it reuses
         # from another run of the experiment (a variant sharing the first phases)
         others = mlflow_track.keys_recorded_elsewhere(client, experiment_id, None)
-        span = mlflow_track.build_span_ms(mlflow_track.own_manifests(manifests, others).values())
+        span = build_span_ms(own_manifests(manifests, others).values())
         parent = mlflow_track._parent(spec, spec_path, start_ms=span[0] if span else None)
         recorded = mlflow_track.recorded_children(*parent)
         elsewhere = mlflow_track.keys_recorded_elsewhere(client, experiment_id, parent[2])
@@ -160,7 +146,10 @@ def resync(spec_path: str | Path) -> list[Resynced]:
         if node.key in recorded:
             out.append(Resynced(node.instance, "recorded"))
             continue
-        files = [node.dir / f for f in TRACKED_FILES.get(node.stage, []) if (node.dir / f).exists()]
+        kind = STAGES[node.stage]
+        if not kind.tracked:
+            continue
+        files = [node.dir / f for f in kind.tracked_files if (node.dir / f).exists()]
         try:
             _, created = mlflow_track._log_stage(
                 spec, spec_path, node, manifest, files, parent=parent, elsewhere=elsewhere
@@ -181,17 +170,20 @@ def resync(spec_path: str | Path) -> list[Resynced]:
     return out
 
 
-def _update_parent(spec, graph, manifests: dict, parent: tuple, reused: set[str]) -> int:
+def _update_parent(
+    spec: RunSpec,
+    graph: StageGraph,
+    manifests: dict[str, Manifest],
+    parent: tuple[MlflowClient, str, str],
+    reused: set[str],
+) -> int:
     """The parent's summary metrics and end time (mlflow_track.update_parent) from the built artifacts;
     `reused`: the keys of those another run built (their children's REUSED_TAG)."""
-    from runlib.track import mlflow_track
-    from runlib.workflow.train_plans import node_device_hours, train_plans
-
     evals = {}
     for node in graph.of("eval_phase"):
         if "rung" in node.params or "branch" in node.params:  # a ladder rung's or a branch's is not the run's
             continue
-        data = mlflow_track._read_json_object(node.dir / "eval.json") if node.instance in manifests else None
+        data = read_json_object(node.dir / "eval.json") if node.instance in manifests else None
         if data is not None:
             evals[int(node.params.get("phase", 0))] = data
     client, _, parent_id = parent
@@ -214,9 +206,6 @@ def retry_marker(stamp: str | Path) -> Path:
 def damaged_store(uri: str) -> str | None:
     """What SQLite says is wrong with the store file of a `sqlite:///` tracking URI (`PRAGMA quick_check`,
     read-only), or None: not SQLite, no file yet, sound, or only busy (a lock is not damage)."""
-    import sqlite3
-    import urllib.parse
-
     if not uri.startswith("sqlite:///"):
         return None
     path = uri[len("sqlite:///") :]
@@ -247,8 +236,6 @@ def _store_hint(uri: str, spec_path: str | Path) -> str:
 
 def _untracked(stamp: str | Path, message: str) -> int:
     """The track rule's end when tracking failed: a warning, the stamp, and the retry marker."""
-    from runlib.util.atomic import write_text_atomic
-
     print(
         f"runlib: warning: {message}; the run goes on untracked (the next track step retries; "
         "retry: runlib track --resync)",
@@ -269,14 +256,11 @@ def main_resync(spec_path: str | Path, stamp: str | Path | None = None) -> int:
     stamp file is written either way (its text says what was recorded), and after a failure its retry
     marker too (retry_marker), so that the next workflow run tracks again. A damaged SQLite store is named,
     with the fix (move it aside, resync)."""
-    from runlib.util.atomic import write_text_atomic
-    from runlib.workflow.settings import tracking_uri
-
     started = time.monotonic()
     bound_mlflow_requests()
     limit_s = track_deadline_s()
     try:
-        with deadline(limit_s), one_tracker():
+        with deadline(limit_s, TrackDeadline), one_tracker():
             rows = resync(spec_path)
     except TrackDeadline:
         exc = UserError(

@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import torch
+
+MicroBatch = TypeVar("MicroBatch")
 
 IGNORE_INDEX = -100  # targets that score nothing (padding, masked document boundaries)
 CHUNK_ELEMENTS = {"cpu": 1 << 19, "cuda": 1 << 26}  # logits per chunk: 2 MiB (in cache) / 256 MiB of fp32
@@ -41,7 +44,9 @@ class _TokenLosses(torch.autograd.Function):
     both 0 where the target is IGNORE_INDEX; cross_entropy is not differentiable (reporting only)."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, z_loss: float):
+    def forward(
+        ctx: Any, logits: torch.Tensor, targets: torch.Tensor, z_loss: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         rows, vocab = logits.shape
         log_z = torch.empty(rows, dtype=logits.dtype, device=logits.device)
         step = _rows_per_chunk(vocab, logits.device)
@@ -58,7 +63,9 @@ class _TokenLosses(torch.autograd.Function):
         return loss, cross_entropy
 
     @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor, _grad_cross_entropy: torch.Tensor):
+    def backward(
+        ctx: Any, grad_loss: torch.Tensor, _grad_cross_entropy: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None]:
         logits, targets, log_z = ctx.saved_tensors
         scored = targets != IGNORE_INDEX
         g = torch.where(scored, grad_loss, 0.0)
@@ -82,7 +89,7 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.
     flat = logits.reshape(-1, logits.size(-1))
     if flat.dtype in (torch.float16, torch.bfloat16):
         flat = flat.float()
-    loss, cross_entropy = _TokenLosses.apply(flat, targets.reshape(-1), float(z_loss))
+    loss, cross_entropy = _TokenLosses.apply(flat, targets.reshape(-1), float(z_loss))  # type: ignore[no-untyped-call]
     return loss.view(targets.shape), cross_entropy.view(targets.shape)
 
 
@@ -92,13 +99,13 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 
 
 
 def accumulate(
-    micro_batches: Sequence,
-    loss_sum: Callable[[object], torch.Tensor],
-    scored: Callable[[object], int],
+    micro_batches: Sequence[MicroBatch],
+    loss_sum: Callable[[MicroBatch], torch.Tensor],
+    scored: Callable[[MicroBatch], int],
     total_scored: int | None = None,
     world_size: int = 1,
-    backward: Callable[[torch.Tensor], None] = lambda t: t.backward(),
-    contexts: Iterable | None = None,
+    backward: Callable[[torch.Tensor], None] = torch.autograd.backward,
+    contexts: Iterable[contextlib.AbstractContextManager[Any] | None] | None = None,
     normalization: str = "global_tokens",
 ) -> float:
     """Backpropagate every micro-batch's loss with the step's normalization; return this rank's step loss.

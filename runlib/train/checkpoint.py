@@ -4,19 +4,21 @@ checkpoints inside a phase are sharded: runlib.train.dist_checkpoint."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from runlib.util.atomic import atomic_file
+
 
 def save(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    # to a file object: torch.save names the zip's root folder after a path's file name, and the temporary
+    # name holds the process id, so the same state would give other bytes in every process
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        torch.save(payload, f)
 
 
 def load(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    saved: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    return saved

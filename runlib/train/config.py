@@ -13,12 +13,18 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from runlib.data.loader_config import LoaderConfig, build_loader_config
+from runlib.plan.derive import Plan
+from runlib.plan.effective import PhaseSettings
+from runlib.plan.layout import Layout, build_layout
 from runlib.plan.schedule import Schedule
-from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec
-from runlib.stageconfig import StageConfig
+from runlib.plan.timeline import PhaseSpan
+from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec, RunSpec, SpikeSpec
+from runlib.spec.models.training import Recompute
+from runlib.spec.units import Duration
+from runlib.store.stageconfig import StageConfig
 
 TRAINING_EVAL_TOKENS = 32 * 1024  # held-out tokens per source in an evaluation during training by default
 
@@ -29,7 +35,8 @@ class _Part(BaseModel):
 
 class ParallelConfig(_Part):
     """The phase's device mesh as the spec lays it out: world = nodes * processes_per_node
-    = dp_replicate * dp_shard * tp * cp * pp."""
+    = dp_replicate * dp_shard * tp * cp * pp. The fields of runlib.plan.layout.Layout (`layout`, `of`),
+    spelled as the stage keys have always held them."""
 
     nodes: int
     """Machines (hardware.nodes)."""
@@ -52,13 +59,45 @@ class ParallelConfig(_Part):
     offload: bool
     """parallelism.offload."""
 
+    @classmethod
+    def of(cls, layout: Layout, activation_checkpointing: Recompute) -> ParallelConfig:
+        """The config of a layout (its ep must be 1: no field holds it, so dense runs keep their keys)."""
+        if layout.ep != 1:
+            raise ValueError(f"expert parallelism {layout.ep}: the train_phase config has no field for it yet")
+        return cls(
+            nodes=layout.nodes,
+            processes_per_node=layout.devices_per_node,
+            dp_replicate=layout.dp_replicate,
+            dp_shard=layout.dp_shard,
+            tp=layout.tp,
+            cp=layout.cp,
+            pp=layout.pp,
+            sharding=layout.sharding,
+            activation_checkpointing=activation_checkpointing,
+            offload=layout.offload,
+        )
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(
+            nodes=self.nodes,
+            devices_per_node=self.processes_per_node,
+            dp_replicate=self.dp_replicate,
+            dp_shard=self.dp_shard,
+            cp=self.cp,
+            tp=self.tp,
+            pp=self.pp,
+            sharding=self.sharding,
+            offload=self.offload,
+        )
+
     @property
     def world(self) -> int:
-        return self.nodes * self.processes_per_node
+        return self.layout.world_size
 
     @property
     def data_parallel(self) -> int:
-        return self.dp_replicate * self.dp_shard
+        return self.layout.data_parallel
 
 
 class ScheduleConfig(_Part):
@@ -83,28 +122,30 @@ class ScheduleConfig(_Part):
     left out of the config, and so of the key)."""
 
     @model_serializer(mode="wrap")
-    def _omit_levels(self, handler):
-        data = handler(self)
+    def _omit_levels(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
         if self.levels is None:
             data.pop("levels", None)
         return data
 
     def lr_at(self, tokens: float) -> float:
-        decay = self.decay_start_tokens is not None and self.kind != "constant"
+        start, end = self.decay_start_tokens, self.decay_end_tokens
+        decay = start is not None and self.kind != "constant"
         return Schedule(
             self.kind,
             self.peak_lr,
             self.floor_lr if self.floor_lr is not None else self.peak_lr,
             self.warmup_tokens or 0.0,
-            self.decay_start_tokens if decay else float("inf"),
-            self.decay_end_tokens if decay else float("inf"),
+            start if decay and start is not None else float("inf"),
+            end if decay and end is not None else float("inf"),
             0.0,
-            tuple(tuple(level) for level in self.levels or ()),
+            tuple((at, lr) for at, lr in self.levels or ()),
         ).lr_at(tokens)
 
 
 class SpanConfig(_Part):
-    """Where the phase lies on the run's timeline."""
+    """Where the phase lies on the run's timeline: the ends of its runlib.plan.timeline.PhaseSpan (`of`),
+    not its segments (a batch ramp inside the phase is the loader's)."""
 
     start_step: int
     """First optimizer step (counted over the run)."""
@@ -114,6 +155,15 @@ class SpanConfig(_Part):
     """Tokens seen before the phase."""
     end_tokens: int
     """Tokens seen after the phase."""
+
+    @classmethod
+    def of(cls, span: PhaseSpan) -> SpanConfig:
+        return cls(
+            start_step=span.start_step,
+            end_step=span.end_step,
+            start_tokens=span.start_tokens,
+            end_tokens=span.end_tokens,
+        )
 
 
 class CheckpointConfig(_Part):
@@ -125,20 +175,18 @@ class CheckpointConfig(_Part):
     """What a checkpoint holds (checkpoint.state)."""
 
 
-class SpikeConfig(_Part):
-    zscore: float
-    """A loss this many standard deviations above the recent mean is a spike."""
-    window: int
-    """Steps in the running statistics."""
-    action: Literal["log", "skip", "rollback"]
-    """monitor.spike.action."""
+class SpikeConfig(SpikeSpec):
+    """monitor.spike as the phase reads it: the spec's policy (zscore, window, action, max_retries,
+    max_skips_per_window), with its rollback distance in steps on this run's timeline for the duration."""
+
+    rollback: None = Field(None, exclude=True)
+    """Not held: rollback_steps is (the serialized config keeps the fields it always had)."""
     rollback_steps: int | None
     """Roll back to the newest checkpoint at least this many steps before the spike (None: the newest)."""
-    max_retries: int
-    """Rollbacks allowed before the phase fails."""
-    max_skips_per_window: int
-    """Batches skipped (skip, or a rollback's offending batch) allowed within any `window` consecutive data
-    steps; one more stops the phase with the evidence (runlib.train.spikes)."""
+
+    @classmethod
+    def of(cls, spike: SpikeSpec, rollback_steps: int | None) -> SpikeConfig:
+        return cls(**spike.model_dump(exclude={"rollback"}), rollback_steps=rollback_steps)
 
 
 class MonitorConfig(_Part):
@@ -212,7 +260,9 @@ class TrainPhaseConfig(StageConfig):
     """Plan figures to compare with measurements."""
 
 
-def schedule_within(plan: Any, start_tokens: float, end_tokens: float, lr_scale: float | None = None) -> ScheduleConfig:
+def schedule_within(
+    plan: Plan, start_tokens: float, end_tokens: float, lr_scale: float | None = None
+) -> ScheduleConfig:
     """lr_scale: a phase's optimizer.lr_scale, multiplying every LR of the schedule within the phase."""
     s = plan.schedule
     scale = 1.0 if lr_scale is None else lr_scale
@@ -230,39 +280,21 @@ def schedule_within(plan: Any, start_tokens: float, end_tokens: float, lr_scale:
     )
 
 
-def parallel_config(spec: Any, settings: Any) -> ParallelConfig:
+def parallel_config(spec: RunSpec, settings: PhaseSettings) -> ParallelConfig:
+    """The phase's layout (runlib.plan.layout.build_layout) on the run's hardware, as its config holds it."""
     hw, p = spec.hardware, settings.parallelism
-    dp = settings.data_parallel
-    sharding = p.sharding
-    if sharding == "none":
-        replicate, shard = dp, 1
-    elif sharding == "hsdp":  # replicate across nodes, shard within one (Zhao et al. 2023, PyTorch FSDP, sec. 3.2.1)
-        replicate = min(hw.nodes, dp)
-        shard = max(1, dp // replicate)
-    else:
-        replicate, shard = 1, dp
-    return ParallelConfig(
-        nodes=hw.nodes,
-        processes_per_node=hw.devices_per_node,
-        dp_replicate=replicate,
-        dp_shard=shard,
-        tp=p.tensor,
-        cp=p.context,
-        pp=p.pipeline,
-        sharding=sharding,
-        activation_checkpointing=p.activation_checkpointing,
-        offload=p.offload,
-    )
+    layout = build_layout(p, nodes=hw.nodes, devices_per_node=hw.devices_per_node)
+    return ParallelConfig.of(layout, p.activation_checkpointing)
 
 
-def _steps(plan: Any, duration: Any) -> int | None:
+def _steps(plan: Plan, duration: Duration | None) -> int | None:
     return max(1, round(plan.duration_steps(duration))) if duration is not None else None
 
 
 DEFAULT_LOG_POINTS = 200  # training-metric records over a whole run when monitor.log_every is not set
 
 
-def log_every_tokens(plan: Any, duration: Any) -> int:
+def log_every_tokens(plan: Plan, duration: Duration | None) -> int:
     """monitor.log_every on the run's token timeline (a steps or % duration converted there); default: the
     run's tokens / DEFAULT_LOG_POINTS, rounded up to a whole number of the longest step of any phase."""
     if duration is not None:
@@ -271,7 +303,7 @@ def log_every_tokens(plan: Any, duration: Any) -> int:
     return max(1, step_tokens * math.ceil(plan.tokens_total / DEFAULT_LOG_POINTS / max(1, step_tokens)))
 
 
-def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
+def build_train_phase_configs(spec: RunSpec, plan: Plan) -> list[TrainPhaseConfig]:
     """One TrainPhaseConfig per phase of the plan (pure)."""
     longest = max([p.settings.seq_len for p in plan.phases] + [spec.model.seq_len])
     learned = spec.model.position == "learned"
@@ -285,27 +317,11 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
     configs = []
     for i, phase in enumerate(plan.phases):
         s = phase.settings
-        # a phase's optimizer override (a mid-run LR or clip change): the clip replaces the run's, the
-        # LR scale multiplies the schedule within the phase
-        override = spec.phases[i].optimizer
-        lr_scale = override.lr_scale if override is not None else None
-        optimizer = spec.optimizer
-        if override is not None and override.grad_clip is not None:
-            optimizer = optimizer.model_copy(update={"grad_clip": override.grad_clip})
         monitor = MonitorConfig(
             log_every_tokens=log_every_tokens(plan, spec.monitor.log_every),
             eval_every_steps=_steps(plan, spec.monitor.eval_every),
             eval_tokens=eval_tokens,
-            spike=SpikeConfig(
-                zscore=spike.zscore,
-                window=spike.window,
-                action=spike.action,
-                rollback_steps=_steps(plan, spike.rollback),
-                max_retries=spike.max_retries,
-                max_skips_per_window=spike.max_skips_per_window,
-            )
-            if spike
-            else None,
+            spike=SpikeConfig.of(spike, _steps(plan, spike.rollback)) if spike else None,
         )
         configs.append(
             TrainPhaseConfig(
@@ -321,14 +337,9 @@ def build_train_phase_configs(spec: Any, plan: Any) -> list[TrainPhaseConfig]:
                 micro_batch=s.micro_batch,
                 loss_normalization=spec.data.loss_normalization,
                 loader=build_loader_config(spec, plan, i),
-                span=SpanConfig(
-                    start_step=phase.span.start_step,
-                    end_step=phase.span.end_step,
-                    start_tokens=phase.span.start_tokens,
-                    end_tokens=phase.span.end_tokens,
-                ),
-                schedule=schedule_within(plan, phase.span.start_tokens, phase.span.end_tokens, lr_scale),
-                optimizer=optimizer,
+                span=SpanConfig.of(phase.span),
+                schedule=schedule_within(plan, phase.span.start_tokens, phase.span.end_tokens, s.lr_scale),
+                optimizer=s.optimizer,  # the phase's optimizer override merged (runlib.plan.effective)
                 precision=spec.precision,
                 parallel=parallel_config(spec, s),
                 checkpoint=checkpoint,

@@ -48,19 +48,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pickle
 import re
 import shutil
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
+from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -69,8 +69,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from runlib.errors import UserError
+from runlib.util.atomic import replace_dir
 from runlib.util.hashing import ALGORITHM, file_digest, file_sha256, hmac_sha256, macs_equal
 from runlib.util.mac_key import key_path, read_key
 
@@ -152,13 +155,13 @@ class _AllowListReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         rank = kwargs.get("rank")
         metadata = read_metadata(Path(self.path) / (METADATA if rank is None else f"__{rank}{METADATA}"))
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
+        storage_meta.load_id = self.load_id
+        metadata.storage_meta = storage_meta
         return metadata
 
 
-def _canonical(record: dict) -> bytes:
+def _canonical(record: dict[str, Any]) -> bytes:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -192,7 +195,7 @@ def _broadcast(value: Any) -> Any:
     return box[0]
 
 
-def _gather_merged(part: dict) -> dict:
+def _gather_merged(part: dict[str, Any]) -> dict[str, Any]:
     """The union of every rank's dict, on every rank."""
     if not _distributed():
         return dict(part)
@@ -202,7 +205,7 @@ def _gather_merged(part: dict) -> dict:
 
 
 @contextlib.contextmanager
-def _single_process_quietly():
+def _single_process_quietly() -> Iterator[None]:
     """DCP warns on every save/load without a process group; one process is an intended layout here."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
@@ -252,11 +255,12 @@ def verify_checkpoint(directory: Path | str) -> str | None:
     Rank 0 reads DIGESTS and compares the sizes (a truncated file costs no read); the digests are then
     split over the ranks."""
     directory = Path(directory)
-    problem, files = _broadcast(_recorded_files(directory) if _rank() == 0 else None)
+    recorded: tuple[str | None, dict[str, Any]] = _broadcast(_recorded_files(directory) if _rank() == 0 else None)
+    problem, files = recorded
     if problem is not None:
         return problem
     rank, world = _rank(), _world()
-    wrong = {}
+    wrong: dict[str, Any] = {}
     for i, name in enumerate(sorted(files)):
         if i % world == rank:
             try:
@@ -273,7 +277,7 @@ def verify_checkpoint(directory: Path | str) -> str | None:
     return None
 
 
-def _recorded_files(directory: Path) -> tuple[str | None, dict]:
+def _recorded_files(directory: Path) -> tuple[str | None, dict[str, Any]]:
     """(problem, files) from DIGESTS (its MAC first), the files' sizes, .metadata's SHA-256 and its parse
     through the allow-list (rank 0)."""
     if not is_complete(directory):
@@ -323,7 +327,9 @@ def _recorded_files(directory: Path) -> tuple[str | None, dict]:
     return None, files
 
 
-def save_checkpoint(directory: Path | str, model, optimizer, extra: dict[str, Any]) -> None:
+def save_checkpoint(
+    directory: Path | str, model: nn.Module, optimizer: torch.optim.Optimizer, extra: dict[str, Any]
+) -> None:
     """Write model + optimizer (sharded, every rank), extra (rank 0) and the digests to directory, atomically."""
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
@@ -333,21 +339,18 @@ def save_checkpoint(directory: Path | str, model, optimizer, extra: dict[str, An
     _barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
     with _single_process_quietly():
-        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
+        dcp_save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     if _rank() == 0:
         torch.save(extra, tmp / EXTRA)
     write_digests(tmp)  # after every rank wrote (its barrier), before the rename
     if _rank() == 0:
-        old = directory.with_name(f".{directory.name}.old")
-        if directory.exists():  # rename cannot replace a non-empty directory: move the old one aside first
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, directory)
     _barrier()
 
 
-def load_checkpoint(directory: Path | str, model, optimizer=None) -> dict[str, Any]:
+def load_checkpoint(
+    directory: Path | str, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> dict[str, Any]:
     """Load model (and optimizer, when given) from directory into their current layout; return extra.
 
     .metadata is read through the allow-list unpickler (UnsafeCheckpointError for anything else); extra.pt
@@ -360,18 +363,19 @@ def load_checkpoint(directory: Path | str, model, optimizer=None) -> dict[str, A
     if optimizer is None:
         model_state = get_model_state_dict(model)
         with _single_process_quietly():
-            dcp.load({"model": model_state}, checkpoint_id=str(directory), storage_reader=reader)
+            dcp_load({"model": model_state}, checkpoint_id=str(directory), storage_reader=reader)
         set_model_state_dict(model, model_state)
     else:
         model_state, optim_state = get_state_dict(model, optimizer)
-        state = {"model": model_state, "optimizer": optim_state}
+        state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
         with _single_process_quietly():
-            dcp.load(state, checkpoint_id=str(directory), storage_reader=reader)
+            dcp_load(state, checkpoint_id=str(directory), storage_reader=reader)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    return torch.load(directory / EXTRA, map_location="cpu", weights_only=True)
+    extra: dict[str, Any] = torch.load(directory / EXTRA, map_location="cpu", weights_only=True)
+    return extra
 
 
-def full_model_state_dict(model) -> dict[str, torch.Tensor]:
+def full_model_state_dict(model: nn.Module) -> dict[str, Any]:
     """The whole model's plain tensors (gathered from every shard) on rank 0, {} on the other ranks.
 
     Every rank must call it (it gathers); the keys are those of the unwrapped model's state_dict."""
@@ -380,7 +384,7 @@ def full_model_state_dict(model) -> dict[str, torch.Tensor]:
     return state if _rank() == 0 else {}
 
 
-def full_state_dicts(model, optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model, optimizer) state dicts of whole plain tensors on rank 0 ({} elsewhere), for one file.
 
     The optimizer's is keyed by parameter name (DCP's format), not torch's integer indices: load it
@@ -390,7 +394,12 @@ def full_state_dicts(model, optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
     return (model_state, optim_state) if _rank() == 0 else ({}, {})
 
 
-def load_full_state_dicts(model, optimizer, model_state: dict[str, Any], optim_state: dict[str, Any] | None) -> None:
+def load_full_state_dicts(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    model_state: dict[str, Any],
+    optim_state: dict[str, Any] | None,
+) -> None:
     """Load whole state dicts (full_state_dicts' output, read on every rank) into any layout.
 
     optimizer None or optim_state None: the weights only (e.g. the previous phase's final weights)."""
@@ -414,7 +423,7 @@ def latest_checkpoint(directory: Path | str, at_most_step: int | None = None) ->
         found = [(int(m.group(1)), p.name) for p in directory.iterdir() if (m := STEP_RE.match(p.name))]
         return sorted((n, name) for n, name in found if at_most_step is None or n <= at_most_step)
 
-    steps = _broadcast(candidates() if _rank() == 0 else None)
+    steps: list[tuple[int, str]] = _broadcast(candidates() if _rank() == 0 else None)
     for i in range(len(steps) - 1, -1, -1):
         path = directory / steps[i][1]
         problem = verify_checkpoint(path)

@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from accelerate import Accelerator
 
+from runlib.data.loader import Batch
 from runlib.data.shards import TokenShard
-from runlib.eval.heldout import heldout_metrics
 from runlib.model.parallelize import (
     build_mesh,
     clip_grad_norm_,
@@ -33,41 +34,28 @@ from runlib.model.parallelize import (
 from runlib.model.transformer import Transformer
 from runlib.train import checkpoint as ckpt
 from runlib.train import dist_checkpoint as dcp_ckpt
+from runlib.train.config import ParallelConfig, TrainPhaseConfig
+from runlib.train.heldout import heldout_metrics
 from runlib.train.optim import build_optimizer
 
 
-def effective_parallel(parallel: Any, world: int) -> Any:
+def effective_parallel(parallel: ParallelConfig, world: int) -> ParallelConfig:
     """The config's layout on the processes actually launched: RUNLIB_PROCESSES may give another world
-    size on one machine; model-parallel degrees stay, the data-parallel degree follows the world."""
-    if world == parallel.world:
-        return parallel
-    model_parallel = parallel.tp * parallel.cp * parallel.pp
-    if world % model_parallel:
-        raise ValueError(
-            f"{world} processes cannot hold tensor x context x pipeline = {model_parallel}; "
-            "set RUNLIB_PROCESSES to a multiple of it (or unset it)"
-        )
-    dp = world // model_parallel
-    replicate, shard = (dp, 1) if parallel.sharding == "none" else (1, dp)
-    return parallel.model_copy(
-        update={"nodes": 1, "processes_per_node": world, "dp_replicate": replicate, "dp_shard": shard}
-    )
+    size on one machine; model-parallel degrees stay, the data-parallel degree follows the world
+    (runlib.plan.layout.Layout.on_processes)."""
+    layout = parallel.layout.on_processes(world)
+    return parallel if layout == parallel.layout else ParallelConfig.of(layout, parallel.activation_checkpointing)
 
 
-def mesh_dims(parallel: Any) -> dict[str, int]:
-    return {
-        "dp_replicate": parallel.dp_replicate,
-        "dp_shard": parallel.dp_shard,
-        "tp": parallel.tp,
-        "cp": parallel.cp,
-        "pp": parallel.pp,
-    }
+def mesh_dims(parallel: ParallelConfig) -> dict[str, int]:
+    return parallel.layout.degrees()
 
 
 class Engine:
-    def __init__(self, cfg: Any, accelerator: Any):
+    def __init__(self, cfg: TrainPhaseConfig, accelerator: Accelerator) -> None:
         self.cfg, self.accelerator = cfg, accelerator
-        self.rank, self.world = accelerator.process_index, accelerator.num_processes
+        self.rank: int = accelerator.process_index
+        self.world: int = accelerator.num_processes
         self.parallel = effective_parallel(cfg.parallel, self.world)
         torch.manual_seed(cfg.seed)
         model = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
@@ -84,7 +72,7 @@ class Engine:
 
     # ---- restore
 
-    def restore(self, init_checkpoint: Path | None, scratch: Path) -> dict:
+    def restore(self, init_checkpoint: Path | None, scratch: Path) -> dict[str, Any]:
         """Load the previous phase's consolidated state (into this phase's layout), then resume this
         phase's newest sharded checkpoint that verifies (dist_checkpoint.latest_checkpoint: corrupt newer
         ones are skipped with a warning) if there is one; returns the loop state to continue from (empty:
@@ -96,28 +84,29 @@ class Engine:
         resume = dcp_ckpt.latest_checkpoint(scratch)
         return self._load_resumable(resume) if resume is not None else {}
 
-    def _load_resumable(self, path: Path) -> dict:
+    def _load_resumable(self, path: Path) -> dict[str, Any]:
         extra = dcp_ckpt.load_checkpoint(path, self.model, self.optimizer_for_state())
         keep = set(self.cfg.checkpoint.state)
         if "rng" in keep and extra.get("rng") is not None:
             torch.set_rng_state(extra["rng"])
         if "scaler" in keep and self.accelerator.scaler is not None and extra.get("scaler"):
             self.accelerator.scaler.load_state_dict(extra["scaler"])
-        state = extra.get("state", {})
+        state: dict[str, Any] = extra.get("state", {})
         if not {"data", "scheduler"} <= keep:  # without the data and LR position, the phase starts over
             state = {k: v for k, v in state.items() if k not in ("step", "tokens", "skipped")}
         return state
 
     # ---- one step
 
-    def forward(self, b) -> torch.Tensor:
+    def forward(self, b: Batch) -> torch.Tensor:
         with forward_context(self.model):
-            return self.model(b.input_ids, b.position_ids, b.doc_ids)
+            logits: torch.Tensor = self.model(b.input_ids, b.position_ids, b.doc_ids)
+            return logits
 
     def backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss)
 
-    def sync_contexts(self, accum: int) -> list:
+    def sync_contexts(self, accum: int) -> list[contextlib.AbstractContextManager[Any]]:
         """DDP all-reduces only on a step's last micro-batch (no_sync before it); FSDP2 reduce-scatters every
         micro-batch, which keeps its gradients sharded (runlib.model.parallelize.no_sync)."""
         return [no_sync(self.model) if m < accum - 1 else contextlib.nullcontext() for m in range(accum)]
@@ -126,8 +115,8 @@ class Engine:
         """Sum over the data-parallel ranks (ranks of one tensor-parallel group hold the same numbers)."""
         if self.world == 1:
             return tensor
-        total = self.accelerator.reduce(tensor.clone(), reduction="sum")
-        return total / (self.world // self.dp_size)
+        total: torch.Tensor = self.accelerator.reduce(tensor.clone(), reduction="sum")
+        return total / self.parallel.layout.model_parallel  # each data-parallel rank counted once
 
     def clip_gradients(self, max_norm: float | None) -> float:
         if self.accelerator.scaler is not None:
@@ -140,7 +129,7 @@ class Engine:
 
     # ---- checkpoints
 
-    def _extra(self, state: dict) -> dict:
+    def _extra(self, state: dict[str, Any]) -> dict[str, Any]:
         keep = set(self.cfg.checkpoint.state)
         extra: dict[str, Any] = {"state": dict(state)}
         if "rng" in keep:
@@ -149,7 +138,7 @@ class Engine:
             extra["scaler"] = self.accelerator.scaler.state_dict()
         return extra
 
-    def save_resumable(self, scratch: Path, state: dict) -> None:
+    def save_resumable(self, scratch: Path, state: dict[str, Any]) -> None:
         self.accelerator.wait_for_everyone()
         dcp_ckpt.save_checkpoint(
             scratch / f"step-{state['step']}", self.model, self.optimizer_for_state(), self._extra(state)
@@ -157,7 +146,7 @@ class Engine:
         dcp_ckpt.prune_checkpoints(scratch, self.cfg.checkpoint.keep)
         self.accelerator.wait_for_everyone()
 
-    def save_final(self, path: Path, state: dict) -> None:
+    def save_final(self, path: Path, state: dict[str, Any]) -> None:
         """The consolidated end-of-phase state (checkpoint.state decides what it holds)."""
         keep = set(self.cfg.checkpoint.state) | {"model"}  # the next phase and eval need the weights
         self.accelerator.wait_for_everyone()
@@ -169,10 +158,12 @@ class Engine:
             ckpt.save(path, payload)
         self.accelerator.wait_for_everyone()
 
-    def optimizer_for_state(self):
-        return getattr(self.optimizer, "optimizer", self.optimizer)  # AcceleratedOptimizer -> torch optimizer
+    def optimizer_for_state(self) -> torch.optim.Optimizer:
+        # AcceleratedOptimizer -> torch optimizer
+        inner: torch.optim.Optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
+        return inner
 
-    def rollback(self, scratch: Path, state: dict, rollback_steps: int | None) -> dict:
+    def rollback(self, scratch: Path, state: dict[str, Any], rollback_steps: int | None) -> dict[str, Any]:
         """Back to the newest verified checkpoint at least rollback_steps before this step, keeping the
         offending data steps skipped from now on (the loop bounds the rollbacks: monitor.spike.max_retries)."""
         rollbacks = state["rollbacks"] + 1
@@ -187,8 +178,9 @@ class Engine:
 
     # ---- evaluation and measurements
 
-    def heldout_losses(self, dirs: dict, eos_id: int, max_tokens: int) -> dict[str, float]:
-        out, length = {}, self.cfg.seq_len
+    def heldout_losses(self, dirs: dict[str, Path], eos_id: int, max_tokens: int) -> dict[str, float]:
+        out: dict[str, float] = {}
+        length = self.cfg.seq_len
         for name in sorted(dirs):
             available = min(max_tokens, len(TokenShard(dirs[name], "heldout").tokens))
             # whole windows only: sequence parallelism splits every window's length over the tp ranks
@@ -198,12 +190,12 @@ class Engine:
             out[name] = heldout_metrics(self.model, dirs[name], length, eos_id, 1.0, max_tokens=usable)["loss"]
         return out
 
-    def measurements(self, seconds: float, tokens: int, cfg: Any) -> dict[str, Any]:
+    def measurements(self, seconds: float, tokens: int, cfg: TrainPhaseConfig) -> dict[str, Any]:
         if torch.cuda.is_available() and self.accelerator.device.type == "cuda":
             peak, kind = float(torch.cuda.max_memory_allocated()), "cuda_max_memory_allocated"
         else:
             peak, kind = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), "cpu_max_rss"
-        peaks = [peak]
+        peaks: list[float | None] = [peak]
         if dist.is_available() and dist.is_initialized():
             peaks = [None] * self.world
             dist.all_gather_object(peaks, peak)

@@ -38,9 +38,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from types import FrameType
+from typing import NoReturn, Protocol
 
 from runlib.errors import UserError
+from runlib.plan.derive import PhasePlan
+from runlib.plan.memory import MemoryBreakdown
 from runlib.util.lifetime import preexec_die_with_parent
 
 ACCELERATE = ("-m", "accelerate.commands.launch")
@@ -68,8 +71,11 @@ SLURM_IDENTITY = frozenset(
 class Parallel(Protocol):
     """What the launcher reads of a phase's ParallelConfig (runlib.train.config)."""
 
-    nodes: int
-    processes_per_node: int
+    @property
+    def nodes(self) -> int: ...
+
+    @property
+    def processes_per_node(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,7 @@ def launch_commands(
     worker_argv: what `accelerate launch` runs in each process, after its own options, e.g.
       ["-m", "runlib.train.worker", "--config", path, ...] or [script.py, args...].
     base_env: the environment to start from (usually os.environ); it is copied, never changed.
-      RUNLIB_WORK_DIR in it places HF_HOME (default ./work, as runlib.workflow.settings).
+      RUNLIB_WORK_DIR in it places HF_HOME (default ./work, as runlib.store.settings).
     port: the rendezvous port (default: a free one here; under Slurm 29500 + job id mod 1000).
     """
     nodes, per_node = int(parallel.nodes), int(parallel.processes_per_node)
@@ -125,7 +131,9 @@ def launch_commands(
     ]
 
 
-def _accelerate(nodes: int, per_node: int, port: int, rank: int | str | None = None, host: str | None = None):
+def _accelerate(
+    nodes: int, per_node: int, port: int, rank: int | str | None = None, host: str | None = None
+) -> list[str]:
     world = nodes * per_node
     argv = [sys.executable, *ACCELERATE, "--num_machines", str(nodes), "--num_processes", str(world)]
     argv += ["--mixed_precision", "no", "--dynamo_backend", "no"]
@@ -213,7 +221,7 @@ def free_port() -> int:
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: let the OS choose
         s.bind(("", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def run_launches(launches: Sequence[Launch], *, grace_s: float = 30.0, poll_s: float = 0.2) -> int:
@@ -223,7 +231,7 @@ def run_launches(launches: Sequence[Launch], *, grace_s: float = 30.0, poll_s: f
     default): they are stopped at once (SIGTERM to each launch's process group, SIGKILL after
     grace_s). The same happens when this process is interrupted or terminated.
     """
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     previous = None
     if threading.current_thread() is threading.main_thread():
         # a cancelled Slurm job or Snakemake stopping a job sends SIGTERM: stop the launches too
@@ -261,11 +269,11 @@ class _Terminated(SystemExit):
     pass
 
 
-def _raise_terminated(signum, frame):
+def _raise_terminated(signum: int, frame: FrameType | None) -> NoReturn:
     raise _Terminated(128 + signum)
 
 
-def _stop(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
+def _stop(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in procs:
             if p.poll() is None:
@@ -313,7 +321,7 @@ DEFAULT_MARGIN = ResourceMargin()
 PROCESS_HOST_BYTES = {"cpu": 1 * 2**30, "gpu": 4 * 2**30}
 
 
-def host_memory_bytes_per_node(memory: Any, accelerator: str, processes_per_node: int) -> float:
+def host_memory_bytes_per_node(memory: MemoryBreakdown, accelerator: str, processes_per_node: int) -> float:
     """Host (CPU) memory one node's training processes need, from the plan's per-device breakdown
     (runlib.plan.memory.MemoryBreakdown):
     - cpu: the device is the host, so each process holds its whole per-device estimate (memory.total);
@@ -368,7 +376,11 @@ def slurm_resources(
 
 
 def phase_job_resources(
-    parallel: Parallel, accelerator: str, processes_per_node: int, phase: Any, margin: ResourceMargin = DEFAULT_MARGIN
+    parallel: Parallel,
+    accelerator: str,
+    processes_per_node: int,
+    phase: PhasePlan,
+    margin: ResourceMargin = DEFAULT_MARGIN,
 ) -> dict[str, int | str]:
     """slurm_resources of one phase's job: `phase` is its runlib.plan.derive.PhasePlan (memory, hours);
     processes_per_node may differ from the devices (RUNLIB_PROCESSES on a CPU machine)."""

@@ -27,15 +27,20 @@ optimizer_states: torch's optimizers keep their states in the dtype of the param
 (zeros_like(param)); their foreach kernels need one dtype per parameter and state. So the states are
 bf16 exactly when the optimizer's parameters are bf16 (master_weights none with compute bf16), fp32
 when they are fp32 (fp32 master weights, or fp32 compute). Any other request raises ValueError
-(runlib.audit.enact refuses it, RUN007, before a job starts).
+(runlib.plan.enact refuses it, RUN007, before a job starts).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate
 from torch.optim._adafactor import adafactor
+
+from runlib.spec.models import OptimizerSpec, PrecisionSpec
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MUON_MOMENTUM = 0.95  # Liu et al. 2025, section 2; Jordan et al. 2024
@@ -49,11 +54,11 @@ def _named_trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(name, p) for name, p in _unwrap(model).named_parameters() if p.requires_grad]  # tied: listed once
 
 
-def decay_groups(params: list[nn.Parameter], weight_decay: float, **extra) -> list[dict]:
+def decay_groups(params: list[nn.Parameter], weight_decay: float, **extra: Any) -> list[dict[str, Any]]:
     """Decay on matrices (ndim >= 2, embeddings included), none on vectors; empty groups dropped."""
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"params": decay, "weight_decay": weight_decay, **extra},
         {"params": no_decay, "weight_decay": 0.0, **extra},
     ]
@@ -73,7 +78,7 @@ def muon_parameters(model: nn.Module) -> set[int]:
     }
 
 
-def check_state_dtype(model: nn.Module, precision) -> None:
+def check_state_dtype(model: nn.Module, precision: PrecisionSpec) -> None:
     dtypes = {p.dtype for _, p in _named_trainable(model)}
     wanted = DTYPES[precision.optimizer_states]
     if dtypes != {wanted}:
@@ -96,8 +101,7 @@ class GatheredAdafactor(torch.optim.Adafactor):
     kept whole on every rank; the gathered matrix lives for one parameter's update at a time."""
 
     @torch.no_grad()
-    def step(self, closure=None):
-
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -144,39 +148,45 @@ class MuonWithAdamW(torch.optim.Optimizer):
     torch.optim.Muon for the hidden matrices, torch.optim.AdamW for the rest. The groups and the state
     are the inner optimizers' own objects, re-linked after load_state_dict."""
 
-    def __init__(self, muon_groups: list[dict], adamw_groups: list[dict], muon_kwargs: dict, adamw_kwargs: dict):
+    def __init__(
+        self,
+        muon_groups: list[dict[str, Any]],
+        adamw_groups: list[dict[str, Any]],
+        muon_kwargs: dict[str, Any],
+        adamw_kwargs: dict[str, Any],
+    ) -> None:
         self.muon = torch.optim.Muon(muon_groups, **muon_kwargs)
         self.adamw = torch.optim.AdamW(adamw_groups, **adamw_kwargs)
         self._n_muon = len(self.muon.param_groups)
         super().__init__([{"params": []}], {})  # hooks and bookkeeping of torch.optim.Optimizer
         self._link(self.muon.param_groups + self.adamw.param_groups)
 
-    def _link(self, groups: list[dict]) -> None:
+    def _link(self, groups: list[dict[str, Any]]) -> None:
         self.param_groups = groups
         self.muon.param_groups, self.adamw.param_groups = groups[: self._n_muon], groups[self._n_muon :]
         self.muon.state = self.adamw.state = self.state
 
-    def __setstate__(self, state: dict) -> None:  # load_state_dict ends here with fresh group dicts
+    def __setstate__(self, state: dict[str, Any]) -> None:  # load_state_dict ends here with fresh group dicts
         super().__setstate__(state)
         if hasattr(self, "muon"):
             self._link(self.param_groups)
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.muon.step()
+        self.muon.step()  # type: ignore[no-untyped-call]
         self.adamw.step()
         return loss
 
 
-def build_optimizer(model: nn.Module, optimizer_cfg, precision) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, optimizer_cfg: OptimizerSpec, precision: PrecisionSpec) -> torch.optim.Optimizer:
     """The optimizer of optimizer_cfg.kind over the model's trainable parameters (see the module docstring)."""
     check_state_dtype(model, precision)
     kind, lr, wd = optimizer_cfg.kind, optimizer_cfg.lr, optimizer_cfg.weight_decay
-    betas, eps = tuple(optimizer_cfg.betas), optimizer_cfg.eps
+    betas, eps = optimizer_cfg.betas, optimizer_cfg.eps
     params = [p for _, p in _named_trainable(model)]
     if kind == "adamw":
         return torch.optim.AdamW(decay_groups(params, wd), lr=lr, betas=betas, eps=eps)
@@ -202,5 +212,6 @@ def build_optimizer(model: nn.Module, optimizer_cfg, precision) -> torch.optim.O
                 "optimizer.kind lion cannot be enacted: torch ships no Lion and the lion-pytorch package "
                 "is not installed; use adamw, adam, adafactor or muon"
             ) from None
-        return Lion(decay_groups(params, wd), lr=lr, betas=betas)
+        lion: torch.optim.Optimizer = Lion(decay_groups(params, wd), lr=lr, betas=betas)
+        return lion
     raise ValueError(f"optimizer.kind {kind!r}: expected adamw, adam, adafactor, muon or lion")

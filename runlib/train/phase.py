@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runlib.audit.enact import train_config_refusals
 from runlib.errors import UserError
+from runlib.plan.enact import train_config_refusals
+from runlib.store.settings import work_dir
 from runlib.train.config import TrainPhaseConfig
 from runlib.train.launch import launch_commands, run_launches
 from runlib.train.spikes import SPIKES_EVIDENCE
-from runlib.workflow.settings import work_dir
 
 
 def scratch_dir(key: str) -> Path:
@@ -77,9 +77,10 @@ def launch_phase(
 
 
 def spike_stop(scratch: Path) -> str | None:
-    """The message of the spike bound's stop (runlib.train.loop.stop_on_spikes) if it ended the launch."""
+    """The message of the spike bound's stop (runlib.train.spikes.SpikePolicy.stop) if it ended the launch."""
     try:
-        return json.loads((scratch / SPIKES_EVIDENCE).read_text())["stopped"]["message"]
+        message = json.loads((scratch / SPIKES_EVIDENCE).read_text())["stopped"]["message"]
+        return message if isinstance(message, str) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -104,7 +105,7 @@ def train_phase(config: TrainPhaseConfig, inputs: dict[str, Path], out_dir: Path
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     spikes = json.loads((out_dir / "spikes.json").read_text())
     measured = json.loads((out_dir / "run.json").read_text())
-    last = next((r for r in reversed(records) if "loss" in r), {})
+    last: dict[str, Any] = next((r for r in reversed(records) if "loss" in r), {})
     shutil.rmtree(scratch, ignore_errors=True)
     print(f"train_phase {config.phase_name}: {measured['tokens_per_s']:,.0f} tokens/s", file=sys.stderr)
     return {

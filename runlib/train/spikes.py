@@ -10,11 +10,16 @@ running statistics: without the bound, skipping never ends.
 
 from __future__ import annotations
 
+import json
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
+from pathlib import Path
+from typing import Any, NoReturn
 
 from runlib.errors import UserError
+from runlib.train.config import SpikeConfig
+from runlib.util.atomic import write_text_atomic
 
 MIN_HISTORY = 10  # too few losses give no meaningful spread
 SPIKES_EVIDENCE = "spikes.json"  # in the scratch directory when the bound stops the phase
@@ -74,7 +79,7 @@ class SpikeLimitExceeded(UserError):
     """Loss spikes beyond monitor.spike's bound: the phase stops with the evidence, keeping its checkpoints."""
 
 
-def stop_message(phase: str, reason: str, spikes: list[dict], evidence_file: str, scratch: str) -> str:
+def stop_message(phase: str, reason: str, spikes: list[dict[str, Any]], evidence_file: str, scratch: str) -> str:
     lines = [f"train_phase {phase}: stopped: {reason}. The last spikes:"]
     for s in spikes[-EVIDENCE_SPIKES:]:
         mean = "unknown" if s.get("recent_mean") is None else f"{s['recent_mean']:.4f}"
@@ -88,3 +93,89 @@ def stop_message(phase: str, reason: str, spikes: list[dict], evidence_file: str
         "or raise monitor.spike.zscore, window or max_skips_per_window (a new key: the phase starts over)."
     )
     return "\n".join(lines)
+
+
+def write_evidence(
+    path: Path, spikes: list[dict[str, Any]], step: int, skipped: list[int], message: str, reason: str
+) -> None:
+    record = {
+        "stopped": {"reason": reason, "step": step, "message": message},
+        "spikes": spikes,
+        "skipped_data_steps": sorted(set(skipped)),
+    }
+    write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+class SpikePolicy:
+    """monitor.spike applied to each step's loss: the detector over the accepted losses, the spikes seen,
+    and the two bounds that stop the phase (every rank decides alike: the loss is all-reduced).
+
+    When the bound stops the phase, rank 0 writes spikes.json into the scratch directory, beside the
+    checkpoints, which stay for a later attempt."""
+
+    def __init__(self, spike: SpikeConfig | None, losses: list[float], phase: str, scratch: Path, rank: int) -> None:
+        self.spike, self.phase, self.scratch, self.rank = spike, phase, scratch, rank
+        self.detector = SpikeDetector(spike.zscore, spike.window, losses) if spike else None
+        self.spikes: list[dict[str, Any]] = []
+
+    def drops(self, step: int, data: int, loss: float, grad_norm: float) -> bool:
+        """Whether this step's batch makes no update (action skip or rollback on a spike); a spike under
+        action log is recorded and the step goes on."""
+        if self.spike is None or self.detector is None:
+            return False
+        if not (self.detector.is_spike(loss) or not math.isfinite(grad_norm)):
+            return False
+        self.spikes.append(
+            {
+                "step": step,
+                "data_step": data,
+                "loss": loss,
+                "recent_mean": self.detector.mean(),
+                "zscore": self.detector.score(loss),
+                "grad_norm": grad_norm,
+                "action": self.spike.action,
+            }
+        )
+        return self.spike.action != "log"
+
+    def accept(self, loss: float) -> list[float]:
+        """The detector's window after an accepted step (what a checkpoint stores)."""
+        if self.detector is None:
+            return []
+        self.detector.accept(loss)
+        return list(self.detector.losses)
+
+    def restart(self, losses: list[float]) -> None:
+        """The running statistics as of the checkpoint rolled back to, as a resume from it would have them."""
+        if self.spike is not None:
+            self.detector = SpikeDetector(self.spike.zscore, self.spike.window, losses)
+
+    def check_skips(self, step: int, data: int, skipped: list[int]) -> None:
+        """Stop when more batches than max_skips_per_window were skipped within one window of data steps."""
+        assert self.spike is not None
+        skips, start = most_skips_in_a_window(skipped, data, self.spike.window)
+        if skips > self.spike.max_skips_per_window:
+            self.stop(
+                step,
+                skipped,
+                f"{skips} batches skipped within the {self.spike.window} data steps from {start} "
+                f"(monitor.spike.window), more than monitor.spike.max_skips_per_window = "
+                f"{self.spike.max_skips_per_window}",
+            )
+
+    def check_rollbacks(self, step: int, rollbacks: int, skipped: list[int]) -> None:
+        """Stop when the rollbacks so far reach max_retries."""
+        assert self.spike is not None
+        if rollbacks >= self.spike.max_retries:
+            self.stop(
+                step,
+                skipped,
+                f"loss spikes persisted after {self.spike.max_retries} rollbacks (monitor.spike.max_retries)",
+            )
+
+    def stop(self, step: int, skipped: list[int], reason: str) -> NoReturn:
+        evidence = self.scratch / SPIKES_EVIDENCE
+        message = stop_message(self.phase, reason, self.spikes, str(evidence), str(self.scratch))
+        if self.rank == 0:
+            write_evidence(evidence, self.spikes, step, skipped, message, reason)
+        raise SpikeLimitExceeded(message)

@@ -12,13 +12,19 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runlib.util.lifetime import die_with_parent
+
+if TYPE_CHECKING:
+    from accelerate.utils import KwargsHandler
+
+    from runlib.spec.models import PrecisionSpec
 
 SPIKE_STOP_EXIT = 2  # the spike bound stopped the phase (no traceback; runlib.train.phase reads spikes.json)
 
 
-def scaler_kwargs(precision) -> list:
+def scaler_kwargs(precision: PrecisionSpec) -> list[KwargsHandler]:
     """fp16 loss scaling as the spec says: dynamic from loss_scale (default 2^16), or static (the
     scale never grows; torch's GradScaler still halves it on an overflow, then skips that step)."""
     from accelerate.utils import GradScalerKwargs
@@ -32,7 +38,7 @@ def scaler_kwargs(precision) -> list:
 
 
 def parse_inputs(pairs: list[str]) -> dict[str, Path]:
-    inputs = {}
+    inputs: dict[str, Path] = {}
     for pair in pairs:
         role, _, directory = pair.partition("=")
         inputs[role] = Path(directory)
@@ -40,7 +46,7 @@ def parse_inputs(pairs: list[str]) -> dict[str, Path]:
 
 
 def special_token_ids(tokenizer_dir: Path) -> dict[str, int]:
-    from runlib.workflow.manifest import read_manifest
+    from runlib.store.manifest import read_manifest
 
     details = read_manifest(tokenizer_dir).details
     special = details["special_ids"]

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from runlib.errors import UserError
@@ -95,10 +98,53 @@ def write_output(path: str | os.PathLike[str], text: str) -> None:
     """write_text_atomic for a file the user names (`-o`, `--out`): an OSError (a full device such as
     /dev/full, a parent that is a file, a read-only file system, a name too long) is a UserError naming
     the path, not a traceback. Stages call write_text_atomic: their OSError (a full disk) has its own message
-    (runlib.workflow.diskfull)."""
+    (runlib.store.diskfull)."""
     try:
         write_text_atomic(Path(path), text)
     except OSError as exc:
         raise UserError(
             f"{os.fspath(path)}: cannot write it ({exc.strerror or exc}); give a path to a file in a folder you can write"
         ) from exc
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` for a writer that wants a path of its own (a streaming writer, np.save):
+    when the block ends it is fsync'd and renamed onto `path`; when the block raises it is removed. Its mode
+    is 0666 less the umask, as a file open(2) creates (not mkstemp's private 0600). Give torch.save a file
+    object opened on it: given a path, torch.save names its archive's root folder after the file name, which
+    here holds the process id, so the same payload would give other bytes in every process."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def replace_dir(tmp: Path, out_dir: Path) -> None:
+    """Put the finished directory `tmp` where `out_dir` is. POSIX rename cannot replace a non-empty
+    directory, so an old `out_dir` is first renamed aside, removed once the new one is in place, and put
+    back if the second rename fails: a reader finds the old directory or the new one, whole."""
+    if not out_dir.exists() and not out_dir.is_symlink():
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, out_dir)
+        return
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        raise FileExistsError(f"{out_dir} exists and is not a directory runlib wrote")
+    old = Path(tempfile.mkdtemp(prefix=f".old-{out_dir.name}-", dir=out_dir.parent))
+    os.replace(out_dir, old)  # an empty directory may be replaced by rename
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -6,12 +6,14 @@ rebuild every artifact. Leaving it out while at its default changes the keys of 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 from pydantic import BaseModel
 
+_Data = TypeVar("_Data")
 
-def omit_new_fields_at_default(model: BaseModel, names: frozenset[str], data: Any) -> Any:
+
+def omit_new_fields_at_default(model: BaseModel, names: frozenset[str], data: _Data) -> _Data:
     """`data` (model's serialized form) without the fields in `names` whose value is their default."""
     if isinstance(data, dict):
         for name in names:

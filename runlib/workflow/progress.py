@@ -28,14 +28,18 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from runlib.spec.units import format_count
+from runlib.store.command import executable
+from runlib.store.settings import work_dir
 from runlib.util.report_dirs import report_dir
-from runlib.workflow.command import executable
-from runlib.workflow.settings import work_dir
+
+Progress = dict[str, Any]
+"""A phase's progress.json as runlib.train.loop writes it: step, tokens, loss, tokens_per_s, its span."""
 
 TTY_EVERY_S = 1.0  # redraw of the status line on a terminal
 POLL_EVERY_S = 5.0  # progress.json reads when not on a terminal
@@ -71,14 +75,14 @@ class PhaseTime:
 def training_left_s(
     phases: list[PhaseTime],
     finished: set[str],
-    current: dict[str, dict],
+    current: dict[str, Progress],
     measured_over_planned: float | None,
 ) -> float | None:
     """Seconds of training left (pure): each running phase (key -> its progress.json) at its measured speed;
     each later phase at its planned time x measured_over_planned (measured / planned seconds per token of
     the latest phase measured), or at the running phase's measured tokens/s when the plan has no estimate.
     None before any speed is measured."""
-    speeds = [p.get("tokens_per_s") for p in current.values() if p.get("tokens_per_s")]
+    speeds = [float(p["tokens_per_s"]) for p in current.values() if p.get("tokens_per_s")]
     if not speeds and measured_over_planned is None:
         return None
     left = 0.0
@@ -97,15 +101,15 @@ def training_left_s(
     return left
 
 
-def speed_ratio(phase: PhaseTime, progress: dict) -> float | None:
+def speed_ratio(phase: PhaseTime, progress: Progress) -> float | None:
     """Measured / planned seconds per token of a running phase (None when either is unknown)."""
     tps = progress.get("tokens_per_s")
     if not tps or not phase.planned_s or not phase.tokens:
         return None
-    return (1.0 / tps) / (phase.planned_s / phase.tokens)
+    return (1.0 / float(tps)) / (phase.planned_s / phase.tokens)
 
 
-def train_line(name: str, progress: dict, run_left_s: float | None = None) -> str:
+def train_line(name: str, progress: Progress, run_left_s: float | None = None) -> str:
     """One line for a running training phase, from its progress.json."""
     steps = progress["end_step"] - progress["start_step"]
     step = progress.get("step", progress["start_step"]) - progress["start_step"]
@@ -222,7 +226,7 @@ class View:
             self._write_raw(_CLEAR + text)
 
     # ---------------------------------------------------------------------------- events
-    def label(self, rule: str, wildcards: dict) -> tuple[str, str]:
+    def label(self, rule: str, wildcards: dict[str, Any]) -> tuple[str, str]:
         key = str((wildcards or {}).get("key", ""))
         if rule == "track":
             phase = self.labels.get(("train_phase", key), key)
@@ -230,12 +234,14 @@ class View:
         return self.labels.get((rule, key), f"{rule} {key}".strip()), key
 
     def on_record(self, record: logging.LogRecord) -> None:
+        job: _Job | None
         event = str(getattr(getattr(record, "event", None), "value", getattr(record, "event", "")) or "")
-        if event == "job_info" and getattr(record, "rule_name", None) not in (None, "all"):
-            label, key = self.label(record.rule_name, getattr(record, "wildcards", {}) or {})
+        rule = getattr(record, "rule_name", None)  # Snakemake's log records carry the job's fields as attributes
+        if event == "job_info" and rule not in (None, "all"):
+            label, key = self.label(str(rule), getattr(record, "wildcards", {}) or {})
             logs = getattr(record, "log", None) or []
-            job = _Job(label, record.rule_name, key, logs[0] if logs else None, self.clock())
-            self.jobs[int(record.jobid)] = job
+            job = _Job(label, str(rule), key, logs[0] if logs else None, self.clock())
+            self.jobs[int(getattr(record, "jobid", -1))] = job
             self.say(f"runlib: started {label}")
         elif event == "job_finished":
             job = self.jobs.pop(int(getattr(record, "job_id", -1)), None)
@@ -266,8 +272,8 @@ class View:
                 self._write_raw(_CLEAR)
 
     # ---------------------------------------------------------------------------- polling
-    def read_progress(self) -> dict[str, dict]:
-        out = {}
+    def read_progress(self) -> dict[str, Progress]:
+        out: dict[str, Progress] = {}
         for job in list(self.jobs.values()):
             if job.stage != "train_phase":
                 continue
@@ -286,9 +292,10 @@ class View:
         left = training_left_s(self.phases, self.finished, progress, self.ratio)
         lines = []
         for job in list(self.jobs.values()):
-            p = progress.get(job.key)
-            if job.stage != "train_phase" or p is None:
+            running = progress.get(job.key)
+            if job.stage != "train_phase" or running is None:
                 continue
+            p = running
             line = train_line(job.label, p, left)
             if self.tty:
                 lines.append(line)
@@ -350,10 +357,15 @@ class Running:
     handler: logging.Handler
     stop: threading.Event
     thread: threading.Thread
-    wrapped: list[tuple[logging.Handler, TextIO]]
+    wrapped: list[tuple[logging.StreamHandler[TextIO], TextIO]]
 
 
-def start(labels, phases, scratch, stream: TextIO | None = None) -> Running | None:
+def start(
+    labels: dict[tuple[str, str], str],
+    phases: list[PhaseTime],
+    scratch: Callable[[str], Path],
+    stream: TextIO | None = None,
+) -> Running | None:
     """Start the view (None when RUNLIB_PROGRESS=0)."""
     if os.environ.get("RUNLIB_PROGRESS", "1") == "0":
         return None
@@ -363,7 +375,7 @@ def start(labels, phases, scratch, stream: TextIO | None = None) -> Running | No
     logger = logging.getLogger(SNAKEMAKE_LOGGER)
     handler = _Events(view)
     logger.addHandler(handler)
-    wrapped = []
+    wrapped: list[tuple[logging.StreamHandler[TextIO], TextIO]] = []
     if tty:
         for h in logger.handlers:
             if isinstance(h, logging.StreamHandler) and getattr(h.stream, "isatty", lambda: False)():

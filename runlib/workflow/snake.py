@@ -1,11 +1,13 @@
-"""What the Snakefile and rules/*.smk call: the gate, paths by stage and key, input functions.
+"""What the Snakefile and rules/*.smk call: one Workflow per spec, made of the gate (runlib.workflow.gate),
+the rules' paths (runlib.workflow.paths), the jobs' resources (runlib.workflow.resources), the input functions
+and the console progress hooks.
 
 The Snakefile stays declarative; everything that computes lives here. An artifact's path names its
 content (its key), so Snakemake's own rerun triggers must never fire for an artifact that exists, and
 Snakemake must never delete one:
 - a rule's outputs are two small files outside the artifact directory, the done stamp and the built
-  marker (runlib.workflow.settings), written atomically after the artifact's commit (the protocol in
-  runlib.workflow.artifacts). What Snakemake deletes after a kill (`--rerun-incomplete`) or a failure
+  marker (runlib.store.settings), written atomically after the artifact's commit (the protocol in
+  runlib.store.artifacts). What Snakemake deletes after a kill (`--rerun-incomplete`) or a failure
   is those, never the artifact; the rerun finds the artifact committed, verifies it and rewrites them
   without rebuilding;
 - downstream rules depend on the done stamp, marked ancient, so neither a newer upstream stamp nor a
@@ -29,84 +31,44 @@ Stage jobs never import mlflow.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from runlib.errors import SpecError, UserError
-from runlib.workflow.graph import StageGraph, build_graph
-from runlib.workflow.settings import built_marker, done_stamp, work_dir
+from snakemake.io import ancient
+
+from runlib.graph.build import StageGraph, is_rung
+from runlib.plan.derive import PhasePlan
+from runlib.store.node import StageNode
+from runlib.store.settings import built_marker, tracking_uri, work_dir
+from runlib.train.phase import scratch_dir
+from runlib.workflow import progress
+from runlib.workflow.gate import GateRefused, open_gate
+from runlib.workflow.paths import RulePaths
+from runlib.workflow.resources import JobResources, Wildcards
 
 KEY_PATTERN = "[0-9a-f]{16}"
-
-
-class GateRefused(Exception):
-    """The spec does not load or its audit has errors: the DAG is not built."""
+InputFunction = Callable[[Wildcards], list[str]]
 
 
 class Workflow:
+    """The spec's workflow as the rules see it: paths, input functions, resources, progress hooks."""
+
     def __init__(self, spec_path: str):
-        from runlib.audit import audit_loaded
-        from runlib.audit.render.text import render
-        from runlib.spec import load_spec
-
         self.spec_path = spec_path
-        if not Path(spec_path).exists():
-            raise GateRefused(f"--config spec={spec_path}: file not found")
-        # stage jobs read these (Slurm jobs get them through --export=ALL); rebuild advice names the spec
-        os.environ["RUNLIB_SPEC"] = str(Path(spec_path).resolve())
-        try:
-            loaded = load_spec(spec_path)
-            result = audit_loaded(loaded, use_measured=True)
-        except SpecError as exc:
-            print(str(exc), file=sys.stderr)
-            raise GateRefused(f"{spec_path} does not load (see above); fix it before running the workflow") from None
-        except UserError as exc:  # e.g. a tokenize manifest the audit reads measured counts from does not verify
-            raise GateRefused(str(exc)) from None
-        if result.count("error"):
-            sys.stderr.write(render(result))
-            raise GateRefused(
-                f"{spec_path}: the audit found {result.count('error')} error(s) (listed above); "
-                "no job was started. Fix the spec, or silence a finding in audit.ignore with a reason."
-            )
-        # RUN findings (runlib.audit.enact): values the trainer cannot enact; audit.ignore does not lift them
-        refused = [f for f in result.findings + [i.finding for i in result.ignored] if f.code.startswith("RUN")]
-        if refused:
-            for f in refused:
-                where = f"{result.file}:{f.line}: " if f.line else f"{result.file}: "
-                print(f"{where}{f.code} {f.path}: {f.message}\n    fix: {f.fix}", file=sys.stderr)
-            raise GateRefused(
-                f"{spec_path}: {len(refused)} value(s) this machine cannot run (a layout, an input format or a "
-                "file the spec names; listed above); no job was started. "
-                "Change them as each fix says."
-            )
-        # lm-eval tasks (runlib.eval.harness.gate): what this machine cannot run (not installed, a task file
-        # missing, a download while offline), before any job
-        from runlib.eval.harness.gate import harness_refusals
-
-        harness = harness_refusals(loaded.spec.eval.tasks, loaded.spec.model)
-        if harness:
-            for r in harness:
-                pos = loaded.source_map.position(r.field)
-                where = f"{spec_path}:{pos[0]}: " if pos else f"{spec_path}: "
-                print(f"{where}{r.field}: {r.problem}\n    fix: {r.fix}", file=sys.stderr)
-            raise GateRefused(
-                f"{spec_path}: {len(harness)} lm-eval task setting(s) cannot run on this machine (listed above); "
-                "no job was started."
-            )
-        self.spec = loaded.spec
-        try:
-            self.graph: StageGraph = build_graph(self.spec)
-        except UserError as exc:
-            # a source's files are missing (the audit warns: SRC001): show those findings at their lines too
-            for f in result.findings + [i.finding for i in result.ignored]:
-                if f.code == "SRC001":
-                    where = f"{result.file}:{f.line}: " if f.line else f"{result.file}: "
-                    print(f"{where}{f.code} {f.path}: {f.message}\n    fix: {f.fix}", file=sys.stderr)
-            raise GateRefused(str(exc)) from None
+        if Path(spec_path).exists():
+            # stage jobs read these (Slurm jobs get them through --export=ALL); rebuild advice names the spec
+            os.environ["RUNLIB_SPEC"] = str(Path(spec_path).resolve())
+        opened = open_gate(spec_path)
+        self.spec, self.graph = opened.spec, opened.graph
         self.work = work_dir()
         os.environ["RUNLIB_PYTHON"] = sys.executable
         os.environ["RUNLIB_WORK_DIR"] = str(self.work.resolve())
+        self.paths = RulePaths(self.work, self.spec, spec_path)
+        self.jobs = JobResources(self.spec, self.graph)
+        self._progress: progress.Running | None = None
         self.drop_stale_markers()
 
     def drop_stale_markers(self) -> list[str]:
@@ -122,30 +84,43 @@ class Workflow:
                 print(f"runlib: {node.instance}: {node.dir} is gone; it will be rebuilt", file=sys.stderr)
         return dropped
 
-    # paths by stage and key (a key may be a wildcard like "{key}")
+    # ------------------------------------------------------------------ what the rules name (paths)
     def done(self, stage: str, key: str = "{key}") -> str:
-        return str(done_stamp(stage, key))
+        return self.paths.done(stage, key)
 
     def outputs(self, stage: str) -> dict[str, str]:
-        """A rule's outputs: the done stamp and the built marker, both outside the artifact (which the
-        stage itself commits)."""
-        return {"done": self.done(stage), "built": str(built_marker(stage, "{key}"))}
+        return self.paths.outputs(stage)
 
     def log(self, stage: str, key: str = "{key}") -> str:
-        return str(self.work / "logs" / stage / f"{key}.log")
+        return self.paths.log(stage, key)
 
     def benchmark(self, stage: str, key: str = "{key}") -> str:
-        return str(self.work / "benchmarks" / stage / f"{key}.tsv")
+        return self.paths.benchmark(stage, key)
 
-    def inputs(self, stage: str):
-        """An input function for a rule: the done stamps of the node's inputs, marked ancient."""
-        from snakemake.io import ancient
+    def tracked(self, key: str = "{key}") -> str:
+        return self.paths.tracked(key)
 
-        def function(wildcards) -> list[str]:
-            node = self.graph.by_key(stage, wildcards.key)
-            return [ancient(self.done(n.stage, n.key)) for n in self.graph.input_nodes(node).values()]
+    def track_log(self) -> str:
+        return self.paths.track_log()
 
-        return function
+    def report_dir(self) -> str:
+        return self.paths.report_dir()
+
+    def report(self) -> dict[str, str]:
+        return self.paths.report()
+
+    def export_dir(self) -> str:
+        return self.paths.export_dir()
+
+    # ------------------------------------------------------------------ what the jobs get (resources)
+    def threads(self, stage: str) -> int:
+        return self.jobs.threads(stage)
+
+    def resources(self, stage: str) -> dict[str, int | Callable[[Wildcards], int | str]]:
+        return self.jobs.resources(stage)
+
+    def phase_plan(self, node: StageNode) -> PhasePlan:
+        return self.jobs.phase_plan(node)
 
     @staticmethod
     def command(stage: str) -> str:
@@ -162,102 +137,40 @@ class Workflow:
             '--key {wildcards.key:q} >> "$(dirname {log:q})"/{wildcards.key:q}.attempts.log 2>&1'
         )
 
-    def train_processes(self) -> int:
-        """Processes a training job starts on its node (the most of any phase; RUNLIB_PROCESSES overrides)."""
-        from runlib.train.phase import processes_per_node
+    # ------------------------------------------------------------------ input functions and targets
+    def _stamps(self, nodes: list[StageNode]) -> list[str]:
+        """The done stamps of nodes, marked ancient (a rebuilt artifact keeps its key: nothing reruns)."""
+        return [ancient(self.done(n.stage, n.key)) for n in nodes]
 
-        return max((processes_per_node(n.config) for n in self.graph.of("train_phase")), default=1)
+    def inputs(self, stage: str) -> InputFunction:
+        """An input function for a rule: the done stamps of the node's inputs, marked ancient."""
 
-    def train_resources(self) -> dict:
-        """Slurm resources of each train_phase job, from the plan of its phase (one rule serves every
-        phase, so each value is a function of the job's wildcards): nodes, a task per node (one
-        `accelerate launch` each), a core per process, host memory and a time limit from the plan's
-        estimates with a margin (runlib.train.launch.slurm_resources says how)."""
-        from runlib.train.launch import phase_job_resources
-        from runlib.train.phase import processes_per_node
+        def function(wildcards: Wildcards) -> list[str]:
+            node = self.graph.by_key(stage, wildcards.key)
+            return self._stamps(list(self.graph.input_nodes(node).values()))
 
-        cache: dict[str, dict] = {}
+        return function
 
-        def of(key: str) -> dict:
-            if key not in cache:
-                node = self.graph.by_key("train_phase", key)
-                config = node.config
-                cache[key] = phase_job_resources(
-                    config.parallel, config.accelerator, processes_per_node(config), self.phase_plan(node)
-                )
-            return cache[key]
-
-        def value(name: str):
-            return lambda wildcards: of(wildcards.key)[name]
-
-        phases = self.graph.of("train_phase")
-        names = of(phases[0].key).keys() if phases else ()
-        return {name: value(name) for name in names}
-
-    def phase_plan(self, node):
-        """The plan of a train_phase node's phase: the spec's, its ladder rung's (runlib.ladder.rungs) or its
-        branch's (runlib.workflow.configs.branch_specs, under '@<branch>')."""
-        from runlib.plan import derive
-        from runlib.workflow.graph import is_branch, is_rung
-
-        if not hasattr(self, "_plans"):
-            from runlib.ladder.rungs import ladder_rungs
-            from runlib.workflow.configs import branch_specs
-
-            plan = derive(self.spec)
-            branches = {f"@{name}": derive(spec) for name, spec in branch_specs(self.spec, plan).items()}
-            self._plans = {None: plan, **{r.name: r.plan for r in ladder_rungs(self.spec, plan).rungs}, **branches}
-        which = node.params["rung"] if is_rung(node) else f"@{node.params['branch']}" if is_branch(node) else None
-        return self._plans[which].phases[node.config.phase_index]
-
-    def tracked(self, key: str = "{key}") -> str:
-        """The track rule's stamp for the training phase with `key`, under this spec's MLflow parent."""
-        from runlib.track.mlflow_track import parent_identity
-
-        if not hasattr(self, "_parent_identity"):
-            self._parent_identity = parent_identity(self.spec)
-        return str(self.work / "tracked" / self._parent_identity / key)
-
-    def track_log(self) -> str:
-        return str(Path(self.log("track", "{key}")).parent / Path(self.tracked()).parent.name / "{key}.log")
-
-    def track_inputs(self):
+    def track_inputs(self) -> InputFunction:
         """An input function for the track rule: the done stamps of a training phase and of its evaluations,
         marked ancient (a rebuilt artifact keeps its key, so its record stands)."""
-        from snakemake.io import ancient
 
-        from runlib.workflow.graph import is_rung
-
-        def function(wildcards) -> list[str]:
+        def function(wildcards: Wildcards) -> list[str]:
             fits = [n for n in self.graph.of("fit_ladder") if n.key == wildcards.key]
             if fits:  # a ladder is tracked once, after its fit: every rung's stages and the fit
                 nodes = [n for n in self.graph.nodes if is_rung(n)] + fits
             else:
                 train = self.graph.by_key("train_phase", wildcards.key)
                 nodes = [train, *(n for n in self.graph.of("eval_phase") if train.key in n.inputs.values())]
-            return [ancient(self.done(n.stage, n.key)) for n in nodes]
+            return self._stamps(nodes)
 
         return function
 
     def track_targets(self) -> list[str]:
         """One track stamp per training phase of the run (the data stages are recorded by the first) and
         one for a ladder's rungs and fit (keyed by the fit: one MLflow process for all the rungs)."""
-        from runlib.workflow.graph import is_rung
-
         phases = [n for n in self.graph.of("train_phase") if not is_rung(n)]
         return [self.tracked(n.key) for n in [*phases, *self.graph.of("fit_ladder")]]
-
-    def report_dir(self) -> str:
-        """The spec file's run report directory (runlib.util.report_dirs: reports/<run>/run for the file named
-        after its run, reports/<run>/run-<file stem> for a variant), passed to `runlib report --out`."""
-        from runlib.util.report_dirs import report_dir
-
-        return str(report_dir(self.spec.name, self.spec_path, "run"))
-
-    def report(self) -> dict[str, str]:
-        """The run report: a view for people, rebuilt whenever a stage it shows changes key."""
-        run_dir = Path(self.report_dir())
-        return {"markdown": str(run_dir / "report.md"), "html": str(run_dir / "report.html")}
 
     def report_inputs(self) -> list[str]:
         """The training and evaluation done stamps, and the track stamps: the report logs itself to the
@@ -266,14 +179,21 @@ class Workflow:
         done = [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in shown]
         return done + self.track_targets()
 
+    def export_inputs(self, wildcards: Wildcards) -> list[str]:
+        """The stamps of the phase to export (an input function: the phase is the target's wildcard)."""
+        node = self.graph.named_phase_node(self.spec, "train_phase", wildcards.phase, f"exports/{self.spec.name}")
+        return [self.done(node.stage, node.key), str(built_marker(node.stage, node.key))]
+
+    def targets(self, *stages: str) -> list[str]:
+        """Both outputs of every node of these stages (all stages when none are named): Snakemake reruns a
+        job for a missing output only when something requests that output."""
+        nodes = [n for n in self.graph.nodes if not stages or n.stage in stages]
+        return [path for n in nodes for path in (self.done(n.stage, n.key), str(built_marker(n.stage, n.key)))]
+
+    # ------------------------------------------------------------------ console progress
     def progress_start(self) -> None:
         """The Snakefile's onstart: the console view of runlib.workflow.progress (stage names, training
         step, tokens, loss, tokens/s, ETA)."""
-        import math
-
-        from runlib.train.phase import scratch_dir
-        from runlib.workflow import progress
-
         try:
             phases = []
             for node in self.graph.of("train_phase"):
@@ -290,26 +210,8 @@ class Workflow:
 
     def progress_end(self, ok: bool) -> None:
         """The Snakefile's onsuccess / onerror: stop the view; print the report, audit and MLflow pointers."""
-        from runlib.workflow import progress
-        from runlib.workflow.settings import tracking_uri
-
         lines = progress.summary_lines(self.spec_path, self.spec.name, tracking_uri(), ok)
-        progress.finish(getattr(self, "_progress", None), lines)
-
-    def export_dir(self) -> str:
-        """Where `snakemake exports/<run>/<phase>` writes a phase's Hugging Face export (rules/export.smk)."""
-        return str(Path("exports") / self.spec.name / "{phase}")
-
-    def export_inputs(self, wildcards) -> list[str]:
-        """The stamps of the phase to export (an input function: the phase is the target's wildcard)."""
-        node = self.graph.named_phase_node(self.spec, "train_phase", wildcards.phase, f"exports/{self.spec.name}")
-        return [self.done(node.stage, node.key), str(built_marker(node.stage, node.key))]
-
-    def targets(self, *stages: str) -> list[str]:
-        """Both outputs of every node of these stages (all stages when none are named): Snakemake reruns a
-        job for a missing output only when something requests that output."""
-        nodes = [n for n in self.graph.nodes if not stages or n.stage in stages]
-        return [path for n in nodes for path in (self.done(n.stage, n.key), str(built_marker(n.stage, n.key)))]
+        progress.finish(self._progress, lines)
 
 
 def load_workflow(spec_path: str) -> Workflow:
@@ -319,3 +221,6 @@ def load_workflow(spec_path: str) -> Workflow:
     except GateRefused as exc:
         print(f"runlib: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+__all__ = ["KEY_PATTERN", "GateRefused", "StageGraph", "Workflow", "load_workflow"]

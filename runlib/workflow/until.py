@@ -11,13 +11,13 @@ any job runs, and says what does the same thing: the stamps of the rule's last j
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from runlib.workflow.command import snakemake_command
+from runlib.store.command import snakemake_command
 
 if TYPE_CHECKING:
-    from runlib.workflow.graph import StageGraph
+    from runlib.graph.build import StageGraph
 
 
 def self_dependent_stages(graph: StageGraph) -> set[str]:
@@ -25,7 +25,9 @@ def self_dependent_stages(graph: StageGraph) -> set[str]:
     return {n.stage for n in graph.nodes for m in graph.input_nodes(n).values() if m.stage == n.stage}
 
 
-def until_refusal(until: Iterable[str], graph: StageGraph, done, spec_path: str) -> str | None:
+def until_refusal(
+    until: Iterable[str], graph: StageGraph, done: Callable[[str, str], str], spec_path: str
+) -> str | None:
     """The refusal of `--until` naming a self-dependent rule, with the command that works; None when none
     does. `done(stage, key)`: the path of a stage's done stamp (Workflow.done)."""
     names = set(until or ())
@@ -40,7 +42,7 @@ def until_refusal(until: Iterable[str], graph: StageGraph, done, spec_path: str)
         command = snakemake_command(spec_path, targets=[str(path) for path in last])
         lines.append(
             f"--until {stage}: each {stage} job depends on another {stage} job, and Snakemake's --until starts "
-            f"no job that depends on an --until job, so it stops after the first (\"BUG: Out of jobs ready\", "
+            f'no job that depends on an --until job, so it stops after the first ("BUG: Out of jobs ready", '
             f"snakemake issue 823). To build every {stage} and stop there, give their last stamps as targets:\n"
             f"  {command}"
         )

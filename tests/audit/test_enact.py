@@ -1,4 +1,4 @@
-"""The RUN checks and the rules behind them (runlib.audit.enact): the audit reports what the trainer
+"""The RUN checks and the rules behind them (runlib.plan.enact): the audit reports what the trainer
 cannot enact, the workflow gate refuses it, and the trainer's last guard reads the same rules."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from runlib.audit import audit
 from runlib.audit.cases import case_data
 from runlib.audit.checks import all_checks
-from runlib.audit.enact import train_config_refusals
 from runlib.errors import UserError
 from runlib.plan import derive
+from runlib.plan.enact import train_config_refusals
 from runlib.plan.memory import phase_memory
 from runlib.spec import load_spec_text, validate_data
 from runlib.train.config import build_train_phase_configs
@@ -93,9 +93,8 @@ def _demo_with(tmp_path, text: str):
 
 
 @pytest.fixture
-def gate_env(tmp_path, monkeypatch):
+def gate_env(work, tmp_path, monkeypatch):
     # Workflow sets these for the stage jobs; monkeypatch restores them after the test
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
     for name in ("RUNLIB_SPEC", "RUNLIB_PYTHON"):
         monkeypatch.setenv(name, "")
     return tmp_path

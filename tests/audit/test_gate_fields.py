@@ -56,7 +56,12 @@ def test_fields_that_name_files_are_marked():
     unmarked = sorted(suspects - set(MARKED) - set(NOT_FILES))
     assert not unmarked, f"fields that seem to name a file without json_schema_extra=NAMES_FILE: {unmarked}"
     assert set(MARKED) == set(FILE_FIELDS), "runlib.audit.named_files.FILE_FIELDS must list the NAMES_FILE fields"
-    assert MARKED == ["data.sources.*.input.path", "eval.tasks[].path", "tokenizer.pretrained"]
+    assert MARKED == [
+        "data.sources.*.curate.url_filter.blocklist",
+        "data.sources.*.input.path",
+        "eval.tasks[].path",
+        "tokenizer.pretrained",
+    ]
 
 
 # ------------------------------------------------------------------------------------- gate cases
@@ -101,6 +106,19 @@ def _source(path: str):
     return edit
 
 
+def _blocklist(path: str):
+    def edit(text: str) -> str:
+        old = "input: {format: builtin, name: python_docs, max_docs: 150}\n      tokens: 100K\n      curate: {min_chars: 200}"
+        assert old in text
+        return text.replace(
+            old,
+            f'input: {{format: warc, path: "{ROOT / "README.md"}"}}\n      tokens: 100K\n'
+            f"      curate: {{min_chars: 200, url_filter: {{blocklist: {path}}}}}",
+        )
+
+    return edit
+
+
 # field pattern -> [(case id, spec edit, the field's path in the finding, a word of the reason)]
 GATE_CASES = {
     "tokenizer.pretrained": [
@@ -118,6 +136,9 @@ GATE_CASES = {
     "data.sources.*.input.path": [
         ("missing", _source(MISSING), "data.sources.docs.input.path", "matches no file"),
     ],
+    "data.sources.*.curate.url_filter.blocklist": [
+        ("missing", _blocklist(MISSING), "data.sources.docs.curate.url_filter.blocklist", "not a file"),
+    ],
 }
 
 
@@ -126,12 +147,10 @@ def _line_of(text: str, needle: str) -> int:
 
 
 @pytest.fixture
-def gate_env(tmp_path, monkeypatch):
+def gate_env(work, tmp_path, monkeypatch):
     # Workflow sets these for the stage jobs; monkeypatch restores them after the test
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
     for name in ("RUNLIB_SPEC", "RUNLIB_PYTHON"):
         monkeypatch.setenv(name, "")
-    monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
@@ -145,34 +164,35 @@ def test_each_file_field_is_refused_at_the_gate(pattern, gate_env, capsys):
         with pytest.raises(GateRefused):
             Workflow(str(spec))
         err = capsys.readouterr().err
-        needle = {"tokenizer.pretrained": "pretrained:", "eval.tasks[0].path": "path:", "eval.tasks[0]": "path:"}.get(
-            field, "format: jsonl"
-        )
+        needle = {
+            "tokenizer.pretrained": "pretrained:",
+            "eval.tasks[0].path": "path:",
+            "eval.tasks[0]": "path:",
+            "data.sources.docs.curate.url_filter.blocklist": "blocklist:",
+        }.get(field, "format: jsonl")
         line = _line_of(text, needle)
         assert f"{spec}:{line}" in err, f"{pattern} ({name}): line {line} not named:\n{err}"
         assert field in err and reason in err, f"{pattern} ({name}):\n{err}"
         assert not (gate_env / "work" / "artifacts").exists()  # no job ran
 
 
-def test_warc_input_is_refused_at_the_gate_with_line_and_fix(gate_env, capsys):
-    """The issue's case: format warc passed schema, audit, diff, plan and the gate, and failed in its job."""
-    raw = gate_env / "crawl"
-    raw.mkdir()
-    (raw / "a.warc.gz").write_bytes(b"WARC/1.0\r\n")
+def test_a_warc_only_field_on_another_format_is_refused_at_the_gate_with_line_and_fix(gate_env, capsys):
+    """input.extract on a builtin source would extract nothing: the gate refuses it with its line and fix."""
     text = _tiny(
         lambda t: t.replace(
             "input: {format: builtin, name: python_docs, max_docs: 150}",
-            'input: {format: warc, path: "crawl/*.warc.gz"}',
+            "input: {format: builtin, name: python_docs, max_docs: 150, extract: trafilatura}",
         )
     )
-    spec = gate_env / "warc.yaml"
+    spec = gate_env / "extract.yaml"
     spec.write_text(text)
     with pytest.raises(GateRefused, match="cannot run"):
         Workflow(str(spec))
     err = capsys.readouterr().err
-    line = _line_of(text, "format: warc")
-    assert f"{spec}:{line}: RUN011 data.sources.docs.input.format" in err
-    assert "convert it to jsonl" in err and "reads no WARC yet" in err
+    line = _line_of(text, "extract: trafilatura")
+    assert f"{spec}:{line}: RUN011 data.sources.docs.input.extract" in err
+    assert "use format warc" in err
+    assert not (gate_env / "work" / "artifacts").exists()  # no job ran
 
 
 # ------------------------------------------------------------------------------------- capabilities
@@ -184,6 +204,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "model.position": ("runlib/model/transformer.py",),
     "tokenizer.digits": ("runlib/tokenizer/train.py",),
     "data.sources.*.input.format": ("runlib/curate/readers.py", "runlib/curate/stage.py"),
+    "data.sources.*.input.extract": ("runlib/curate/extract.py",),
     "data.sources.*.curate.normalize": ("runlib/curate/stage.py",),
     "data.sources.*.curate.quality": ("runlib/curate/stage.py",),
     "data.sources.*.curate.pii": ("runlib/curate/stage.py",),
@@ -191,9 +212,9 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "data.boundary_targets": ("runlib/data/loader_config.py",),
     "data.loss_normalization": ("runlib/train/accumulate.py",),
     "data.token_dtype": ("runlib/data/config.py",),
-    "parallelism.sharding": ("runlib/model/parallelize.py",),
+    "parallelism.sharding": ("runlib/model/parallelize.py", "runlib/plan/layout.py"),
     "parallelism.activation_checkpointing": ("runlib/model/parallelize.py",),
-    "phases[].parallelism.sharding": ("runlib/model/parallelize.py",),
+    "phases[].parallelism.sharding": ("runlib/model/parallelize.py", "runlib/plan/layout.py"),
     "phases[].parallelism.activation_checkpointing": ("runlib/model/parallelize.py",),
     "optimizer.kind": ("runlib/train/optim.py",),
     "schedule.kind": ("runlib/train/config.py", "runlib/plan/schedule.py"),
@@ -203,7 +224,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "precision.optimizer_states": ("runlib/train/optim.py",),
     "precision.loss_scaling": ("runlib/train/worker.py",),
     "checkpoint.state": ("runlib/train/engine.py",),
-    "monitor.spike.action": ("runlib/train/loop.py", "runlib/train/config.py"),
+    "monitor.spike.action": ("runlib/train/loop.py", "runlib/train/spikes.py", "runlib/train/config.py"),
     "eval.tasks[].kind": ("runlib/eval/stage.py", "runlib/eval/tasks.py"),
 }
 
@@ -218,6 +239,7 @@ FALL_THROUGH: dict[tuple[str, str], str] = {
     ("precision.loss_scaling", "dynamic"): "worker's scaler: dynamic unless none or static",
     ("parallelism.sharding", "none"): "DDP when the layout is not sharded",
     ("phases[].parallelism.sharding", "none"): "DDP when the layout is not sharded",
+    ("monitor.spike.action", "skip"): "the loop's spike branch: the batch is skipped unless log, or rollback as well",
 }
 
 # values the stages cannot enact -> (the RUN check that refuses them, a case patch)
@@ -225,7 +247,6 @@ NOT_ENACTED: dict[tuple[str, str], tuple[str, dict]] = {
     ("model.position", "relative"): ("RUN008", {"model.position": "relative"}),
     ("precision.compute", "fp8"): ("RUN006", {"precision.compute": "fp8"}),
     ("precision.grads", "fp16"): ("RUN009", {"precision.grads": "fp16"}),
-    ("data.sources.*.input.format", "warc"): ("RUN011", {"data.sources.web.input.format": "warc"}),
 }
 
 

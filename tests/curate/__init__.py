@@ -43,7 +43,7 @@ def read_lines(path):
 
 def shard_config(spec: RunSpec, name: str, shard: int = 0, shards: int = 1, files=()) -> CurateShardConfig:
     """The curate_shard config of one shard of source `name` with the given files (the workflow's
-    runlib.workflow.configs.curate_shard_configs makes the same from the files the glob matches)."""
+    runlib.graph.configs.curate_shard_configs makes the same from the files the glob matches)."""
     source = spec.data.sources[name]
     inputs = [input_file(f) for f in files]
     return CurateShardConfig(input=source.input, curate=source.curate, shard=shard, shards=shards, files=inputs)
@@ -56,7 +56,7 @@ def input_file(path: str | Path) -> InputFile:
 
 def source_config(spec: RunSpec, name: str):
     """The curate_source config of source `name`, as the workflow builds it."""
-    from runlib.workflow.configs import curate_source_configs
+    from runlib.graph.configs import curate_source_configs
 
     return curate_source_configs(spec)[name]
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from runlib.curate import inputs
-from runlib.curate.inputs import check_unchanged, match_files, source_inputs
+from runlib.curate.inputs import check_unchanged, source_inputs
 from runlib.errors import UserError
+from runlib.util import globs
+from runlib.util.globs import match_files
 from runlib.util.hashing import file_digest
 from tests.conftest import ROOT
 from tests.limits import HANG_GUARD_S
@@ -80,10 +82,10 @@ def test_fifo_and_broken_link_are_errors(tree: None) -> None:
 
 
 def test_glob_is_bounded(tree: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inputs, "MAX_INPUT_FILES", 3)
+    monkeypatch.setattr(globs, "MAX_INPUT_FILES", 3)
     with pytest.raises(UserError, match=rf"{FIELD}: 'data/\*\*' matches more than 3 files"):
         match_files("data/**", FIELD)
-    monkeypatch.setattr(inputs, "MAX_SCANNED_ENTRIES", 5)
+    monkeypatch.setattr(globs, "MAX_SCANNED_ENTRIES", 5)
     with pytest.raises(UserError, match=r"looks at more than 5 directory entries"):
         match_files("data/**/*.jsonl", FIELD)
 

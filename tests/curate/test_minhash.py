@@ -65,7 +65,7 @@ PINNED_FIRST_8 = [606120140, 74205394, 320640363, 89113774, 766958685, 395626856
 
 
 def test_signatures_are_pinned_and_equal_in_another_process():
-    """Values fixed for seed 1: a change here changes every curate_shard output (bump its STAGE_VERSIONS)."""
+    """Values fixed for seed 1: a change here changes every curate_shard output (bump its version in runlib.graph.registry)."""
     sig = signatures([PINNED_TEXT], 5, 112)
     assert sig.dtype == np.uint64 and int(sig.max()) < 2**32
     assert sig[0, :8].tolist() == PINNED_FIRST_8

@@ -177,24 +177,27 @@ def test_bad_shard():
 
 def test_pii_mask():
     text = "Write to Jane.Doe@Mail.com or bob@example.org; server 8.8.8.8, router 192.168.1.1, version 1.2.3.4.5"
-    masked, emails, ips = mask_pii(text)
-    assert emails == 2 and ips == 1
+    masked, counts = mask_pii(text)
+    assert counts == {"email": 2, "ipv4": 1, "ipv6": 0, "phone": 0, "card": 0}
     assert "Jane.Doe" not in masked and "bob@" not in masked and "8.8.8.8" not in masked
     assert "email@example.com" in masked and "firstname.lastname@example.org" in masked
     assert "192.168.1.1" in masked and "1.2.3.4.5" in masked  # private address and a version string stay
 
 
 def test_pii_steps_in_the_table():
-    write_jsonl("data/a.jsonl", ["mail me: someone@somewhere.net", "nothing here", "ip 8.8.4.4"])
+    texts = ["mail me: someone@somewhere.net", "nothing here", "ip 8.8.4.4", "call +44 20 7946 0958 or 415-555-0132"]
+    write_jsonl("data/a.jsonl", texts)
     spec = make_spec({"web": jsonl_source(pii="mask")})
     result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out"), "web")
     step = next(s for s in result["steps"] if s["step"] == "pii_mask")
-    assert step["kind"] == "transform" and step["reasons"] == {"emails": 1, "ips": 1, "docs_changed": 2}
+    assert step["kind"] == "transform"
+    assert step["reasons"] == {"email": 1, "ipv4": 1, "ipv6": 0, "phone": 2, "card": 0, "docs_changed": 3}
     assert "someone@" not in Path("out/docs.jsonl").read_text()
     spec = make_spec({"web": jsonl_source(pii="drop")})
     result = curate_shard(shard_config(spec, "web", 0, 1, ["data/a.jsonl"]), Path("out2"), "web")
     step = next(s for s in result["steps"] if s["step"] == "pii_drop")
-    assert step["docs_in"] == 3 and step["docs_out"] == 1
+    assert step["docs_in"] == 4 and step["docs_out"] == 1
+    assert step["reasons"] == {"pii_email": 1, "pii_ipv4": 1, "pii_phone": 1}
     assert [r["text"] for r in read_lines("out2/docs.jsonl")] == ["nothing here"]
 
 

@@ -10,9 +10,9 @@ from runlib.data.config import TokenizeConfig
 from runlib.data.shards import TokenShard
 from runlib.data.tokenize import tokenize_source
 from runlib.errors import UserError
+from runlib.graph.configs import tokenize_configs, tokenizer_config
 from runlib.spec.loader import load_spec, validate_data
 from runlib.tokenizer.train import iter_texts, load_tokenizer, train_tokenizer
-from runlib.workflow.configs import tokenize_configs, tokenizer_config
 from tests.conftest import ROOT
 from tests.tokenizer.test_train import SAMPLES, make_config, make_curated
 

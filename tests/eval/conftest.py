@@ -11,11 +11,11 @@ import torch
 from runlib.audit.cases import case_data
 from runlib.data.config import TokenizeConfig
 from runlib.data.tokenize import tokenize_source
+from runlib.graph.configs import tokenizer_config
 from runlib.model.transformer import Transformer
 from runlib.spec.loader import validate_data
 from runlib.spec.models import ModelSpec
 from runlib.tokenizer.train import TOKENIZER_FILE, eos_id, load_tokenizer, train_tokenizer
-from runlib.workflow.configs import tokenizer_config
 from tests.curated import write_curated
 
 WORDS = (

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from runlib.data.shards import TokenShard
-from runlib.eval.heldout import document_layout, heldout_metrics
+from runlib.train.heldout import document_layout, heldout_metrics
 
 
 def test_document_layout_restarts_positions_after_each_eos() -> None:

@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,9 +25,9 @@ from runlib.model.transformer import Transformer
 from runlib.spec import validate_data
 from runlib.spec.models import EvalTaskSpec, ModelSpec
 from runlib.train import checkpoint as ckpt
-from runlib.workflow.manifest import Manifest, write_manifest
 from runlib.workflow.snake import GateRefused, Workflow
 from tests.conftest import ROOT
+from tests.helpers import write_fake_manifest
 
 MAX_LEN = 128
 MODEL = ModelSpec(layers=2, d_model=32, heads=4, kv_heads=2, d_ff=64, seq_len=MAX_LEN)
@@ -116,30 +115,11 @@ def test_task_files_are_lm_eval_yaml(tmp_path):
 # ----------------------------------------------------------------------------------------- the eval stage
 
 
-def _manifest(directory: Path, counts: dict | None = None, details: dict | None = None) -> None:
-    write_manifest(
-        directory,
-        Manifest(
-            stage="x",
-            instance="x",
-            key="0" * 16,
-            config={},
-            inputs={},
-            counts=counts or {},
-            details=details or {},
-            timings={"started_at": 0.0, "wall_seconds": 0.0},
-            libraries={},
-            outputs={},
-            content_hash="0" * 64,
-        ),
-    )
-
-
 def test_eval_stage_runs_lm_eval_tasks(source, tmp_path):
     tokenizer_dir = shutil.copytree(source.token_dir.parent.parent / "tokenizer", tmp_path / "tokenizer")
     token_dir = shutil.copytree(source.token_dir, tmp_path / "tokens")
-    _manifest(tokenizer_dir, details={"eos_id": source.eos, "special_ids": special_ids(source.tokenizer)})
-    _manifest(token_dir, counts={"tokens_heldout": 1000, "bytes_heldout": 3000})
+    write_fake_manifest(tokenizer_dir, details={"eos_id": source.eos, "special_ids": special_ids(source.tokenizer)})
+    write_fake_manifest(token_dir, counts={"tokens_heldout": 1000, "bytes_heldout": 3000})
     model_dir = tmp_path / "model"
     ckpt.save(model_dir / "final.pt", {"model": model_for(source.vocab).state_dict()})
     config = EvalConfig(
@@ -219,8 +199,7 @@ def test_harness_refusals(tmp_path, monkeypatch):
     assert all(r.fix for r in refused)
 
 
-def test_workflow_gate_refuses_with_the_spec_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+def test_workflow_gate_refuses_with_the_spec_line(tmp_path, work, monkeypatch, capsys):
     for name in ("RUNLIB_SPEC", "RUNLIB_PYTHON"):
         monkeypatch.setenv(name, "")
     text = DEMO.read_text()

@@ -11,42 +11,23 @@ import pytest
 import torch
 
 from runlib.eval.config import EvalConfig, EvalModelConfig
-from runlib.eval.heldout import heldout_metrics
 from runlib.eval.stage import evaluate_phase
 from runlib.model.transformer import Transformer
 from runlib.spec.models import EvalTaskSpec, ModelSpec
 from runlib.train import checkpoint as ckpt
-from runlib.workflow.manifest import Manifest, write_manifest
+from runlib.train.heldout import heldout_metrics
+from tests.helpers import write_fake_manifest
 
 SEQ_LEN, POSITION_ROWS, THETA = 96, 128, 20000.0
 BYTES_PER_TOKEN = 3.0
-
-
-def manifest(directory: Path, counts: dict | None = None, details: dict | None = None) -> None:
-    write_manifest(
-        directory,
-        Manifest(
-            stage="x",
-            instance="x",
-            key="0" * 16,
-            config={},
-            inputs={},
-            counts=counts or {},
-            details=details or {},
-            timings={"started_at": 0.0, "wall_seconds": 0.0},
-            libraries={},
-            outputs={},
-            content_hash="0" * 64,
-        ),
-    )
 
 
 @pytest.mark.parametrize("position", ["rope", "learned"])
 def test_evaluate_phase(source, tmp_path: Path, position: str) -> None:
     tokenizer_dir = shutil.copytree(source.token_dir.parent.parent / "tokenizer", tmp_path / "tokenizer")
     token_dir = shutil.copytree(source.token_dir, tmp_path / "tokens")
-    manifest(tokenizer_dir, details={"eos_id": source.eos})
-    manifest(token_dir, counts={"tokens_heldout": 1000, "bytes_heldout": int(1000 * BYTES_PER_TOKEN)})
+    write_fake_manifest(tokenizer_dir, details={"eos_id": source.eos})
+    write_fake_manifest(token_dir, counts={"tokens_heldout": 1000, "bytes_heldout": int(1000 * BYTES_PER_TOKEN)})
     spec = ModelSpec(layers=2, d_model=32, heads=4, kv_heads=2, d_ff=64, seq_len=64, position=position)
     torch.manual_seed(0)
     trained = Transformer(spec, source.vocab, POSITION_ROWS)

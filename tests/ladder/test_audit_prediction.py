@@ -2,17 +2,14 @@
 here, not trained): absent before the fit is built or when only another spec's fit is, present after."""
 
 import json
-import time
 from pathlib import Path
 
-import pytest
-
-from runlib.audit import audit_spec_file
 from runlib.audit.render import json_view, text
+from runlib.graph.build import build_graph
+from runlib.graph.measured import audit_spec_file
 from runlib.spec import load_spec
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import Manifest, write_manifest
 from tests.conftest import ROOT
+from tests.helpers import write_fake_manifest
 
 SPEC = ROOT / "tests" / "ladder" / "ladder-tiny.yaml"
 PREDICTION = {"value": 2.5, "low": 2.4, "high": 2.7, "resamples": 200}
@@ -22,25 +19,11 @@ def _write_fit(directory: Path, key: str, problems: list[str] | None = None) -> 
     directory.mkdir(parents=True, exist_ok=True)
     overall = {"prediction": PREDICTION, **({"problems": problems} if problems is not None else {})}
     (directory / "fit.json").write_text(json.dumps({"fits": {"overall": overall}}))
-    manifest = Manifest(
-        stage="fit_ladder",
-        instance="fit_ladder",
-        key=key,
-        config={},
-        inputs={},
-        counts={"predicted_loss": PREDICTION["value"]},
-        details={},
-        timings={"started_at": time.time(), "wall_seconds": 0.1},
-        libraries={},
-        outputs={},
-        content_hash=f"hash-{key}",
-    )
-    write_manifest(directory, manifest)
+    counts = {"predicted_loss": PREDICTION["value"]}
+    write_fake_manifest(directory, stage="fit_ladder", instance="fit_ladder", key=key, counts=counts)
 
 
-def test_audit_shows_the_built_ladder_prediction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    work = tmp_path / "work"
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
+def test_audit_shows_the_built_ladder_prediction(work: Path):
     fits = work / "artifacts" / "fit_ladder"
     _write_fit(fits / "0000000000000000", "0000000000000000")  # another spec's (or an older) fit
     before = audit_spec_file(SPEC)

@@ -3,11 +3,11 @@
 import pytest
 
 from runlib.errors import UserError
+from runlib.graph.build import build_graph, is_rung
 from runlib.ladder.rungs import ladder_rungs, rung_model
 from runlib.plan import derive
 from runlib.spec import load_spec
 from runlib.spec.models import LadderSpec
-from runlib.workflow.graph import build_graph, is_rung
 from tests.conftest import ROOT
 
 DEMO = ROOT / "specs" / "demo.yaml"

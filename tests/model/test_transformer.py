@@ -53,7 +53,7 @@ VARIANTS = {
     "qk_norm": dict(qk_norm=True, head_dim=12),
     "swiglu-bias": dict(bias=True),
     "mha": dict(kv_heads=None),
-    # issue 12's architectures: BLOOM, Falcon, MPT, OPT, squared ReLU
+    # the architectures of BLOOM, Falcon, MPT and OPT, and squared ReLU
     "bloom": dict(
         position="alibi", norm="layernorm", bias=True, activation="gelu", embedding_norm=True, tie_embeddings=True
     ),
@@ -334,7 +334,7 @@ def test_param_groups_put_norms_and_biases_and_nothing_else_in_no_decay(name: st
     torch.optim.AdamW([decay, no_decay], lr=1e-3)  # accepted as given
 
 
-# ----------------------------------------------------------------------------------------- issue 12's fields
+# ----------------------------------------------------------------------------------------- the fields of BLOOM, Falcon, MPT and OPT
 
 
 def test_alibi_slopes_are_the_papers() -> None:
@@ -448,7 +448,7 @@ def test_relative_positions_are_refused_by_the_model() -> None:
 
 
 @pytest.mark.parametrize("name", ["bloom", "falcon", "opt"])
-def test_issue12_architectures_train_with_the_specs_optimizer(name: str) -> None:
+def test_published_architectures_train_with_the_specs_optimizer(name: str) -> None:
     """Each new architecture learns (dropout on, in training mode) with runlib's optimizer builder; MPT's
     Lion (optimizer.kind lion, lion-pytorch) on the BLOOM-style ALiBi model."""
 

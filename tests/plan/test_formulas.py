@@ -177,7 +177,7 @@ def test_epochs_per_source():
     assert web.epochs == pytest.approx(expected / 2.5e9)
 
 
-# ------------------------------------------------------------------------------------- issue 12's fields
+# ------------------------------------------------- shape variants: norm bias, parallel blocks, embedding norm
 
 
 def _model(**kw):

@@ -18,20 +18,23 @@ from pathlib import Path
 
 import pytest
 
-from runlib.audit import AuditResult, audit_spec_file
+from runlib.audit import AuditResult
 from runlib.audit.render import plots
 from runlib.audit.render import report as audit_report
-from runlib.audit.render.json_view import to_dict
+from runlib.audit.render.json_view import audit_view, to_dict
 from runlib.audit.render.text import render as render_text
-from runlib.plan.hardware import device_memory_text, host_memory_bytes
+from runlib.graph.build import build_graph
+from runlib.graph.measured import audit_spec_file
 from runlib.plan.timeline import tokens_at_step
-from runlib.report import run_report
+from runlib.report.collect import collect_run
+from runlib.report.document import audit_blocks
+from runlib.report.plots import draw_lr
 from runlib.review.diff import diff_files
+from runlib.spec.hardware import device_memory_text, host_memory_bytes
 from runlib.train.config import build_train_phase_configs
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import write_manifest
 from tests.conftest import ROOT
-from tests.report.test_run_report import manifest, write_spec
+from tests.helpers import write_fake_manifest
+from tests.report.test_run_report import write_spec
 
 GIB = 2**30
 RAMP = [{"after": "0 tokens", "global_batch": "128Ki tokens"}, {"after": "2%", "global_batch": "256Ki tokens"}]
@@ -56,14 +59,11 @@ def write_measured(path: Path, fractions: dict[str, float]) -> None:
     for node in build_graph(result.spec).of("tokenize"):
         source = node.params["source"]
         declared = result.spec.data.sources[source].tokens
-        node.dir.mkdir(parents=True, exist_ok=True)
-        write_manifest(node.dir, manifest(node, 1.0, {"tokens_train": int(declared * fractions[source])}))
+        write_fake_manifest(node.dir, node, counts={"tokens_train": int(declared * fractions[source])})
 
 
 @pytest.fixture(params=["demo", "variant"])
-def case(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Case:
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
-    monkeypatch.chdir(tmp_path)
+def case(request: pytest.FixtureRequest, tmp_path: Path, work: Path) -> Case:
     if request.param == "demo":
         path = Path(shutil.copy(ROOT / "specs" / "demo.yaml", tmp_path / "demo.yaml"))
     else:
@@ -98,8 +98,8 @@ def test_planned_lr_is_the_lr_training_sets(case: Case) -> None:
 
     audit_fig = plots.draw_lr(plan)
     by_tokens, by_steps = (ax.lines[0] for ax in audit_fig.axes)
-    run = run_report.collect_run(case.path)
-    report_line = next(ln for ln in run_report.draw_lr(run).axes[0].lines if ln.get_label() == "plan schedule")
+    run = collect_run(case.path)
+    report_line = next(ln for ln in draw_lr(run).axes[0].lines if ln.get_label() == "plan schedule")
     for x, y in drawn(by_tokens) + drawn(report_line):
         assert any(math.isclose(y, lr, rel_tol=1e-12) for lr in trainer_lrs(x)), (x, y, trainer_lrs(x))
     for step, y in drawn(by_steps):
@@ -160,13 +160,12 @@ def test_device_memory_is_the_same_everywhere(case: Case) -> None:
     assert rows[-1][0] == f"of {plan.accelerator.memory_gib:.3g} GiB"
     words = device_memory_text(plan.accelerator, "each")
     assert words in " ".join(render_text(result).split())
-    derived = dict(audit_report._derived(result, to_dict(result)["derived"])[1].rows)
+    derived = dict(audit_report.derived_blocks(result, audit_view(result).derived)[1].rows)
     assert words in derived["Devices"]
 
 
-def test_declared_host_memory_is_used_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_declared_host_memory_is_used_on_cpu(tmp_path: Path, work: Path) -> None:
     """hardware.memory_gib on a CPU spec is the memory per device, said so, and MEM001 reads the same."""
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
     text = (ROOT / "specs" / "demo.yaml").read_text().replace("  mfu: 0.1 ", "  memory_gib: 0.25\n  mfu: 0.1 ", 1)
     assert "memory_gib: 0.25" in text
     path = tmp_path / "demo.yaml"
@@ -184,10 +183,10 @@ def test_run_report_audit_is_the_cli_audit(case: Case) -> None:
     """The run report's audit section lists what `runlib audit` lists: measured tokens included."""
     cli = audit_spec_file(case.path)
     assert any(f.code == "MIX003" for f in cli.findings)  # only the measured tokens repeat a source
-    run = run_report.collect_run(case.path)
+    run = collect_run(case.path)
     assert _findings(run.audit) == _findings(cli)
     assert [s.tokens_basis for s in run.plan.sources] == ["measured"] * len(run.plan.sources)
-    md = audit_report.render_markdown(run_report._audit(run))
+    md = audit_report.render_markdown(audit_blocks(run))
     counts = f"{cli.count('error')} errors, {cli.count('warning')} warnings, {cli.count('info')} info"
     assert counts in md
     for f in cli.findings:

@@ -12,12 +12,15 @@ from ruamel.yaml import YAML
 
 from runlib.audit import audit_loaded
 from runlib.audit.cases import case_data
+from runlib.graph.build import StageGraph, build_graph
 from runlib.plan import derive
-from runlib.report import run_report
-from runlib.report.run_report import PLOTS, format_seconds, main_report, write_run_report
+from runlib.report import plots as report_plots
+from runlib.report.collect import collect_run
+from runlib.report.document import format_seconds
+from runlib.report.plots import PLOTS
+from runlib.report.run_report import main_report, write_report_of, write_run_report
 from runlib.spec import load_spec, validate_data
-from runlib.workflow.graph import StageGraph, StageNode, build_graph
-from runlib.workflow.manifest import Manifest, write_manifest
+from tests.helpers import write_fake_manifest
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOT_FILES = [name for name, _, _ in PLOTS]
@@ -36,8 +39,6 @@ TASKS = {
     "web-continuation": {"kind": "answer_loglik", "loglik_mean": -41.5, "loglik_per_token": -2.75, "n": 50},
 }
 INTERVALS = 8
-# fields a newer Manifest requires (the digests of the inputs a stage read), empty here
-NEWER_FIELDS = {"input_digests": {}} if "input_digests" in Manifest.model_fields else {}
 
 
 def write_spec(path: Path, patch: dict | None = None) -> Path:
@@ -49,13 +50,6 @@ def write_spec(path: Path, patch: dict | None = None) -> Path:
 
 
 @pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "work"
-
-
-@pytest.fixture
 def spec_path(tmp_path: Path, work: Path) -> Path:
     return write_spec(tmp_path / "spec.yaml")
 
@@ -63,23 +57,6 @@ def spec_path(tmp_path: Path, work: Path) -> Path:
 def wall_time(i: int) -> float:
     """A distinct wall time per node (their formatted forms differ too)."""
     return round(1.0 + 1.7 * i, 1)
-
-
-def manifest(node: StageNode, wall: float, counts: dict | None = None, details: dict | None = None) -> Manifest:
-    return Manifest(
-        stage=node.stage,
-        instance=node.instance,
-        key=node.key,
-        config=node.config.model_dump(mode="json"),
-        inputs=node.inputs,
-        counts=counts or {},
-        details=details or {},
-        timings={"started_at": 1.7e9, "wall_seconds": wall},
-        libraries={},
-        outputs={},
-        content_hash=f"hash{node.key}",
-        **NEWER_FIELDS,
-    )
 
 
 def fake_records(plan, i: int) -> list[dict]:
@@ -165,7 +142,7 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
             }
             (node.dir / "eval.json").write_text(json.dumps(data))
         walls[node.instance] = wall_time(i)
-        write_manifest(node.dir, manifest(node, wall_time(i), counts, details))
+        write_fake_manifest(node.dir, node, wall_seconds=wall_time(i), counts=counts, details=details)
     return graph, walls
 
 
@@ -292,7 +269,7 @@ def test_write_is_atomic(spec_path: Path, tmp_path: Path, monkeypatch: pytest.Mo
     def broken(run, path):
         raise RuntimeError("plot failed")
 
-    monkeypatch.setitem(run_report.PLOTTERS, "throughput.png", broken)
+    monkeypatch.setitem(report_plots.PLOTTERS, "throughput.png", broken)
     with pytest.raises(RuntimeError, match="plot failed"):
         write_run_report(str(spec_path), out)
     assert read_both(out) == before  # the previous report, whole
@@ -326,8 +303,8 @@ def test_honest_numbers_of_a_cpu_run(tmp_path: Path, work: Path) -> None:
     records.insert(3, {"step": records[2]["step"], "tokens": records[2]["tokens"], "heldout_loss_by_source": {}})
     (node.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    run = run_report.collect_run(cpu)
-    xs, ys = run_report.smoothed_loss(run)
+    run = collect_run(cpu)
+    xs, ys = report_plots.smoothed_loss(run)
     raw = [r for r in run.records() if "loss" in r]
     assert xs == [r["tokens"] for r in raw]
     first = {p.records[0]["tokens"]: p.records[0]["loss"] for p in run.phases}
@@ -335,9 +312,9 @@ def test_honest_numbers_of_a_cpu_run(tmp_path: Path, work: Path) -> None:
         if x in first:
             assert y == pytest.approx(first[x])  # restarted at each phase: its first point is its raw value
     assert any(y != pytest.approx(r["loss"]) for y, r in zip(ys, raw, strict=True))  # and smoothed after
-    assert run_report.smoothing_half_life_tokens(run) == pytest.approx(0.02 * run.plan.tokens_total)
+    assert report_plots.smoothing_half_life_tokens(run) == pytest.approx(0.02 * run.plan.tokens_total)
 
-    md, page = read_both(run_report.write_report_of(run, tmp_path / "cpu-report"))
+    md, page = read_both(write_report_of(run, tmp_path / "cpu-report"))
     derived = md.split("### Key derived numbers")[1].split("## Findings")[0].split("### Errors")[0]
     assert "| Core-hours | " in derived and "GPU-hours" not in derived  # the audit's row, in this run's unit
     assert "| Phase | Mesh | Core-hours | Planned core-hours |" in md

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runlib.audit import audit_spec_file
 from runlib.audit.render.report import default_report_dir
-from runlib.report.run_report import collect_run, default_run_report_dir, write_report_of, write_run_report
+from runlib.graph.measured import audit_spec_file
+from runlib.report.collect import collect_run
+from runlib.report.run_report import default_run_report_dir, write_report_of, write_run_report
 from runlib.util.report_dirs import SPEC_PATH_FILE
 from tests.report.test_run_report import build_fake_run, read_both, write_spec
 
@@ -18,11 +19,9 @@ RUN = "case-base"
 
 
 @pytest.fixture
-def specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+def specs(tmp_path: Path, work: Path) -> tuple[Path, Path]:
     """The baseline (case-base.yaml, named after its run) and a variant (variant.yaml, the same run name, a
     lower LR: its training stages differ, the data stages are shared), both built (fake artifacts)."""
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
-    monkeypatch.chdir(tmp_path)
     baseline = write_spec(tmp_path / f"{RUN}.yaml")
     variant = write_spec(tmp_path / "variant.yaml", {"optimizer.lr": 1.0e-3})
     build_fake_run(baseline)

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from runlib.cli import main
+from runlib.graph.build import build_graph
 from runlib.plan import derive
 from runlib.review.diff import diff_files, render_markdown, render_text, review_graph
 from runlib.spec import load_spec
-from runlib.workflow.graph import build_graph
 from tests.conftest import ROOT
 from tests.heavy import heavy_imports
 
@@ -144,8 +144,8 @@ BRANCHES = ROOT / "specs" / "variants" / "demo-branches.yaml"
 
 
 def test_rung_and_branch_reruns_carry_their_own_hours(tmp_path):
+    from runlib.graph.configs import branch_specs, without_branches
     from runlib.ladder.rungs import ladder_rungs
-    from runlib.workflow.configs import branch_specs, without_branches
 
     # a ladder: the rungs rerun, each with its own plan's hours (not the 1.3M-parameter target's)
     b = edited(tmp_path, "ladder-b.yaml", "lr: 4.0e-3", "lr: 3.0e-3", base=LADDER)

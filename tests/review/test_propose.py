@@ -10,9 +10,9 @@ import pytest
 from runlib.audit import audit_loaded
 from runlib.cli import build_parser, main
 from runlib.plan import derive
-from runlib.plan.hardware import CATALOG
 from runlib.plan.scaling import refit_optimum
 from runlib.review.propose import propose
+from runlib.spec.hardware import CATALOG
 from runlib.spec.schema_export import schema_json
 from tests.conftest import ROOT
 

@@ -18,15 +18,15 @@ from runlib.audit import audit
 from runlib.cli import main
 from runlib.curate.builtin import builtin_documents
 from runlib.eval.harness.gate import harness_refusals
+from runlib.graph.build import build_graph
 from runlib.plan import derive
 from runlib.review.diff import diff_files
 from runlib.review.shrink import MIN_PHASE_STEPS, SHRINK_CHOICES, shrink, shrink_file, wall_minutes
 from runlib.review.standins import BYTES_PER_TRAIN_TOKEN, builtin_texts
 from runlib.spec import load_spec, load_spec_text
+from runlib.store.command import snakemake_command
+from runlib.store.settings import rebuild_hint
 from runlib.util.report_dirs import report_dir
-from runlib.workflow.command import snakemake_command
-from runlib.workflow.graph import build_graph
-from runlib.workflow.settings import rebuild_hint
 from tests.conftest import ROOT
 
 PUBLISHED = sorted((ROOT / "specs").glob("*.yaml")) + sorted((ROOT / "specs" / "variants").glob("*.yaml"))
@@ -316,7 +316,7 @@ def test_shrunk_olmo2_runs_end_to_end_and_diff_matches_the_dry_run(tmp_path, mon
     print(f"shrunk OLMo 2 7B end to end: {seconds:.0f} s")
     # the epochs the audit declares before the run are those tokenizing measured (within
     # 1.25x: BYTES_PER_TRAIN_TOKEN was measured on this spec; another Python's standard library moves it)
-    from runlib.workflow.measured import measured_tokens
+    from runlib.graph.measured import measured_tokens
 
     shrunk_spec = load_spec(spec).spec
     measured = measured_tokens(shrunk_spec)

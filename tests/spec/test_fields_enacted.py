@@ -1,4 +1,4 @@
-"""Nothing in the spec is silently ignored (issue 7, item 5): every leaf field of the schema either
+"""Nothing in the spec is silently ignored: every leaf field of the schema either
 reaches a stage key or is documented as planning-only.
 
 The walk visits every leaf field of RunSpec (through sub-models, lists and dicts of them). A field
@@ -28,11 +28,11 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from runlib.errors import SpecError, UserError
+from runlib.graph.build import build_graph
 from runlib.spec import validate_data
 from runlib.spec.loader import parse_yaml
 from runlib.spec.models import RunSpec
 from runlib.spec.units import BatchSize, Duration, parse_count
-from runlib.workflow.graph import build_graph
 from tests.annotations import strip_optional
 from tests.conftest import ROOT
 
@@ -174,6 +174,11 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
         ({}, {"global_batch": f"{k * _global_batch_tokens(data)} tokens"}) for k in (2, 4)
     ],
     "tokenizer.pretrained": lambda cur, data, files: [({}, {"pretrained": files["a"]})],
+    # the list's content is keyed: another file (or none) is another key
+    "data.sources.*.curate.url_filter.blocklist": lambda cur, data, files: [
+        ({}, {"blocklist": files["a"]}),
+        ({"blocklist": files["a"]}, {"blocklist": files["b"]}),
+    ],
     "hardware.peak_tflops": lambda cur, data, files: [({}, {"peak_tflops": {"fp32": 1.0, "bf16": 2.0}})],
     "audit.ignore": lambda cur, data, files: [({}, {"ignore": {**(cur or {}), "PAR005": "a reason"}})],
     # an lm-eval task names its task (runlib's shipped ones run offline) instead of path / from_heldout

@@ -1,4 +1,4 @@
-"""Hostile specs (issue 8, problem 5): each is refused with a `file:line:col: SPEC00x` error naming the
+"""Hostile specs: each is refused with a `file:line:col: SPEC00x` error naming the
 problem, never a hang, a traceback or a pass.
 
 The set is runlib.bench.hostile_specs.HOSTILE (the bench prints their timings for the note). Each
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import resource
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,30 +25,13 @@ from runlib.errors import SpecError
 from runlib.spec import load_spec, load_spec_text, validate_data
 from runlib.spec.schema_export import schema_json
 from tests.conftest import ROOT
+from tests.helpers import hang_guard
 from tests.limits import HANG_GUARD_S
 
 CLI_CASES = ("billion_laughs_9_levels", "flow_nesting_10k", "micro_batch_2_40", "lr_nan", "tokens_quoted_1e100000000")
 # SpikeSpec's fields belong to the issue-8 shared commit (runlib/spec/models.py SpikeSpec); zscore is
 # finite (allow_inf_nan=False on every model) but window, zscore and max_retries have no maximum yet
 NOT_YET_BOUNDED: set[str] = set()
-
-
-class HangGuard(Exception):
-    pass
-
-
-@contextmanager
-def hang_guard(seconds: int = int(HANG_GUARD_S)) -> Iterator[None]:
-    def fire(signum, frame):
-        raise HangGuard(f"still running after {seconds} s: a loop or an expansion the spec controls")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _refusal(case: Hostile, path: Path) -> list:
@@ -157,7 +138,7 @@ def test_values_at_the_bounds_audit_without_exceptions(name):
 
 def test_divisor_enumerations_match_trial_division():
     from runlib.audit.checks.mem001_out_of_device_memory import smaller_divisors
-    from runlib.audit.enact import _divisors_above_one
+    from runlib.plan.enact import _divisors_above_one
 
     for n in range(1, 1000):
         assert smaller_divisors(n) == [d for d in range(n - 1, 0, -1) if n % d == 0]

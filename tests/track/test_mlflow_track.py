@@ -23,11 +23,12 @@ from runlib.audit.render.json_view import derived
 from runlib.curate.config import CurateShardConfig, InputFile
 from runlib.spec import load_spec, validate_data
 from runlib.spec.models import CurateSpec, InputSpec
-from runlib.stageconfig import StageConfig
+from runlib.store.keys import spec_key
+from runlib.store.manifest import Manifest
+from runlib.store.node import StageNode
+from runlib.store.stageconfig import StageConfig
 from runlib.track.flatten import MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH, flatten
-from runlib.workflow.graph import StageNode
-from runlib.workflow.keys import spec_key
-from runlib.workflow.manifest import Manifest
+from tests.helpers import fake_manifest
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient  # mlflow: the stages' optional extra
 
@@ -49,15 +50,6 @@ def spec(spec_file: Path):
     return load_spec(spec_file).spec
 
 
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    work = tmp_path / "work"
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)  # nothing may land in ./mlruns
-    return work
-
-
 class SeqLenConfig(StageConfig):
     seq_len: int
     """A one-field stage config."""
@@ -75,19 +67,8 @@ def _node(instance: str, stage: str, key: str, inputs: dict[str, str] | None = N
 
 
 def _manifest(node: StageNode, counts: dict[str, int], details: dict | None = None) -> Manifest:
-    return Manifest(
-        stage=node.stage,
-        instance=node.instance,
-        key=node.key,
-        config=node.config.model_dump(mode="json"),
-        inputs=node.inputs,
-        counts=counts,
-        details=details or {},
-        timings={"started_at": time.time() - 3.0, "wall_seconds": 2.5},
-        libraries={},
-        outputs={},
-        content_hash=f"hash-{node.key}",
-    )
+    """A build of 2.5 s that ended half a second ago."""
+    return fake_manifest(node, counts=counts, details=details, started_at=time.time() - 3.0, wall_seconds=2.5)
 
 
 def _artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
@@ -195,6 +176,9 @@ def test_parent_and_stage_runs_in_sqlite(work: Path, tmp_path: Path, spec, spec_
 def test_train_and_eval_phase_metrics(
     work: Path, tmp_path: Path, spec, spec_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every phase's and evaluation's metrics reach MLflow, batched, against one real training run.
+
+    Over 80 lines: one training run feeds every assertion (a run per assertion would multiply its minutes)."""
     batches: list[int] = []
     log_batch = MlflowClient.log_batch
 
@@ -421,7 +405,7 @@ def test_stage_logged_to_mlflow_server(
     uri = f"http://127.0.0.1:{port}"
     try:
         # a generous bound, only reached when the server never answers: on a loaded 2-core machine its
-        # start (mlflow's imports, the SQLite migrations) took over 60 s (issue 13: no pass depends on load)
+        # start (mlflow's imports, the SQLite migrations) took over 60 s (no pass may depend on load)
         deadline = time.monotonic() + 600
         while True:
             assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]

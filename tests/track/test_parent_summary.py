@@ -3,29 +3,18 @@ the plan's estimate counts the rungs' training (a ladder's target is not trained
 
 import pytest
 
+from runlib.graph.build import build_graph
+from runlib.graph.train_plans import node_device_hours, train_plans
 from runlib.plan import derive
 from runlib.spec import load_spec
-from runlib.track.mlflow_track import parent_summary
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import Manifest, Timings
-from runlib.workflow.train_plans import node_device_hours, train_plans
+from runlib.store.manifest import Manifest
+from runlib.track.metrics import parent_summary
 from tests.conftest import ROOT
+from tests.helpers import fake_manifest
 
 
 def _manifest(node, tokens: int, seconds: float) -> Manifest:
-    return Manifest(
-        stage=node.stage,
-        instance=node.instance,
-        key=node.key,
-        config={},
-        inputs={},
-        counts={"tokens": tokens, "processes": 2},
-        details={},
-        timings=Timings(started_at=1.0e9, wall_seconds=seconds),
-        libraries={},
-        outputs={},
-        content_hash="0" * 64,
-    )
+    return fake_manifest(node, counts={"tokens": tokens, "processes": 2}, started_at=1.0e9, wall_seconds=seconds)
 
 
 def test_rung_tokens_are_not_the_runs_and_planned_hours_count_the_rungs():

@@ -10,24 +10,15 @@ from pathlib import Path
 import pytest
 
 from runlib.cli import main
+from runlib.graph.build import build_graph
 from runlib.spec import load_spec
-from runlib.workflow.artifacts import build_artifact
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import read_manifest
+from runlib.store.artifacts import build_artifact
+from runlib.store.manifest import read_manifest
 from tests.workflow.conftest import TINY
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient  # mlflow: the stages' optional extra
 
 from runlib.track import mlflow_track  # noqa: E402
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    work = tmp_path / "work"
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return work
 
 
 def _client(work: Path, spelling: str = "") -> MlflowClient:
@@ -63,10 +54,11 @@ def _build(node, files: dict[str, str], counts: dict) -> None:
 def test_resync_rebuilds_the_store_and_log_stage_is_idempotent_by_key(
     work: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 8, problem 6: deleting mlflow.db lost the history although every manifest was still there;
-    a second manifest for a key already recorded (a process that waited for another's build, a rebuild)
-    added a second child, as log_stage searched by manifest digest. (One test: a fresh MLflow store costs
-    seconds.)"""
+    """Deleting mlflow.db once lost the history although every manifest was still there; a second
+    manifest for a key already recorded (a process that waited for another's build, a rebuild) added a
+    second child, as log_stage searched by manifest digest.
+
+    Over 80 lines: one test, since a fresh MLflow store costs seconds."""
     spec_file = tmp_path / "tiny.yaml"
     shutil.copy(TINY, spec_file)
     spec = load_spec(spec_file).spec

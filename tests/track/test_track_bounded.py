@@ -92,17 +92,14 @@ def test_track_rule_holds_no_core():
     assert re.search(r"^\s+threads:\s*0\s*$", rule, re.M), "rules/track.smk: give the track rule `threads: 0`"
 
 
-def test_damaged_store_is_named_and_the_track_step_retried(tmp_path, monkeypatch, capsys):
+def test_damaged_store_is_named_and_the_track_step_retried(tmp_path, work, capsys):
     """A damaged mlflow.db ended in "the run is complete" and was never tracked again: the track step's
     stamp was written as if done. Now the warning names the damaged store and the fix, and a retry marker
     newer than the stamp (an input of rules/track.smk's job) makes the next `snakemake` track again."""
     from runlib.track.resync import main_resync, retry_marker
 
-    work = tmp_path / "work"
     work.mkdir()
     (work / "mlflow.db").write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)  # a header, then garbage
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(work))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     stamp = tmp_path / "tracked" / "stamp"
     assert main_resync(TINY, stamp=stamp) == 0
     err = capsys.readouterr().err

@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from runlib.cli import main
+from runlib.graph.build import build_graph
 from runlib.spec import load_spec
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import Timings, write_manifest
 from tests.conftest import ROOT
-from tests.report.test_run_report import manifest
+from tests.helpers import write_fake_manifest
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 
@@ -31,9 +30,7 @@ def build(spec_path: Path, start: float) -> dict[str, tuple[float, float]]:
         if node.manifest_path.exists():
             continue  # built by an earlier run: reused
         began = start + 10.0 * i
-        node.dir.mkdir(parents=True, exist_ok=True)
-        built = manifest(node, 5.0).model_copy(update={"timings": Timings(started_at=began, wall_seconds=5.0)})
-        write_manifest(node.dir, built)
+        write_fake_manifest(node.dir, node, started_at=began, wall_seconds=5.0)
         spans[node.key] = (began, began + 5.0)
     return spans
 
@@ -48,11 +45,8 @@ def parent_of(client: MlflowClient, spec_path: Path):
 
 
 def test_a_variant_counts_its_wall_time_from_its_own_first_build(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
     baseline = tmp_path / "tiny.yaml"
     baseline.write_text(TINY.read_text())
     variant = tmp_path / "tiny-anneal.yaml"  # the same name, another anneal mixture: the last phase reruns

@@ -1,5 +1,5 @@
 """Resumable (DCP) checkpoints are verified: a truncated or bit-flipped newest checkpoint is skipped with one
-warning line, and resume and rollback fall back to the newest one that verifies (issue 8, problem 1). A
+warning line, and resume and rollback fall back to the newest one that verifies. A
 planted checkpoint never runs code: digests.json is authenticated (HMAC under the
 manifest key) before anything is unpickled, and .metadata is read through an allow-list unpickler."""
 

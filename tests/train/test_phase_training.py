@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from runlib.graph.build import build_graph
 from runlib.model.transformer import Transformer
 from runlib.spec import load_spec
 from runlib.train import checkpoint as ckpt
 from runlib.train import dist_checkpoint as dcp_ckpt
 from runlib.train.launch import launch_commands
 from runlib.train.phase import worker_argv
-from runlib.workflow.graph import build_graph
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY, snakemake
 

@@ -25,6 +25,6 @@ def snakemake(workdir: Path, spec: Path, *args: str, timeout: float = HANG_GUARD
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
-    return tmp_path
+def workdir(work: Path) -> Path:
+    """The folder that holds the `work` fixture's work directory: snakemake()'s working directory."""
+    return work.parent

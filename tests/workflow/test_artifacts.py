@@ -1,4 +1,4 @@
-"""Artifacts verified when read (issue 8, problem 1), their commit protocol in one process (orphans,
+"""Artifacts verified when read, their commit protocol in one process (orphans,
 stamps, the already-built path) and per-artifact build locks (problem 6), on the tiny spec's data
 stages, which build in a few seconds; `runlib verify`."""
 
@@ -14,14 +14,14 @@ import pytest
 
 from runlib.cli import main
 from runlib.errors import UserError
+from runlib.graph.build import build_graph
+from runlib.graph.stages import run_stage
 from runlib.spec import load_spec
-from runlib.workflow import artifacts
-from runlib.workflow.artifacts import build_artifact
-from runlib.workflow.command import snakemake_command
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import read_manifest
-from runlib.workflow.settings import built_marker, done_stamp
-from runlib.workflow.stages import run_stage
+from runlib.store import artifacts
+from runlib.store.artifacts import build_artifact
+from runlib.store.command import snakemake_command
+from runlib.store.manifest import read_manifest
+from runlib.store.settings import built_marker, done_stamp
 from tests.conftest import ROOT
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY
@@ -139,7 +139,7 @@ def test_built_artifact_is_stamped_not_rebuilt_without_the_spec_and_orphans_go(w
     (orphan / "sub").mkdir(parents=True)
     other = node.dir.parent / ".tmp-0123456789abcdef-999999"  # another key's: not ours to judge
     other.mkdir()
-    # the stage and the key name a built artifact: the spec is not read (issue 9: a stage's fixed cost)
+    # the stage and the key name a built artifact: the spec is not read (a stage's fixed cost: python -m runlib.bench.stage_overhead)
     after = run_stage("curate_shard", str(work / "no-such-spec.yaml"), node.key)
     assert after.timings == before.timings  # not rebuilt
     assert done(node).read_text() == built_marker(node.stage, node.key).read_text() == before.content_hash + "\n"
@@ -190,11 +190,11 @@ def test_two_concurrent_builders_build_once(tmp_path):
     built = [e for e in errs if f"{node.instance}: built " in e]
     waited = [e for e in errs if f"{node.instance}: already built" in e]
     assert len(built) == 1 and len(waited) == 1, errs
-    # neither job imports mlflow (issue 9: the track rule records them), nor torch
+    # neither job imports mlflow (the track rule records them), nor torch
     imported = {
         line.rsplit("|", 1)[1].strip() for e in errs for line in e.splitlines() if line.startswith("import time:")
     }
-    assert "runlib.workflow.stages" in imported and not {"mlflow", "torch"} & imported
+    assert "runlib.graph.stages" in imported and not {"mlflow", "torch"} & imported
     assert not list((tmp_path / "work" / "artifacts" / "curate_shard").glob(".tmp-*"))
 
 

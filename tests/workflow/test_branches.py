@@ -9,13 +9,14 @@ import pytest
 
 from runlib.audit import audit_loaded
 from runlib.errors import UserError
+from runlib.graph.build import build_graph, is_branch
+from runlib.graph.configs import branch_specs, without_branches
+from runlib.graph.plan_view import plan_rows, render
 from runlib.plan import derive
-from runlib.report.run_report import BranchRun, branch_table
+from runlib.report.collect import BranchRun
+from runlib.report.document import branch_table
 from runlib.spec import load_spec
 from runlib.spec.models import PhaseBranch
-from runlib.workflow.configs import branch_specs, without_branches
-from runlib.workflow.graph import build_graph, is_branch
-from runlib.workflow.plan_view import plan_rows, render
 from tests.conftest import ROOT
 from tests.workflow.conftest import snakemake
 

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
+from runlib.graph.build import build_graph
 from runlib.spec import load_spec
-from runlib.workflow.graph import build_graph
 from tests.conftest import ROOT
 from tests.workflow.conftest import TINY, snakemake
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from runlib.graph.build import build_graph
 from runlib.spec import load_spec
-from runlib.workflow.graph import build_graph
-from runlib.workflow.settings import done_stamp
+from runlib.store.settings import done_stamp
 from tests.conftest import ROOT
 from tests.workflow.conftest import SNAKEMAKE, TINY
 

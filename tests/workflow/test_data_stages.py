@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 
+from runlib.graph.build import build_graph
+from runlib.graph.plan_view import plan_rows
 from runlib.spec import load_spec
-from runlib.workflow.graph import build_graph
-from runlib.workflow.keys import spec_key
-from runlib.workflow.plan_view import plan_rows
+from runlib.store.keys import spec_key
 from tests.workflow.conftest import TINY, snakemake
 
 pytestmark = pytest.mark.slow
@@ -64,6 +64,9 @@ def export_and_compare(node, out, spec=TINY):
 
 
 def test_data_dag_end_to_end(workdir):
+    """The tiny spec's data stages built by Snakemake, then each artifact checked in stage order.
+
+    Over 80 lines: one Snakemake build (minutes) feeds every check."""
     spec = load_spec(TINY).spec
     first = snakemake(workdir, TINY, "--cores", "2")
     assert first.returncode == 0, first.stderr[-3000:]

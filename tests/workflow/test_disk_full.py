@@ -18,16 +18,16 @@ from contextlib import contextmanager
 import pytest
 
 from runlib.errors import UserError
+from runlib.graph.stages import run_stage
 from runlib.spec import load_spec
-from runlib.workflow.diskfull import disk_full_cause
-from runlib.workflow.stages import run_stage
+from runlib.store.diskfull import disk_full_cause
 from tests.conftest import ROOT
 
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 
 
 def _key() -> str:
-    from runlib.workflow.graph import build_graph
+    from runlib.graph.build import build_graph
 
     graph = build_graph(load_spec(TINY).spec)
     return next(n.key for n in graph.of("curate_shard") if n.params["source"] == "arithmetic")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from runlib.graph.build import build_graph
 from runlib.spec import load_spec
-from runlib.workflow.artifacts import verify_artifact
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import read_manifest
+from runlib.store.artifacts import verify_artifact
+from runlib.store.manifest import read_manifest
 from tests.conftest import ROOT
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY

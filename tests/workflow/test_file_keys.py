@@ -18,20 +18,18 @@ import pytest
 
 from runlib.curate.builtin import builtin_documents, builtin_python
 from runlib.errors import UserError
+from runlib.graph import configs
+from runlib.graph.build import build_graph
 from runlib.plan import derive
 from runlib.spec import load_spec
 from runlib.tokenizer.train import train_tokenizer
-from runlib.workflow import configs
-from runlib.workflow.graph import build_graph
 from tests.workflow.conftest import TINY
 from tests.workflow.test_stage_configs import changes
 
 
 @pytest.fixture
-def here(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def here(work):
+    return work.parent
 
 
 def _spec(tmp_path: Path, text: str):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from runlib.store.command import executable
 from runlib.workflow import progress
-from runlib.workflow.command import executable
 from runlib.workflow.progress import PhaseTime, View
 
 KEY, NEXT = "a1b2c3d4e5f60718", "0f1e2d3c4b5a6978"
@@ -155,10 +155,14 @@ def test_a_failed_job_shows_the_last_line_of_its_log(tmp_path) -> None:
     """A stage that refuses a tampered input says why on its log's last line; the console showed only
     'FAILED ...; its log: ...', so the reason took a `cat` (seen with a corrupted token shard)."""
     log = tmp_path / "stage.log"
-    log.write_text("== runlib train-phase --key k: pid 1 ==\n" + "x" * 10_000 + "\nartifact tokenize/abc: train.bin differs\n\n")
+    log.write_text(
+        "== runlib train-phase --key k: pid 1 ==\n" + "x" * 10_000 + "\nartifact tokenize/abc: train.bin differs\n\n"
+    )
     v, out = view(tmp_path, tty=False)
     v.on_record(record("job_info", jobid=4, rule_name="train_phase", wildcards={"key": KEY}, log=[str(log)]))
     v.on_record(record("job_error", jobid=4))
     failed = out.getvalue().splitlines()[-2:]
-    assert failed == [f"runlib: FAILED train_phase foundation; its log: {log}", "  artifact tokenize/abc: train.bin differs"]
-
+    assert failed == [
+        f"runlib: FAILED train_phase foundation; its log: {log}",
+        "  artifact tokenize/abc: train.bin differs",
+    ]

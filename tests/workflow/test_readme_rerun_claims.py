@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from runlib.graph.build import StageGraph, build_graph
 from runlib.spec import load_spec
 from runlib.spec.models import RunSpec
-from runlib.workflow.graph import StageGraph, build_graph
 from tests.conftest import ROOT
 from tests.workflow.conftest import TINY
 from tests.workflow.test_stage_configs import SKIP, graph_of, leaves, other_value, set_path

@@ -24,7 +24,12 @@ def test_a_second_job_on_the_same_log_keeps_the_first(tmp_path):
     log.parent.mkdir(parents=True)
     template = Workflow.command("tokenize")
     command = template.replace("{threads}", "1").replace("{wildcards.key:q}", key).replace("{log:q}", str(log))
-    env = {**os.environ, "RUNLIB_PYTHON": sys.executable, "RUNLIB_SPEC": str(tmp_path / "gone.yaml"), "RUNLIB_WORK_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "RUNLIB_PYTHON": sys.executable,
+        "RUNLIB_SPEC": str(tmp_path / "gone.yaml"),
+        "RUNLIB_WORK_DIR": str(tmp_path),
+    }
     first = subprocess.Popen(["bash", "-c", command], cwd=ROOT, env=env)
     second = subprocess.Popen(["bash", "-c", command], cwd=ROOT, env=env)
     assert first.wait(timeout=300) == 2 and second.wait(timeout=300) == 2
@@ -45,7 +50,12 @@ def test_snakemake_deleting_the_log_before_a_job_keeps_the_earlier_attempts(tmp_
     log.parent.mkdir(parents=True)
     template = Workflow.command("tokenize")
     command = template.replace("{threads}", "1").replace("{wildcards.key:q}", key).replace("{log:q}", str(log))
-    env = {**os.environ, "RUNLIB_PYTHON": sys.executable, "RUNLIB_SPEC": str(tmp_path / "gone.yaml"), "RUNLIB_WORK_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "RUNLIB_PYTHON": sys.executable,
+        "RUNLIB_SPEC": str(tmp_path / "gone.yaml"),
+        "RUNLIB_WORK_DIR": str(tmp_path),
+    }
     for _ in range(2):
         if log.exists() or log.is_symlink():
             log.unlink()  # what Snakemake does before each job
@@ -53,4 +63,3 @@ def test_snakemake_deleting_the_log_before_a_job_keeps_the_earlier_attempts(tmp_
     text = log.read_text()
     heads = [line for line in text.splitlines() if line.startswith(f"== runlib tokenize --key {key}: pid ")]
     assert len(heads) == 2, text
-

@@ -23,14 +23,15 @@ from pydantic import BaseModel
 from runlib.cli import main
 from runlib.curate import inputs
 from runlib.errors import UserError
+from runlib.graph.build import StageGraph, build_graph
+from runlib.graph.plan_view import changed_fields
 from runlib.spec import load_spec
 from runlib.spec.loader import validate_data
 from runlib.spec.units import BatchSize, Duration
-from runlib.workflow.graph import StageGraph, build_graph
-from runlib.workflow.manifest import Manifest, read_manifest, write_manifest
-from runlib.workflow.plan_view import changed_fields
+from runlib.store.manifest import read_manifest
 from tests.annotations import strip_optional
 from tests.conftest import ROOT
+from tests.helpers import fake_manifest, write_fake_manifest
 from tests.workflow.conftest import TINY
 
 DEMO = ROOT / "specs" / "demo.yaml"
@@ -208,29 +209,7 @@ def test_learned_positions_longer_phase_changes_every_training_key() -> None:
 
 def fake_build(node) -> None:
     """An artifact for node as if it had been built (a manifest and no files)."""
-    node.dir.mkdir(parents=True, exist_ok=True)
-    write_manifest(
-        node.dir,
-        Manifest(
-            stage=node.stage,
-            instance=node.instance,
-            key=node.key,
-            config=node.config.model_dump(mode="json"),
-            inputs=node.inputs,
-            counts={},
-            details={},
-            timings={"started_at": 1.7e9, "wall_seconds": 1.0},
-            libraries={},
-            outputs={},
-            content_hash="0" * 64,
-        ),
-    )
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
-    return tmp_path / "work"
+    write_fake_manifest(node.dir, node)
 
 
 def test_plan_stage_prints_config_key_and_inputs(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -418,23 +397,7 @@ def test_batch_ramps_key_the_training_phases() -> None:
     segments = [(s["steps"], s["batch_sequences"]) for s in first_b.config.model_dump()["loader"]["segments"]]
     assert segments[0] == (8, 16) and segments[1][1] == 32
     assert first_a.key != first_b.key
-    assert "loader.segments.0.steps" in changed_fields(first_b, _as_manifest(first_a))
+    assert "loader.segments.0.steps" in changed_fields(first_b, fake_manifest(first_a))
     for x, y in zip(a.of("train_phase") + a.of("eval_phase"), b.of("train_phase") + b.of("eval_phase"), strict=True):
         assert x.key != y.key, x.instance  # every later phase starts from the first one's end
     assert [n.key for n in a.of("tokenize")] == [n.key for n in b.of("tokenize")]
-
-
-def _as_manifest(node) -> Manifest:
-    return Manifest(
-        stage=node.stage,
-        instance=node.instance,
-        key=node.key,
-        config=node.config.model_dump(mode="json"),
-        inputs=node.inputs,
-        counts={},
-        details={},
-        timings={"started_at": 1.7e9, "wall_seconds": 1.0},
-        libraries={},
-        outputs={},
-        content_hash="0" * 64,
-    )

@@ -15,13 +15,13 @@ import pytest
 
 from runlib.cli import main
 from runlib.errors import UserError
+from runlib.graph.build import build_graph
+from runlib.graph.stages import run_stage
 from runlib.spec import load_spec
+from runlib.store.artifacts import build_artifact, content_hash, input_record, verify_artifact
+from runlib.store.manifest import CHECKSUM_FIELD, MAC_FIELD, _canonical, read_manifest
 from runlib.util.hashing import bytes_digest, file_digest, hmac_sha256
 from runlib.util.mac_key import KEY_FILE_ENV, read_key
-from runlib.workflow.artifacts import build_artifact, content_hash, input_record, verify_artifact
-from runlib.workflow.graph import build_graph
-from runlib.workflow.manifest import CHECKSUM_FIELD, MAC_FIELD, _canonical, read_manifest
-from runlib.workflow.stages import run_stage
 from tests.conftest import ROOT
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY

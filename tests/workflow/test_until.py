@@ -4,9 +4,9 @@ the targets that build every phase and stop there."""
 
 from __future__ import annotations
 
+from runlib.graph.build import build_graph
 from runlib.spec import load_spec
-from runlib.workflow.graph import build_graph
-from runlib.workflow.settings import done_stamp
+from runlib.store.settings import done_stamp
 from runlib.workflow.until import self_dependent_stages, until_from_argv, until_refusal
 from tests.conftest import ROOT
 from tests.workflow.conftest import TINY, snakemake
@@ -20,7 +20,7 @@ def test_until_train_phase_is_refused_with_the_command_that_works(tmp_path):
     assert "runlib: --until train_phase: each train_phase job depends on another" in out, out[-3000:]
     graph = build_graph(load_spec(TINY).spec)
     last = max(graph.of("train_phase"), key=lambda n: int(n.params.get("phase", 0)))
-    # the command runs from anywhere: the Snakefile named, the targets before --config (runlib.workflow.command)
+    # the command runs from anywhere: the Snakefile named, the targets before --config (runlib.store.command)
     assert f"-s {ROOT / 'Snakefile'} --cores 2 {tmp_path / 'work' / 'done' / 'train_phase' / last.key} --config" in out
 
 

@@ -1,4 +1,4 @@
-"""The RUN checks' common body: runlib.audit.enact's refusals of one code, as findings at the spec's paths.
+"""The RUN checks' common body: runlib.plan.enact's refusals of one code, as findings at the spec's paths.
 
 A refusal of a parallelism value is checked on each phase's effective settings: reported at the
 phase's path when the phase overrides the value, else once at the global path, naming the phases.
@@ -11,46 +11,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from runlib.audit.checks._shared import overrides_parallelism, who
-from runlib.audit.enact import (  # noqa: F401 (model_refusals, precision_field_refusals, batch_refusals: RUN008-010)
-    batch_refusals,
-    model_refusals,
-    parallelism_refusals,
-    precision_field_refusals,
-    precision_refusals,
-)
 from runlib.audit.registry import Context, Finding
+from runlib.plan.enact import Refusal, precision_refusals
+from runlib.plan.layout import build_layout
 from runlib.spec.models import ParallelismSpec
 
 REFUSED = "; the runner refuses it: the workflow gate starts no job while this finding stands"
 
 
-def _parallelism(ctx: Context, par: ParallelismSpec, seq_len: int):
-    spec = ctx.spec
-    return parallelism_refusals(
-        accelerator=spec.hardware.accelerator,
-        nodes=spec.hardware.nodes,
-        devices_per_node=spec.hardware.devices_per_node,
-        tensor=par.tensor,
-        pipeline=par.pipeline,
-        context=par.context,
-        sharding=par.sharding,
-        offload=par.offload,
-        heads=spec.model.heads,
-        kv_heads=spec.model.kv_heads,
-        d_ff=spec.model.d_ff,
-        qk_norm=spec.model.qk_norm,
-        seq_len=seq_len,
-    )
+def _parallelism(ctx: Context, par: ParallelismSpec, seq_len: int) -> list[Refusal]:
+    hw = ctx.spec.hardware
+    layout = build_layout(par, nodes=hw.nodes, devices_per_node=hw.devices_per_node)
+    return layout.refusals(hw.accelerator, ctx.spec.model, seq_len)
 
 
 # the refusals of the last plan audited, shared by the seven RUN checks (computed once, not seven times);
 # holding the plan keeps its id from being reused while it is the key
-_last: list = [None, None]
+_last: tuple[object, list[list[Refusal]]] = (None, [])
 
 
-def _phase_refusals(ctx: Context) -> list:
+def _phase_refusals(ctx: Context) -> list[list[Refusal]]:
+    global _last
     if _last[0] is not ctx.plan:
-        _last[:] = [ctx.plan, [_parallelism(ctx, p.settings.parallelism, p.settings.seq_len) for p in ctx.plan.phases]]
+        _last = (ctx.plan, [_parallelism(ctx, p.settings.parallelism, p.settings.seq_len) for p in ctx.plan.phases])
     return _last[1]
 
 

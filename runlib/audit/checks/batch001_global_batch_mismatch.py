@@ -26,6 +26,7 @@ How to fix:
 from collections.abc import Iterator
 
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan.layout import planned_degrees
 from runlib.spec.units import BatchSize, format_count
 
 CODE = "BATCH001"
@@ -79,10 +80,7 @@ def _compare(
 def check(ctx: Context) -> Iterator[Finding]:
     spec = ctx.spec
     declared = spec.batch.global_batch
-    par = spec.parallelism
-    model_parallel = par.tensor * par.pipeline * par.context
-    devices = spec.hardware.nodes * spec.hardware.devices_per_node
-    g_dp = max(1, devices // model_parallel)
+    g_dp, model_parallel = planned_degrees(spec.parallelism, spec.hardware.nodes * spec.hardware.devices_per_node)
     g_mb, g_ga, g_seq = spec.batch.micro_batch, spec.batch.grad_accum, spec.model.seq_len
     global_key = (g_mb, g_ga, g_dp, g_seq)
 

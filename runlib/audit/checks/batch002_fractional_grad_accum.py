@@ -109,6 +109,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                     f"use a start and an increment that are multiples of {_size(step, batch.unit)}",
                 )
                 return
+            assert spec.batch.ramp is not None  # without a linear ramp, the stretches are batch.ramp's stages
             stage = spec.batch.ramp[r.index]
             yield ctx.finding(
                 f"batch.ramp[{r.index}].global_batch",

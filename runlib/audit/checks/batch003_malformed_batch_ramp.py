@@ -90,7 +90,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
 
 
-def _ramp(*afters: str) -> list[dict]:
+def _ramp(*afters: str) -> list[dict[str, str]]:
     batches = ["128Ki tokens", "256Ki tokens", "256Ki tokens"]
     return [{"after": a, "global_batch": b} for a, b in zip(afters, batches[: len(afters)], strict=True)]
 

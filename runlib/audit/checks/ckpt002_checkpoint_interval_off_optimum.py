@@ -71,8 +71,9 @@ def check(ctx: Context) -> Iterator[Finding]:
     if spec.checkpoint.every is None:
         return
     hours, steps, young, mtbf = ck.interval_hours, ck.interval_steps, ck.young_optimum_hours, ck.job_mtbf_hours
-    values = (hours, steps, young, mtbf)
-    if not all(x and math.isfinite(x) and x > 0 for x in values):
+    if hours is None or steps is None or young is None or mtbf is None:
+        return
+    if not all(math.isfinite(x) and x > 0 for x in (hours, steps, young, mtbf)):
         return
     ratio = hours / young
     if 1 / FACTOR <= ratio <= FACTOR:

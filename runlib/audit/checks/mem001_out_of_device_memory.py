@@ -29,6 +29,7 @@ from typing import Any
 
 from runlib.audit.registry import Context, Finding, Severity, case
 from runlib.plan.effective import PhaseSettings
+from runlib.plan.layout import planned_degrees
 from runlib.plan.memory import MemoryBreakdown, phase_memory
 
 CODE = "MEM001"
@@ -83,8 +84,8 @@ def smaller_divisors(m: int) -> list[int]:
 
 def _with_parallelism(s: PhaseSettings, **update: Any) -> PhaseSettings:
     par = s.parallelism.model_copy(update=update)
-    mp = par.tensor * par.pipeline * par.context
-    return replace(s, parallelism=par, model_parallel=mp, data_parallel=max(1, s.devices // mp))
+    data_parallel, model_parallel = planned_degrees(par, s.devices)
+    return replace(s, parallelism=par, model_parallel=model_parallel, data_parallel=data_parallel)
 
 
 Option = tuple[tuple[tuple[str, Any], ...], str, PhaseSettings]  # ((knob path, value), ...), note, new settings
@@ -238,7 +239,7 @@ def memory_findings(ctx: Context, low: float, high: float | None, severity: Seve
         return
     capacity = device_gib * GIB
     limit = TARGET * capacity
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[object, ...], list[int]] = {}
     for i, p in enumerate(ctx.plan.phases):
         s = p.settings
         key = (s.seq_len, s.parallelism, s.micro_batch, s.grad_accum, s.data_parallel)

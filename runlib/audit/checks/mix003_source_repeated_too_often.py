@@ -26,7 +26,7 @@ How to fix:
 import math
 from collections.abc import Iterator
 
-from runlib.audit.registry import Context, Finding, case
+from runlib.audit.registry import Context, Finding, Severity, case
 from runlib.spec.units import format_count
 
 CODE = "MIX003"
@@ -52,7 +52,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 if all(w <= 0 for name, w in phase.mixture.items() if name != source.name):
                     alone.append(phase.name)
         needed = math.ceil(source.tokens_used / WARN_EPOCHS)
-        severity = "error" if epochs > ERROR_EPOCHS else "warning"
+        severity: Severity = "error" if epochs > ERROR_EPOCHS else "warning"
         if len(alone) == len(uses):  # its only source wherever it is used: renormalizing undoes a lower weight
             other = (
                 f"or, as it is the whole mixture of {', '.join(alone)}, train {'that phase' if len(alone) == 1 else 'those phases'} "

@@ -7,7 +7,7 @@ Why it matters:
     noise, once per document boundary, and a bias toward whatever documents tend to start with.
     Frameworks that mask attention per document mask this target too (Megatron eod_mask_loss
     masks positions whose input is the EOD token; HF's flattening collator sets the first label
-    of each packed sequence to -100; see research/curation.md §5). Only
+    of each packed sequence to -100: transformers DataCollatorWithFlattening). Only
     stream packing, where the model does see A while predicting B, uses the kept target as a
     "new document" signal (nanoGPT/GPT-2 practice).
 

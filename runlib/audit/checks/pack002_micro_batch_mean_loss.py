@@ -33,13 +33,14 @@ import math
 from collections.abc import Iterator
 
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan import PhasePlan
 
 CODE = "PACK002"
 NAME = "micro-batch-mean-loss"
 SEVERITY = "error"
 
 
-def _micro_batches_per_step(phase) -> float:
+def _micro_batches_per_step(phase: PhasePlan) -> float:
     """Micro-batches summed into one optimizer step (grad_accum * dp), the largest over the
     phase's batch-ramp segments."""
     s = phase.settings
@@ -83,7 +84,7 @@ def scored_spread(packing: str, micro_batch: int, seq_len: int, doc_tokens: floa
     return None
 
 
-def _weight_error(ctx: Context, phase, summed: float) -> str:
+def _weight_error(ctx: Context, phase: PhasePlan, summed: float) -> str:
     data, s = ctx.spec.data, phase.settings
     doc_tokens = data.mean_doc_tokens or ASSUMED_DOC_TOKENS
     masked = data.packing == "none" or data.boundary_targets == "masked"

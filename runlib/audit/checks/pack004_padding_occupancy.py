@@ -25,7 +25,8 @@ How to fix:
 
 from collections.abc import Iterator
 
-from runlib.audit.registry import Context, Finding, case
+from runlib.audit.registry import Context, Finding, Severity, case
+from runlib.plan import PhasePlan
 from runlib.spec.units import format_count
 
 CODE = "PACK004"
@@ -48,7 +49,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             "declare data.mean_doc_tokens to estimate the occupancy, or use packing: document",
         )
         return
-    groups: dict[str, list] = {}  # spec path of the seq_len -> phases using it
+    groups: dict[str, list[PhasePlan]] = {}  # spec path of the seq_len -> phases using it
     for p in ctx.plan.phases:
         path = f"phases[{p.settings.index}].seq_len" if p.settings.phase.seq_len is not None else "model.seq_len"
         groups.setdefault(path, []).append(p)
@@ -60,7 +61,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         tokens = sum(p.tokens for p in phases)
         names = ", ".join(repr(p.name) for p in phases)
         label = f"phase {names}" if len(phases) == 1 else f"phases {names}"
-        severity = "warning" if seq_len > WARN_RATIO * mean else "info"
+        severity: Severity = "warning" if seq_len > WARN_RATIO * mean else "info"
         yield ctx.finding(
             path,
             f"{label} (seq_len {seq_len}) with packing: none and documents of ~{format_count(mean)} tokens on average: "

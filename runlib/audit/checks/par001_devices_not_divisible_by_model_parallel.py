@@ -24,6 +24,8 @@ from collections.abc import Iterator
 
 from runlib.audit.checks._shared import who
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan.layout import build_layout
+from runlib.spec.models import HardwareSpec, ParallelismSpec, PhaseSpec
 
 CODE = "PAR001"
 NAME = "devices-not-divisible-by-model-parallel"
@@ -31,7 +33,7 @@ SEVERITY = "error"
 FIELDS = ("tensor", "pipeline", "context")
 
 
-def _overridden(phase) -> list[str]:
+def _overridden(phase: PhaseSpec) -> list[str]:
     par = phase.parallelism
     return [f for f in FIELDS if par is not None and getattr(par, f) is not None]
 
@@ -42,17 +44,17 @@ def _nearby_divisors(n: int, around: int) -> list[int]:
     return [d for d in range(low, high + 1) if n % d == 0][:6]
 
 
-def _problem(devices: int, tensor: int, pipeline: int, context: int) -> tuple[str, str] | None:
-    product = tensor * pipeline * context
-    if product <= 0 or devices % product == 0:
+def _problem(hardware: HardwareSpec, par: ParallelismSpec) -> tuple[str, str] | None:
+    layout = build_layout(par, nodes=hardware.nodes, devices_per_node=hardware.devices_per_node)
+    devices, product = layout.world_size, layout.model_parallel
+    if devices % product == 0:
         return None
-    dp = devices // product
-    idle = devices - dp * product
+    idle = devices - layout.used_devices  # negative: not even one replica fits
     options = _nearby_divisors(devices, product)
     message = (
-        f"{devices} devices are not divisible by tensor {tensor} x pipeline {pipeline} x context {context} = {product}: "
-        f"the data-parallel degree would be {devices / product:.3g}"
-        + (f" ({idle} devices idle)" if dp >= 1 else " (fewer devices than one model replica needs)")
+        f"{devices} devices are not divisible by tensor {layout.tp} x pipeline {layout.pp} x context {layout.cp} "
+        f"= {product}: the data-parallel degree would be {devices / product:.3g}"
+        + (f" ({idle} devices idle)" if idle >= 0 else " (fewer devices than one model replica needs)")
     )
     hint = f" (products that divide {devices}: {', '.join(map(str, options))})" if options else ""
     fix = f"choose tensor * pipeline * context dividing {devices}{hint}, or use a device count that is a multiple of {product}"
@@ -61,7 +63,6 @@ def _problem(devices: int, tensor: int, pipeline: int, context: int) -> tuple[st
 
 def check(ctx: Context) -> Iterator[Finding]:
     spec = ctx.spec
-    devices = spec.hardware.nodes * spec.hardware.devices_per_node
     phases = ctx.plan.phases
     global_names = []
     for p in phases:
@@ -70,13 +71,13 @@ def check(ctx: Context) -> Iterator[Finding]:
             global_names.append(p.name)
             continue
         par = p.settings.parallelism
-        problem = _problem(devices, par.tensor, par.pipeline, par.context)
+        problem = _problem(spec.hardware, par)
         if problem:
             path = f"phases[{p.settings.index}].parallelism" + (f".{fields[0]}" if len(fields) == 1 else "")
             yield ctx.finding(path, f"phase {p.name!r}: {problem[0]}", problem[1])
     if global_names or not phases:
         par = spec.parallelism
-        problem = _problem(devices, par.tensor, par.pipeline, par.context)
+        problem = _problem(spec.hardware, par)
         if problem:
             above_one = [f for f in FIELDS if getattr(par, f) > 1]
             path = "parallelism" + (f".{above_one[0]}" if len(above_one) == 1 else "")

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from runlib.audit.checks._shared import overrides_parallelism, split_by_override, who
 from runlib.audit.registry import Context, Finding, case
 from runlib.plan.memory import pipeline_stage_layers
+from runlib.spec.models import ParallelismSpec
 
 CODE = "PAR003"
 NAME = "layers-not-divisible-by-pipeline"
@@ -53,7 +54,7 @@ def _even_split(layers: int, pipeline: int) -> tuple[int, int] | None:
     return None
 
 
-def _problem(layers: int, par) -> tuple[str, str] | None:
+def _problem(layers: int, par: ParallelismSpec) -> tuple[str, str] | None:
     pipeline = par.pipeline
     first, last = par.pipeline_first_stage_layers, par.pipeline_last_stage_layers
     if pipeline <= 1:

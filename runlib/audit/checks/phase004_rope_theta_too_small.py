@@ -33,7 +33,7 @@ COEF, EXPONENT = 0.0424, 1.628  # Men et al. 2024, arXiv 2405.14591
 
 
 def theta_bound(seq_len: int) -> float:
-    return COEF * seq_len**EXPONENT
+    return float(COEF * seq_len**EXPONENT)  # float: int ** float is typed Any (a negative base is complex)
 
 
 def round_up(x: float) -> int:
@@ -71,7 +71,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 f"(previous phase {prev[2]!r}: {prev[1]:,.0f})"
             )
             fix = f"raise {path} with the context, e.g. to {value} (the previous base scaled by (s/s_prev)^1.628)"
-        if message and path not in reported:
+        if message and fix is not None and path not in reported:
             reported.add(path)
             yield ctx.finding(path, message, fix, value=value)
         prev = (s, theta, phase.name)

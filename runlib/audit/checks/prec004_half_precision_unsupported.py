@@ -25,7 +25,7 @@ How to fix:
 from collections.abc import Iterator
 
 from runlib.audit.registry import Context, Finding, case
-from runlib.plan.hardware import CATALOG
+from runlib.spec.hardware import CATALOG
 
 CODE = "PREC004"
 NAME = "half-precision-unsupported-by-accelerator"

@@ -23,13 +23,14 @@ How to fix:
 from collections.abc import Iterator
 
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan import PhasePlan
 
 CODE = "PREC006"
 NAME = "bf16-gradient-accumulation"
 SEVERITY = "warning"
 
 
-def _micro_batches_per_step(phase) -> tuple[float, bool]:
+def _micro_batches_per_step(phase: PhasePlan) -> tuple[float, bool]:
     """Micro-batch gradients summed into one optimizer step (grad_accum * dp): the largest over the
     phase's batch-ramp segments, and whether it varies within the phase."""
     s = phase.settings

@@ -27,8 +27,9 @@ How to fix:
 
 from collections.abc import Iterator
 
-from runlib.audit.checks._refusals import REFUSED, model_refusals
+from runlib.audit.checks._refusals import REFUSED
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan.enact import model_refusals
 
 CODE = "RUN008"
 NAME = "model-field-not-enacted"

@@ -20,8 +20,9 @@ How to fix:
 
 from collections.abc import Iterator
 
-from runlib.audit.checks._refusals import REFUSED, precision_field_refusals
+from runlib.audit.checks._refusals import REFUSED
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan.enact import precision_field_refusals
 
 CODE = "RUN009"
 NAME = "fp16-gradients-not-enacted"

@@ -31,8 +31,9 @@ How to fix:
 
 from collections.abc import Iterator
 
-from runlib.audit.checks._refusals import REFUSED, batch_refusals
+from runlib.audit.checks._refusals import REFUSED
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan.enact import batch_refusals
 
 CODE = "RUN010"
 NAME = "ramp-micro-batch-not-enacted"

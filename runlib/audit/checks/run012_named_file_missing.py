@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runlib.audit.checks._refusals import REFUSED
-from runlib.audit.named_files import named_file_refusals
 from runlib.audit.registry import Context, Finding, case
 
 CODE = "RUN012"
@@ -36,7 +35,7 @@ SEVERITY = "warning"
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    for r in named_file_refusals(ctx.spec):
+    for r in ctx.files.named_file_refusals:
         yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)
 
 

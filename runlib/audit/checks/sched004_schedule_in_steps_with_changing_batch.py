@@ -44,7 +44,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     low, high = per_step[0], per_step[-1]
     run = plan.schedule.run_tokens
     total_steps = plan.steps_total
-    items = [("warmup", spec_schedule.warmup)]
+    items: list[tuple[str, Duration | None]] = [("warmup", spec_schedule.warmup)]
     if spec_schedule.kind != "constant":
         items.append(("decay", spec_schedule.decay))
     for name, duration in items:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 from runlib.audit.checks._shared import tokens_and_steps
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan import PhasePlan
 
 CODE = "SCHED006"
 NAME = "decay-not-aligned-with-anneal"
@@ -33,7 +34,7 @@ SEVERITY = "warning"
 TOLERANCE = 0.01  # of the run's tokens
 
 
-def _decay_value(ctx: Context, anneal) -> str:
+def _decay_value(ctx: Context, anneal: PhasePlan) -> str:
     """The decay from the anneal phase's start to the run's end, in the unit the spec uses."""
     plan, spec = ctx.plan, ctx.spec
     length = plan.schedule.run_tokens - anneal.span.start_tokens

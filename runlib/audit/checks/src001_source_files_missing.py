@@ -21,9 +21,9 @@ Preferred:
 How to fix:
     Correct the path (it is relative to the directory the workflow runs in, not to the spec
     file), or copy the data there first; a source that nothing uses can also be removed. The
-    audit only lists directories (no file is read or hashed) and stops after
-    AUDIT_MAX_DIRECTORY_ENTRIES entries; a glob that large is left to `runlib plan`, which walks
-    it all (info finding).
+    audit only lists directories (no file is read or hashed; runlib.audit.facts gathers the listing
+    once, before the checks) and stops after AUDIT_MAX_DIRECTORY_ENTRIES entries; a glob that large
+    is left to `runlib plan`, which walks it all (info finding).
 """
 
 from __future__ import annotations
@@ -34,16 +34,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runlib.audit.registry import Context, Finding, case
-from runlib.errors import UserError
 from runlib.spec.models import RunSpec
 
 CODE = "SRC001"
 NAME = "source-files-missing"
 SEVERITY = "error"
-
-AUDIT_MAX_DIRECTORY_ENTRIES = 20_000
-"""Directory entries the audit lists per source before it stops (runlib.curate.inputs allows 2,000,000
-for the stage itself): an audit stays in milliseconds; a larger glob is reported as not checked."""
 
 
 def consumers(spec: RunSpec, name: str) -> list[str]:
@@ -55,59 +50,6 @@ def consumers(spec: RunSpec, name: str) -> list[str]:
         needs.append("tokenizer.train_on")
     needs += [f"eval task {t.name}" for t in spec.eval.tasks if t.from_heldout == name]
     return needs
-
-
-def sample_names(directory: str, limit: int = 3) -> list[str]:
-    """Up to `limit` file names in `directory` (sorted; one bounded listing), to show what is there."""
-    names: list[str] = []
-    try:
-        with os.scandir(directory or ".") as it:
-            for i, entry in enumerate(it):
-                if i >= 1_000:
-                    break
-                if not entry.name.startswith(".") and entry.is_file():
-                    names.append(entry.name)
-    except OSError:
-        return []
-    return sorted(names)[:limit]
-
-
-def fixed_directory(pattern: str) -> str:
-    """The directory the glob's walk starts from: its leading components without wildcards ("data/web" for
-    "data/web/*.jsonl"; "" for a pattern whose first component has one: the working directory)."""
-    from runlib.curate.inputs import has_magic
-
-    parts = pattern.split(os.sep)
-    fixed: list[str] = []
-    for part in parts[:-1]:
-        if has_magic(part):
-            break
-        fixed.append(part)
-    return os.sep.join(fixed) if fixed != [""] else os.sep
-
-
-def match_state(pattern: str, text_format: bool, field: str, max_entries: int) -> tuple[str, str]:
-    """('ok' | 'none' | 'absent' | 'problem' | 'unchecked', detail): how the curation stage's expansion of
-    `pattern` would end, found by listing directories only ('absent': nothing matches and the glob's fixed
-    directory does not exist either). The expansion is the one of runlib.workflow.configs.source_files:
-    a `text` source whose path is a directory reads every file under it, any other path is a glob
-    (runlib.curate.inputs.match_files)."""
-    from runlib.curate.inputs import match_files
-
-    root = fixed_directory(pattern)
-    if root and not os.path.isdir(root):  # match_files' walk would start there and find nothing: skip it
-        return "absent", root
-    directory = text_format and Path(pattern).is_dir()
-    glob_pattern = os.path.join(glob.escape(pattern), "**", "*") if directory else pattern
-    try:
-        found = match_files(glob_pattern, field, include_hidden=directory, max_entries=max_entries)
-    except UserError as exc:
-        if f"more than {max_entries:,} directory entries" in str(exc):
-            return "unchecked", f"more than {max_entries:,} directory entries"
-        return "problem", str(exc).removeprefix(f"{field}: ")
-    if found:
-        return "ok", f"{len(found):,} file(s)"
-    return "none", root
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -126,11 +68,11 @@ def check(ctx: Context) -> Iterator[Finding]:
                 severity="error" if needs else "warning",
             )
             continue
-        state, detail = match_state(pattern, fmt == "text", field, AUDIT_MAX_DIRECTORY_ENTRIES)
-        here = os.getcwd()
+        found = ctx.files.sources[name]
+        state, detail, here = found.state, found.detail, ctx.files.here
         remove = "" if needs else f"; or remove the unused source {name!r}"
         if state == "none":
-            there = sample_names(detail)
+            there = found.sample
             holds = f"; it holds {', '.join(there)}{', ...' if len(there) == 3 else ''}" if there else ""
             yield ctx.finding(
                 field,

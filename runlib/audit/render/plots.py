@@ -20,14 +20,49 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from runlib.plan.hardware import device_memory_text
+from runlib.spec.hardware import device_memory_text
 from runlib.spec.units import format_count
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
+
     from runlib.plan import Plan
     from runlib.plan.derive import PhasePlan
+
+__all__ = [
+    "DPI",
+    "FIGSIZE",
+    "MEMORY_PARTS",
+    "PLOTS",
+    "Colour",
+    "colour_map",
+    "count_axis",
+    "draw_lr",
+    "draw_memory",
+    "format_bytes",
+    "lr_curve",
+    "lr_title",
+    "mark_empty",
+    "memory_parts",
+    "memory_table",
+    "new_figure",
+    "phase_bounds_steps",
+    "phase_bounds_tokens",
+    "phase_lines",
+    "plot_epochs",
+    "plot_lr",
+    "plot_memory",
+    "plot_mixture",
+    "plot_tokens_per_step",
+    "save_png",
+    "write_plots",
+]
+
+Colour = tuple[float, float, float, float]  # RGBA, as a matplotlib colormap returns it
 
 FIGSIZE = (9.0, 4.2)
 DPI = 100
@@ -90,11 +125,11 @@ def write_plots(plan: Plan, out_dir: Path) -> list[Path]:
     return paths
 
 
-# --- helpers -------------------------------------------------------------------------------------
+# --- helpers (public: the run report draws its plots with them, runlib.report.plots) -------------
 
 
-def _figure(rows: int = 1, height: float | None = None) -> tuple[Any, list[Any]]:
-    """A figure on an Agg canvas with `rows` stacked axes."""
+def new_figure(rows: int = 1, height: float | None = None) -> tuple[Figure, list[Axes]]:
+    """A figure (FIGSIZE wide, `height` or FIGSIZE's tall, DPI) on an Agg canvas with `rows` stacked axes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -104,12 +139,14 @@ def _figure(rows: int = 1, height: float | None = None) -> tuple[Any, list[Any]]
     return fig, axes
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_png(fig: Figure, path: Path) -> None:
+    """Lay the figure out tightly and write it to path as a PNG at DPI, with no Software metadata (so the
+    same plot is the same bytes whichever matplotlib drew it)."""
     fig.tight_layout()
     fig.savefig(Path(path), format="png", dpi=DPI, metadata={"Software": None})
 
 
-def _count_axis(axis: Any) -> None:
+def count_axis(axis: Axis) -> None:
     """Tick labels as short counts (2.41B) rather than 1e9 offsets."""
     from matplotlib.ticker import FuncFormatter
 
@@ -120,8 +157,9 @@ def _finite(x: float | None, default: float = 0.0) -> float:
     return x if x is not None and math.isfinite(x) else default
 
 
-def _colours(names: Iterable[str]) -> dict[str, Any]:
-    """One stable colour per name (in first-seen order), shared by the mixture and epochs plots."""
+def colour_map(names: Iterable[str]) -> dict[str, Colour]:
+    """One stable colour per name (in first-seen order, tab10, or tab20 past ten names), shared by the mixture
+    and epochs plots and the run report's per-source curves."""
     from matplotlib import colormaps
 
     names = list(dict.fromkeys(names))
@@ -136,13 +174,14 @@ def _source_names(plan: Plan) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _empty(ax: Any, text: str) -> None:
+def mark_empty(ax: Axes, text: str) -> None:
+    """An axes with nothing to draw: `text` in grey at its centre, no ticks."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xticks([])
     ax.set_yticks([])
 
 
-def _phase_lines(ax: Any, bounds: list[tuple[float, str]], extent: float) -> None:
+def phase_lines(ax: Axes, bounds: list[tuple[float, str]], extent: float) -> None:
     """A vertical line at each phase start, its name written along it at the top of the axes.
 
     Short phases put their starts close together; a label within 3% of the run from the previous
@@ -168,11 +207,13 @@ def _phase_lines(ax: Any, bounds: list[tuple[float, str]], extent: float) -> Non
         )
 
 
-def _phase_bounds_tokens(plan: Plan) -> list[tuple[float, str]]:
+def phase_bounds_tokens(plan: Plan) -> list[tuple[float, str]]:
+    """(tokens at its start, name) of each phase: phase_lines' bounds on a tokens axis."""
     return [(p.span.start_tokens, p.name) for p in plan.phases]
 
 
-def _phase_bounds_steps(plan: Plan) -> list[tuple[float, str]]:
+def phase_bounds_steps(plan: Plan) -> list[tuple[float, str]]:
+    """(optimizer steps at its start, name) of each phase: phase_lines' bounds on a steps axis."""
     return [(p.span.start_step, p.name) for p in plan.phases]
 
 
@@ -222,24 +263,24 @@ def lr_title(plan: Plan) -> str:
 
 def plot_lr(plan: Plan, path: Path) -> Path:
     """LR against tokens and against optimizer steps: a batch change bends one but not the other."""
-    _save(draw_lr(plan), path)
+    save_png(draw_lr(plan), path)
     return Path(path)
 
 
-def draw_lr(plan: Plan) -> Any:
+def draw_lr(plan: Plan) -> Figure:
     """plot_lr's figure, not yet saved: the planned LR (lr_curve) against tokens (top) and steps (bottom)."""
-    fig, (ax_t, ax_s) = _figure(rows=2, height=6.0)
+    fig, (ax_t, ax_s) = new_figure(rows=2, height=6.0)
     tokens, steps, lr = lr_curve(plan)
     if not tokens or plan.tokens_total <= 0:
-        _empty(ax_t, "no tokens in the run")
-        _empty(ax_s, "no steps in the run")
+        mark_empty(ax_t, "no tokens in the run")
+        mark_empty(ax_s, "no steps in the run")
     else:
         ax_t.plot(tokens, lr, color="tab:blue", lw=1.5)
         ax_s.plot(steps, lr, color="tab:orange", lw=1.5)
-        _phase_lines(ax_t, _phase_bounds_tokens(plan), plan.tokens_total)
-        _phase_lines(ax_s, _phase_bounds_steps(plan), plan.steps_total)
-        _count_axis(ax_t.xaxis)
-        _count_axis(ax_s.xaxis)
+        phase_lines(ax_t, phase_bounds_tokens(plan), plan.tokens_total)
+        phase_lines(ax_s, phase_bounds_steps(plan), plan.steps_total)
+        count_axis(ax_t.xaxis)
+        count_axis(ax_s.xaxis)
         for ax in (ax_t, ax_s):
             ax.set_ylabel("learning rate")
             ax.set_ylim(bottom=0, top=max(lr) * 1.08 or 1.0)
@@ -253,7 +294,7 @@ def draw_lr(plan: Plan) -> Any:
 
 def plot_tokens_per_step(plan: Plan, path: Path) -> Path:
     """The global batch in tokens, as a step function of tokens seen."""
-    fig, (ax,) = _figure()
+    fig, (ax,) = new_figure()
     edges: list[float] = []
     values: list[float] = []
     for p in plan.phases:
@@ -269,28 +310,28 @@ def plot_tokens_per_step(plan: Plan, path: Path) -> Path:
             values.append(float(seg.tokens_per_step))
             edges.append(float(seg.end_tokens))
     if not values:
-        _empty(ax, "no optimizer steps in the run")
+        mark_empty(ax, "no optimizer steps in the run")
     else:
         ax.stairs(values, edges, color="tab:green", lw=1.8, baseline=None)
-        _phase_lines(ax, _phase_bounds_tokens(plan), plan.tokens_total)
-        _count_axis(ax.xaxis)
-        _count_axis(ax.yaxis)
+        phase_lines(ax, phase_bounds_tokens(plan), plan.tokens_total)
+        count_axis(ax.xaxis)
+        count_axis(ax.yaxis)
         ax.set_ylim(0, max(values) * 1.2)
         ax.set_xlabel("tokens seen")
         ax.set_ylabel("tokens per optimizer step")
         ax.grid(alpha=0.3)
     ax.set_title("Tokens per optimizer step", fontsize=11)
-    _save(fig, path)
+    save_png(fig, path)
     return Path(path)
 
 
 def plot_mixture(plan: Plan, path: Path) -> Path:
     """Stacked horizontal bars, one per phase (first phase on top), each normalised to 100%."""
-    fig, (ax,) = _figure(height=max(2.5, 1.2 + 0.55 * len(plan.phases)))
+    fig, (ax,) = new_figure(height=max(2.5, 1.2 + 0.55 * len(plan.phases)))
     names = _source_names(plan)
-    colours = _colours(names)
+    colours = colour_map(names)
     if not plan.phases:
-        _empty(ax, "no phases")
+        mark_empty(ax, "no phases")
     else:
         labels = [p.name for p in plan.phases]
         ys = list(range(len(plan.phases)))
@@ -325,7 +366,7 @@ def plot_mixture(plan: Plan, path: Path) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title("Mixture per phase", fontsize=11)
-    _save(fig, path)
+    save_png(fig, path)
     return Path(path)
 
 
@@ -375,11 +416,12 @@ def plot_memory(plan: Plan, path: Path) -> Path:
     return Path(path)
 
 
-def draw_memory(plan: Plan) -> Any:
+def draw_memory(plan: Plan) -> Figure:
     """plot_memory's figure (a matplotlib Figure on an Agg canvas), not yet saved."""
     headers, table_rows = memory_table(plan) if plan.phases else ([], [])
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.transforms import Bbox
 
     table_inches = 0.22 * (len(table_rows) + 1) + 0.15 if table_rows else 0.1
     fig = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] + table_inches), dpi=DPI, layout="constrained")
@@ -389,7 +431,7 @@ def draw_memory(plan: Plan) -> Any:
     ax_table.axis("off")
     device_gib = float(plan.accelerator.memory_gib or 0.0)
     if not plan.phases:
-        _empty(ax, "no phases")
+        mark_empty(ax, "no phases")
     else:
         from matplotlib import colormaps
 
@@ -416,7 +458,11 @@ def draw_memory(plan: Plan) -> Any:
         label_width = 0.22  # "optimizer states", "runtime overhead" whole at 8 pt
         widths = [label_width, *([(1.0 - label_width) / max(1, len(headers) - 1)] * (len(headers) - 1))]
         table = ax_table.table(
-            cellText=table_rows, colLabels=headers, colWidths=widths, bbox=(0.0, 0.0, 1.0, 1.0), cellLoc="right"
+            cellText=table_rows,
+            colLabels=headers,
+            colWidths=widths,
+            bbox=Bbox.from_bounds(0.0, 0.0, 1.0, 1.0),
+            cellLoc="right",
         )
         table.auto_set_font_size(False)
         table.set_fontsize(8)
@@ -436,12 +482,12 @@ def draw_memory(plan: Plan) -> Any:
 
 def plot_epochs(plan: Plan, path: Path) -> Path:
     """Epochs per source; unknown availability and zero availability are labelled, not drawn as 0."""
-    fig, (ax,) = _figure()
+    fig, (ax,) = new_figure()
     sources = plan.sources
     if not sources:
-        _empty(ax, "no sources")
+        mark_empty(ax, "no sources")
     else:
-        colours = _colours(_source_names(plan))
+        colours = colour_map(_source_names(plan))
         finite = [s.epochs for s in sources if s.epochs is not None and math.isfinite(s.epochs)]
         top = max(finite + [EPOCH_LINES[-1][0]]) * 1.15
         xs = list(range(len(sources)))
@@ -482,5 +528,5 @@ def plot_epochs(plan: Plan, path: Path) -> Path:
         ax.set_ylabel("epochs over the run")
         ax.grid(axis="y", alpha=0.3)
     ax.set_title("Epochs per source", fontsize=11)
-    _save(fig, path)
+    save_png(fig, path)
     return Path(path)

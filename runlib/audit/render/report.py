@@ -1,30 +1,57 @@
 """The audit report: a directory with audit.md and/or audit.html and the plots, written atomically.
 
-The numbers come from the JSON view (`json_view.to_dict`), so the report never disagrees with the
-contract other tools read; the plots come from the Plan. The content is built once as a list of
+The numbers come from the JSON view (`json_view.audit_view`, the typed document `to_dict` serializes), so the
+report never disagrees with the contract other tools read; the plots come from the Plan. The content is built once as a list of
 blocks (headings, paragraphs, tables, figures) and rendered to either format, so markdown and HTML
 always say the same thing.
 
 The directory is built in a temporary sibling (`.tmp-<name>-<random>`) and swapped into place only
 when complete: a crash or a failing plot leaves the previous report (or nothing), never half of one.
+
+The run report (runlib.report) builds its document from the same parts, through the public names in
+__all__: the blocks (Heading, Para, Table with Cell values Code and Link, Image), the two renderers, the
+sections derived_blocks and findings_blocks.
 """
 
 from __future__ import annotations
 
 import html
 import math
-import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from runlib.audit import AuditResult
 from runlib.audit.render import plots
-from runlib.audit.render.json_view import days_text, hours_text, to_dict
+from runlib.audit.render.json_view import AuditView, DerivedView, FindingView, audit_view, days_text, hours_text
 from runlib.spec.units import format_count
+from runlib.util.atomic import replace_dir
 from runlib.util.report_dirs import SPEC_PATH_FILE, report_dir, spec_path_text
+
+__all__ = [
+    "CSS",
+    "FILE_NAMES",
+    "Block",
+    "Cell",
+    "Code",
+    "Format",
+    "Heading",
+    "Image",
+    "Link",
+    "Para",
+    "Table",
+    "build_blocks",
+    "default_report_dir",
+    "derived_blocks",
+    "findings_blocks",
+    "render_html",
+    "render_markdown",
+    "sentence_case",
+    "write_report",
+]
 
 Format = Literal["markdown", "html"]
 FILE_NAMES: dict[str, str] = {"markdown": "audit.md", "html": "audit.html"}
@@ -66,32 +93,11 @@ def write_report(result: AuditResult, out_dir: Path, fmt: Format = "markdown") -
         spec_path = _spec_path(result)
         if spec_path:
             (tmp / SPEC_PATH_FILE).write_text(spec_path + "\n", encoding="utf-8")
-        _swap_into_place(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
-
-
-def _swap_into_place(tmp: Path, out_dir: Path) -> None:
-    """Replace out_dir by the finished tmp directory.
-
-    POSIX rename cannot replace a non-empty directory, so an old report is first renamed aside,
-    then removed once the new one is in place (and put back if the second rename fails).
-    """
-    if not out_dir.exists() and not out_dir.is_symlink():
-        os.replace(tmp, out_dir)
-        return
-    if not out_dir.is_dir() or out_dir.is_symlink():
-        raise FileExistsError(f"{out_dir} exists and is not a report directory")
-    old = Path(tempfile.mkdtemp(prefix=f".old-{out_dir.name}-", dir=out_dir.parent))
-    os.replace(out_dir, old)  # an empty directory may be replaced by rename
-    try:
-        os.replace(tmp, out_dir)
-    except BaseException:
-        os.replace(old, out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # --- content -------------------------------------------------------------------------------------
@@ -99,23 +105,23 @@ def _swap_into_place(tmp: Path, out_dir: Path) -> None:
 
 @dataclass(frozen=True)
 class Heading:
+    """A heading: level 1 is the document's title (h1, '#')."""
+
     level: int
     text: str
 
 
 @dataclass(frozen=True)
 class Para:
+    """A paragraph of plain text (escaped in both formats, whitespace folded)."""
+
     text: str
 
 
 @dataclass(frozen=True)
-class Table:
-    headers: tuple[str, ...]
-    rows: list[tuple[Any, ...]]  # cells: str, or Code for literal text (codes, spec paths)
-
-
-@dataclass(frozen=True)
 class Code:
+    """A table cell of literal text (codes, spec paths, keys): monospace, never reflowed."""
+
     text: str
 
 
@@ -128,8 +134,21 @@ class Link:
     md_href: str | None = None
 
 
+Cell = str | Code | Link
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: a header row, then rows of cells (one per header)."""
+
+    headers: tuple[str, ...]
+    rows: Sequence[tuple[Cell, ...]]
+
+
 @dataclass(frozen=True)
 class Image:
+    """A figure: a PNG beside the document (by file name), with a title above and a caption below."""
+
     file: str
     title: str
     caption: str
@@ -156,7 +175,7 @@ def _gib(x: float | None) -> str:
     return f"{x / GIB:.1f} GiB"
 
 
-def _epochs(e: float | None, available: Any) -> str:
+def _epochs(e: float | None, available: int | None) -> str:
     if available is None:
         return "unknown"
     if e is None:
@@ -164,108 +183,110 @@ def _epochs(e: float | None, available: Any) -> str:
     return f"{e:.2f}"
 
 
-def _sentence(text: str) -> str:
+def sentence_case(text: str) -> str:
     """First letter upper case, the rest as written ('core-hours' -> 'Core-hours', 'GPU-hours' stays)."""
     return text[:1].upper() + text[1:]
 
 
-def _location(f: dict[str, Any]) -> Code:
-    return Code(f"{f['path']}:{f['line']}" if f.get("line") else f["path"] or "(spec)")
+def _location(f: FindingView) -> Code:
+    return Code(f"{f.path}:{f.line}" if f.line else f.path or "(spec)")
 
 
 def build_blocks(result: AuditResult) -> list[Block]:
     """The report's content, format-neutral."""
-    d = to_dict(result)
+    view = audit_view(result)
+    assert view.derived is not None  # an audited spec has a plan: only a load failure has none
     return [
-        *_header(result, d),
-        *_derived(result, d["derived"]),
-        *_phases(d["derived"]),
-        *_sources(d["derived"]),
-        *_findings(d),
-        *_ignored(d),
+        *_header(result, view),
+        *derived_blocks(result, view.derived),
+        *_phases(view.derived),
+        *_sources(view.derived),
+        *findings_blocks(view),
+        *_ignored(view),
         *_figures(),
     ]
 
 
-def _header(result: AuditResult, d: dict[str, Any]) -> list[Block]:
-    s = d["summary"]
+def _header(result: AuditResult, view: AuditView) -> list[Block]:
+    s = view.summary
     strict = result.exit_code(strict=True)
-    status = f"exit status {d['exit_code']}" + (f" ({strict} with --strict)" if strict != d["exit_code"] else "")
-    verdict = "FAIL" if d["exit_code"] else "PASS"
+    status = f"exit status {view.exit_code}" + (f" ({strict} with --strict)" if strict != view.exit_code else "")
+    verdict = "FAIL" if view.exit_code else "PASS"
     return [
-        Heading(1, f"Audit report: {d['name']}"),
-        Para(f"Spec file: {d['file']} · runlib {d['runlib_version']}"),
+        Heading(1, f"Audit report: {view.name}"),
+        Para(f"Spec file: {view.file} · runlib {view.runlib_version}"),
         Para(
-            f"{verdict}: {s['error']} errors, {s['warning']} warnings, {s['info']} info; "
-            f"{len(d['ignored'])} silenced; {status}."
+            f"{verdict}: {s.error} errors, {s.warning} warnings, {s.info} info; {len(view.ignored)} silenced; {status}."
         ),
     ]
 
 
-def _derived(result: AuditResult, dv: dict[str, Any]) -> list[Block]:
-    p, fl, refs, acc, sched = dv["params"], dv["flops"], dv["references"], dv["accelerator"], dv["schedule"]
+def derived_blocks(result: AuditResult, dv: DerivedView) -> list[Block]:
+    """The "Derived quantities" section: a heading, then a two-column table (quantity, value) of the plan's
+    headline numbers from the JSON view's `derived` (json_view.audit_view(result).derived), with the spec's
+    budget beside the device-hours and days; the run report shows the table under its audit section."""
+    p, fl, refs, acc, sched = dv.params, dv.flops, dv.references, dv.accelerator, dv.schedule
     budget = result.spec.budget
-    batch = dv["phases"][0]["tokens_per_step"] if dv["phases"] else None
-    tpp = refs["tokens_per_param"]
-    rows: list[tuple[Any, ...]] = [
+    batch = dv.phases[0].tokens_per_step if dv.phases else None
+    tpp = refs.tokens_per_param
+    rows: list[tuple[Cell, ...]] = [
         (
             "Parameters",
-            f"{_count(p['total'])} total; {_count(p['embedding'])} embedding, {_count(p['non_embedding'])} non-embedding",
+            f"{_count(p.total)} total; {_count(p.embedding)} embedding, {_count(p.non_embedding)} non-embedding",
         ),
-        ("Training tokens", f"{_count(dv['tokens_total'])} ({dv['tokens_total']:,})"),
-        ("Optimizer steps", f"{dv['steps_total']:,}"),
+        ("Training tokens", f"{_count(dv.tokens_total)} ({dv.tokens_total:,})"),
+        ("Optimizer steps", f"{dv.steps_total:,}"),
         (
             "Training FLOPs",
-            f"{_float(fl['total'])} ({fl['convention']}); 6ND {_float(fl['kaplan_6nd'])}, causal {_float(fl['megatron_causal'])}",
+            f"{_float(fl.total)} ({fl.convention}); 6ND {_float(fl.kaplan_6nd)}, causal {_float(fl.megatron_causal)}",
         ),
         (
-            _sentence(dv["device_hours_unit"]),  # "Core-hours" on a CPU
-            hours_text(dv["gpu_hours"])
-            + (f" (budget {budget.gpu_hours:,})" if budget.gpu_hours is not None else ""),
+            sentence_case(dv.device_hours_unit),  # "Core-hours" on a CPU
+            hours_text(dv.gpu_hours) + (f" (budget {budget.gpu_hours:,})" if budget.gpu_hours is not None else ""),
         ),
         (
             "Wall-clock days",
-            days_text(dv["wall_days"]) + (f" (budget {budget.days:g})" if budget.days is not None else ""),
+            days_text(dv.wall_days) + (f" (budget {budget.days:g})" if budget.days is not None else ""),
         ),
-        ("Devices", f"{dv['devices']} × {acc['key']}, {acc['memory_text']}, MFU {acc['mfu']:g}"),
-        ("Data-parallel degree", str(dv["data_parallel"])),
-        ("Tokens per parameter", f"{_float(tpp, '.1f')} (Chinchilla ≈ {refs['chinchilla_tokens_per_param']:g})"),
+        ("Devices", f"{dv.devices} × {acc.key}, {acc.memory_text}, MFU {acc.mfu:g}"),
+        ("Data-parallel degree", str(dv.data_parallel)),
+        ("Tokens per parameter", f"{_float(tpp, '.1f')} (Chinchilla ≈ {refs.chinchilla_tokens_per_param:g})"),
         (
             "Compute-optimal size (Besiroglu refit)",
-            f"{_count(refs['optimal_params'])} params, {_count(refs['optimal_tokens'])} tokens",
+            f"{_count(refs.optimal_params)} params, {_count(refs.optimal_tokens)} tokens",
         ),
         (
             "Compute-optimal batch (DeepSeek)",
-            f"{_count(refs['optimal_batch_tokens'])} tokens; this run {_count(batch)}",
+            f"{_count(refs.optimal_batch_tokens)} tokens; this run {_count(batch)}",
         ),
-        ("Compute-optimal peak LR (DeepSeek)", f"{_float(refs['optimal_lr'])}; this run {_float(sched['peak_lr'])}"),
-        ("Predicted loss (refit)", _float(refs["predicted_loss"], ".3f") + f" ({refs['predicted_loss_note']})"),
+        ("Compute-optimal peak LR (DeepSeek)", f"{_float(refs.optimal_lr)}; this run {_float(sched.peak_lr)}"),
+        ("Predicted loss (refit)", _float(refs.predicted_loss, ".3f") + f" ({refs.predicted_loss_note})"),
         (
             "LR schedule",
-            f"{sched['kind']}, peak {_float(sched['peak_lr'])}, floor {_float(sched['floor_lr'])}, warmup {_count(sched['warmup_tokens'])} tokens"
-            + "".join(f"; {ph['name']} ×{ph['lr_scale']:g}" for ph in dv["phases"] if ph["lr_scale"] != 1.0),
+            f"{sched.kind}, peak {_float(sched.peak_lr)}, floor {_float(sched.floor_lr)}, warmup {_count(sched.warmup_tokens)} tokens"
+            + "".join(f"; {ph.name} ×{ph.lr_scale:g}" for ph in dv.phases if ph.lr_scale != 1.0),
         ),
     ]
     return [Heading(2, "Derived quantities"), Table(("Quantity", "Value"), rows)]
 
 
-def _phases(dv: dict[str, Any]) -> list[Block]:
-    device = dv["accelerator"]["memory_gib"] * GIB
-    rows = []
-    for ph in dv["phases"]:
-        per_step = list(dict.fromkeys(g["tokens_per_step"] for g in ph["segments"]))  # a ramp inside the phase: a -> b
-        mem = ph["memory_bytes_per_device"]
+def _phases(dv: DerivedView) -> list[Block]:
+    device = dv.accelerator.memory_gib * GIB
+    rows: list[tuple[Cell, ...]] = []
+    for ph in dv.phases:
+        per_step = list(dict.fromkeys(g.tokens_per_step for g in ph.segments))  # a ramp inside the phase: a -> b
+        mem = ph.memory_bytes_per_device
         share = f" ({mem / device:.0%})" if mem is not None and device else ""
         rows.append(
             (
-                ph["name"],
-                ph["kind"],
-                f"{_count(ph['start_tokens'])} – {_count(ph['end_tokens'])}",
-                f"{ph['steps']:,}",
+                ph.name,
+                ph.kind,
+                f"{_count(ph.start_tokens)} – {_count(ph.end_tokens)}",
+                f"{ph.steps:,}",
                 " → ".join(_count(t) for t in per_step),
-                str(ph["seq_len"]),
-                f"{ph['rope_theta']:g}",
-                f"{_float(ph['lr_start'])} → {_float(ph['lr_end'])}",
+                str(ph.seq_len),
+                f"{ph.rope_theta:g}",
+                f"{_float(ph.lr_start)} → {_float(ph.lr_end)}",
                 _gib(mem) + share,
             )
         )
@@ -275,37 +296,39 @@ def _phases(dv: dict[str, Any]) -> list[Block]:
     return [Heading(2, "Phases"), Table(headers, rows)]
 
 
-def _sources(dv: dict[str, Any]) -> list[Block]:
-    rows = [
+def _sources(dv: DerivedView) -> list[Block]:
+    rows: list[tuple[Cell, ...]] = [
         (
-            s["name"],
-            _count(s["tokens_available"]) if s["tokens_available"] is not None else "unknown",
-            _count(s["tokens_used"]),
-            _epochs(s["epochs"], s["tokens_available"]),
+            s.name,
+            _count(s.tokens_available) if s.tokens_available is not None else "unknown",
+            _count(s.tokens_used),
+            _epochs(s.epochs, s.tokens_available),
         )
-        for s in dv["sources"]
+        for s in dv.sources
     ]
     if not rows:
         return [Heading(2, "Sources"), Para("No sources.")]
     return [Heading(2, "Sources"), Table(("Source", "Available tokens", "Used tokens", "Epochs"), rows)]
 
 
-def _findings(d: dict[str, Any]) -> list[Block]:
+def findings_blocks(view: AuditView) -> list[Block]:
+    """The "Findings" section: a heading, then per severity that has any a sub-heading ("Errors (2)") and a
+    table (code, where, message, fix); "No findings." without any. The run report shows it one level down."""
     blocks: list[Block] = [Heading(2, "Findings")]
-    if not d["findings"]:
+    if not view.findings:
         return [*blocks, Para("No findings.")]
     for severity, title in (("error", "Errors"), ("warning", "Warnings"), ("info", "Info")):
-        group = [f for f in d["findings"] if f["severity"] == severity]
+        group = [f for f in view.findings if f.severity == severity]
         if group:
-            rows = [(Code(f["code"]), _location(f), f["message"], f["fix"]) for f in group]
+            rows: list[tuple[Cell, ...]] = [(Code(f.code), _location(f), f.message, f.fix) for f in group]
             blocks += [Heading(3, f"{title} ({len(group)})"), Table(("Code", "Where", "Message", "Fix"), rows)]
     return blocks
 
 
-def _ignored(d: dict[str, Any]) -> list[Block]:
-    if not d["ignored"]:
+def _ignored(view: AuditView) -> list[Block]:
+    if not view.ignored:
         return [Heading(2, "Silenced findings"), Para("None: audit.ignore silenced no finding.")]
-    rows = [(Code(f["code"]), f["severity"], _location(f), f["message"], f["reason"]) for f in d["ignored"]]
+    rows: list[tuple[Cell, ...]] = [(Code(f.code), f.severity, _location(f), f.message, f.reason) for f in view.ignored]
     return [Heading(2, "Silenced findings"), Table(("Code", "Severity", "Where", "Message", "Reason"), rows)]
 
 
@@ -322,7 +345,7 @@ def _md_text(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
 
 
-def _md_cell(cell: Any) -> str:
+def _md_cell(cell: Cell) -> str:
     if isinstance(cell, Link):
         href = (
             (cell.md_href or cell.href).replace(" ", "%20").replace("(", "%28").replace(")", "%29").replace("|", "%7C")
@@ -336,6 +359,7 @@ def _md_cell(cell: Any) -> str:
 
 
 def render_markdown(blocks: list[Block]) -> str:
+    """The blocks as one markdown document (GitHub tables; text escaped so none of it is live HTML)."""
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
@@ -377,7 +401,7 @@ figcaption { color: #555; font-size: .9em; }
 """.strip()
 
 
-def _html_cell(cell: Any) -> str:
+def _html_cell(cell: Cell) -> str:
     if isinstance(cell, Link):
         return f'<a href="{html.escape(cell.href, quote=True)}">{html.escape(cell.text)}</a>'
     if isinstance(cell, Code):

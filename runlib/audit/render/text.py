@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 
 from runlib.audit import AuditResult
 from runlib.audit.registry import SEVERITIES
 from runlib.audit.render.json_view import days_text, device_hours_unit, hours_text
-from runlib.plan.hardware import device_memory_text
 from runlib.plan.memory import GIB, MIB
+from runlib.spec.hardware import device_memory_text
 from runlib.spec.units import format_count
+
+__all__ = ["PART_LABELS", "WIDTH", "derived_lines", "finding_lines", "ladder_lines", "memory_lines", "render"]
 
 WIDTH = 80
 
@@ -41,7 +44,7 @@ PART_LABELS = {
 }
 
 
-def _assumption_words(a: dict) -> list[str]:
+def _assumption_words(a: Mapping[str, object]) -> list[str]:
     """The memory model's assumptions (MemoryBreakdown.assumptions) in words; [] for the CPU model."""
     if not a:
         return []
@@ -59,7 +62,7 @@ def _assumption_words(a: dict) -> list[str]:
         if a["sequence_parallel"]
         else "no sequence parallel",
         f"recompute {a['recompute']}",
-        f"gradients accumulated {a['grad_accumulation'].replace('_', ' ')}",
+        f"gradients accumulated {str(a['grad_accumulation']).replace('_', ' ')}",
         f"fragmentation {a['fragmentation_factor']:.0%} of the transient parts",
     ]
     return words
@@ -150,6 +153,7 @@ def finding_lines(result: AuditResult) -> list[str]:
 
 
 def render(result: AuditResult) -> str:
+    """`runlib audit` in a terminal: the derived numbers, the findings by severity, a count line."""
     lines = derived_lines(result) + finding_lines(result)
     e, w, i = (result.count(s) for s in SEVERITIES)
     lines += ["", f"{e} error(s), {w} warning(s), {i} info; `runlib explain CODE` documents a check."]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runlib.errors import UserError
+from runlib.export.hf import hf_architecture
 from runlib.spec.models import EvalTaskSpec, ModelSpec
 
 LM_EVAL_PIN = "lm-eval==0.4.13"  # the version whose scoring tests/eval/test_lm_eval.py checks against runlib's
@@ -95,8 +96,6 @@ def harness_refusals(
                 f"pip install '{LM_EVAL_PIN}' transformers (both are in runlib's test extra: pip install -e '.[test]')",
             )
         )
-    from runlib.export.hf import hf_architecture
-
     try:
         hf_architecture(model)
     except UserError as exc:

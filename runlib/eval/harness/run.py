@@ -16,18 +16,35 @@ task indexes the built-in ones too. Standard errors: lm-eval's bootstrap over BO
 from __future__ import annotations
 
 import math
+import os
+import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from runlib.errors import UserError
+from runlib.eval.config import EvalConfig
+from runlib.eval.harness.gate import harness_refusals
+from runlib.eval.harness.taskfiles import arithmetic_items, write_task
+from runlib.eval.tasks import AnswerExample, MultipleChoice, heldout_tasks
+from runlib.export.hf import ExportShape, write_export
+from runlib.spec.models import EvalTaskSpec
+from runlib.store.manifest import read_manifest
+from runlib.tokenizer.special import PAD
+
+if TYPE_CHECKING:
+    import torch
+    from lm_eval.models.huggingface import HFLM
+    from tokenizers import Tokenizer
 
 BATCH_SIZE = 16
 SEEDS = (0, 1234, 1234, 1234)  # lm_eval.simple_evaluate's random, numpy, torch and few-shot seeds (v0.4.13)
 BOOTSTRAP_ITERS = 1000  # lm-eval's default is 100,000: minutes for a perplexity on CPU, for a third digit
 
 
-def harness_model(export_dir: Path, max_length: int, batch_size: int = BATCH_SIZE):
+def harness_model(export_dir: Path, max_length: int, batch_size: int = BATCH_SIZE) -> HFLM:
     """lm-eval's `hf` model over the export (what `lm_eval --model hf --model_args pretrained=DIR` builds)."""
     import torch
     from lm_eval.models.huggingface import HFLM
@@ -38,13 +55,10 @@ def harness_model(export_dir: Path, max_length: int, batch_size: int = BATCH_SIZ
     )
 
 
-def _results(lm, task: str, include: Sequence[Path], limit: int | None) -> dict[str, Any]:
+def _results(lm: HFLM, task: str, include: Sequence[Path], limit: int | None) -> dict[str, Any]:
     """lm-eval's results for one task: what lm_eval.simple_evaluate does for an LM object (load the task,
     zero-shot unless its file sets num_fewshot, its seeds), less the environment report it appends
     (add_env_info runs `pip list` in subprocesses: seconds per task, and nothing runlib records)."""
-    import random
-
-    import numpy as np
     import torch
     from lm_eval.evaluator import evaluate
     from lm_eval.tasks import TaskManager
@@ -72,11 +86,12 @@ def _results(lm, task: str, include: Sequence[Path], limit: int | None) -> dict[
     )
     if out is None:  # another rank of a distributed run
         raise UserError(f"lm-eval returned no results for {task!r}")
-    return out
+    results: dict[str, Any] = out
+    return results
 
 
 def evaluate_task(
-    lm, task: str, include: Sequence[Path], limit: int | None, item_logliks: bool = False
+    lm: HFLM, task: str, include: Sequence[Path], limit: int | None, item_logliks: bool = False
 ) -> dict[str, Any]:
     """One lm-eval task (or group) scored on the model: its metrics by name ("acc", "acc_norm",
     "perplexity", their "_stderr"), "n" the items scored, "chance_acc" (multiple choice: the mean of
@@ -111,7 +126,13 @@ def evaluate_task(
 
 
 def run_lm_eval_tasks(
-    config, state: dict[str, Any], tokenizer, tokenizer_dir: Path, token_dirs: dict[str, Path], work: Path, seed: int
+    config: EvalConfig,
+    state: dict[str, torch.Tensor],
+    tokenizer: Tokenizer,
+    tokenizer_dir: Path,
+    token_dirs: dict[str, Path],
+    work: Path,
+    seed: int,
 ) -> dict[str, dict[str, Any]]:
     """The eval stage's kind: lm_eval tasks of `config` (an EvalConfig): the phase's weights `state` exported
     into work/hf (runlib.export.hf.write_export, as `runlib export` writes it), runlib's own tasks written
@@ -119,15 +140,6 @@ def run_lm_eval_tasks(
     by lm-eval on the export. UserError, with the fix, for what cannot run here (runlib.eval.harness.gate).
     With no `download: true` task, the Hugging Face libraries are set offline for this process first, so a
     task file that names a remote dataset fails at once instead of waiting on the network."""
-    import os
-
-    from runlib.eval.harness.gate import harness_refusals
-    from runlib.eval.harness.taskfiles import arithmetic_items, write_task
-    from runlib.eval.tasks import heldout_tasks
-    from runlib.export.hf import ExportShape, write_export
-    from runlib.tokenizer.special import PAD
-    from runlib.workflow.manifest import read_manifest
-
     tasks = [t for t in config.tasks if t.kind == "lm_eval"]
     refusals = harness_refusals(tasks, config.model.spec)
     if refusals:
@@ -153,37 +165,53 @@ def run_lm_eval_tasks(
     export_dir = write_export(state, export, tokenizer_json, special_ids, Path(work) / "hf", provenance)
     lm = harness_model(export_dir, max_length=config.seq_len)
 
-    results: dict[str, dict[str, Any]] = {}
     cache = Path(work) / "datasets-cache"
-    for task in tasks:
-        own = task.RUNLIB_LM_EVAL_TASKS.get(task.task or "")
-        cap_note = None
-        include: list[Path] = []
-        if own is not None:
-            kind = "multiple_choice" if task.task.endswith("_mc") else "answer_loglik"
-            if own == "heldout":
-                built = heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, seed)
-                items = built.multiple_choice if kind == "multiple_choice" else built.answers
-                cap_note = built.cap_note
-            else:
-                mc, answers = arithmetic_items()
-                items = mc if kind == "multiple_choice" else answers
-            folder = Path(work) / "tasks" / task.name
-            write_task(folder, task.task, kind, items, cache_dir=cache)
-            include = [folder]
-        elif task.path is not None:
-            include = [Path(task.path)]
-        scores = evaluate_task(lm, task.task, include, limit=task.examples)
-        if cap_note is None and scores.get("n", 0) < task.examples:
-            cap_note = (
-                f"{scores.get('n', 0)} of {task.examples} examples: lm-eval task {task.task!r} has "
-                f"{scores.get('n', 0)} items (set the task's examples to {scores.get('n', 0)})"
+    return {task.name: _lm_eval_task(lm, task, tokenizer, token_dirs, Path(work), cache, seed) for task in tasks}
+
+
+def _lm_eval_task(
+    lm: HFLM,
+    task: EvalTaskSpec,
+    tokenizer: Tokenizer,
+    token_dirs: dict[str, Path],
+    work: Path,
+    cache: Path,
+    seed: int,
+) -> dict[str, Any]:
+    """eval.json's entry of one lm_eval task: runlib's own tasks written into work/tasks/<name>/ first."""
+    name = task.task
+    assert name is not None  # a kind: lm_eval task names its lm-eval task (EvalTaskSpec)
+    own = task.RUNLIB_LM_EVAL_TASKS.get(name)
+    cap_note = None
+    include: list[Path] = []
+    if own is not None:
+        kind = "multiple_choice" if name.endswith("_mc") else "answer_loglik"
+        if own == "heldout":
+            source = task.from_heldout
+            assert source is not None  # runlib's held-out tasks name their source (EvalTaskSpec)
+            built = heldout_tasks(Path(token_dirs[source]), tokenizer, task.examples, seed)
+            items: Sequence[MultipleChoice | AnswerExample] = (
+                built.multiple_choice if kind == "multiple_choice" else built.answers
             )
-        results[task.name] = {
-            "kind": "lm_eval",
-            "task": task.task,
-            **scores,
-            "examples_requested": task.examples,
-            "examples_cap": cap_note,
-        }
-    return results
+            cap_note = built.cap_note
+        else:
+            mc, answers = arithmetic_items()
+            items = mc if kind == "multiple_choice" else answers
+        folder = work / "tasks" / task.name
+        write_task(folder, name, kind, items, cache_dir=cache)
+        include = [folder]
+    elif task.path is not None:
+        include = [Path(task.path)]
+    scores = evaluate_task(lm, name, include, limit=task.examples)
+    if cap_note is None and scores.get("n", 0) < task.examples:
+        cap_note = (
+            f"{scores.get('n', 0)} of {task.examples} examples: lm-eval task {name!r} has "
+            f"{scores.get('n', 0)} items (set the task's examples to {scores.get('n', 0)})"
+        )
+    return {
+        "kind": "lm_eval",
+        "task": name,
+        **scores,
+        "examples_requested": task.examples,
+        "examples_cap": cap_note,
+    }

@@ -26,6 +26,7 @@ import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from runlib.eval.tasks import AnswerExample, MultipleChoice
 
@@ -69,10 +70,16 @@ def arithmetic_items(
     return mc, answers
 
 
-def _rows(kind: str, examples: Sequence[MultipleChoice | AnswerExample]) -> list[dict]:
+def _rows(kind: str, examples: Sequence[MultipleChoice | AnswerExample]) -> list[dict[str, Any]]:
     if kind == "multiple_choice":
-        return [{"context": e.context, "choices": list(e.choices), "answer": e.answer} for e in examples]
+        return [_choice_row(e) for e in examples]
     return [{"context": e.context, "answer": e.answer} for e in examples]
+
+
+def _choice_row(example: MultipleChoice | AnswerExample) -> dict[str, Any]:
+    if not isinstance(example, MultipleChoice):
+        raise TypeError(f"a multiple_choice task's items are MultipleChoice, not {type(example).__name__}")
+    return {"context": example.context, "choices": list(example.choices), "answer": example.answer}
 
 
 def task_yaml(task: str, kind: str, data_file: Path, cache_dir: Path | None = None) -> str:

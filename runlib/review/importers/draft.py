@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runlib.errors import SpecError, UserError
+from runlib.spec import LoadedSpec, load_spec_text
 
 TOP_ORDER = (
     "name",
@@ -135,10 +136,9 @@ def _emit(lines: list[str], key: str, value: Any, path: str, indent: int, commen
         lines.append(_line(f"{pad}{key}: {flow(value)}", comment))
 
 
-def load_draft(text: str, file: str, what: str, comments: dict[str, str] | None = None):
+def load_draft(text: str, file: str, what: str, comments: dict[str, str] | None = None) -> LoadedSpec:
     """The LoadedSpec of an emitted draft; a draft the schema refuses is the source's fault (exit 2).
     With the draft's `comments`, each refused value also names where it came from in the source."""
-    from runlib.spec import load_spec_text
 
     def origin(path: str) -> str:
         note = (comments or {}).get(path)

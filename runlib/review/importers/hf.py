@@ -19,8 +19,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from runlib.plan import scaling
+from runlib.plan.params import ParamCounts, count_params
 from runlib.review.importers.common import fill_defaults, spec_name, whole
 from runlib.review.importers.draft import Draft, UnmappableConfig
+from runlib.spec.models import ModelSpec
 
 FAMILIES = ("llama", "mistral", "qwen2", "olmo2", "gpt2", "gpt_neox")
 MAX_PRETRAIN_SEQ = 8192  # a max_position_embeddings above this is taken as a context extension, not pretraining
@@ -37,7 +42,7 @@ def model_dir_name(path: Path) -> str:
     return folder.name
 
 
-def _need(config: dict[str, Any], key: str, file: str, family: str) -> Any:
+def _need(config: dict[str, Any], key: str, file: str, family: str) -> int:
     if key not in config or config[key] is None:
         raise UnmappableConfig(f"{file}: {family} config without {key!r}; is this the model's config.json?")
     value = config[key]
@@ -46,56 +51,97 @@ def _need(config: dict[str, Any], key: str, file: str, family: str) -> Any:
     return whole(value, file, key)  # every value read through _need is a count
 
 
-def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str]:
-    notes: list[str] = []
-    if family == "gpt2":
-        n_embd = int(_need(config, "n_embd", file, family))
-        d.set("model.layers", int(_need(config, "n_layer", file, family)), "n_layer")
-        d.set("model.d_model", n_embd, "n_embd")
-        d.set("model.heads", int(_need(config, "n_head", file, family)), "n_head")
-        d.set("model.d_ff", int(config.get("n_inner") or 4 * n_embd), "n_inner (None: 4 * n_embd)")
-        d.set("model.activation", "gelu", f"activation_function {config.get('activation_function', 'gelu_new')}")
-        d.set("model.norm", "layernorm", "GPT-2 LayerNorm")
-        d.set("model.bias", True, "Conv1D and LayerNorm biases")
-        d.set("model.position", "learned", "wpe")
-        d.set(
-            "model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)"
+# ------------------------------------------------------------------------ read and validate the file
+
+
+def _family(config: dict[str, Any], file: str) -> str:
+    """The config's model_type, one of FAMILIES."""
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise UnmappableConfig(
+            f"{file}: model_type {family!r} is not a family runlib maps ({', '.join(FAMILIES)}); "
+            "a config.json from transformers names it in `model_type`"
         )
-        d.set("model.vocab_size", int(_need(config, "vocab_size", file, family)), "vocab_size")
-        seq = int(_need(config, "n_positions", file, family))
-        d.set("model.seq_len", seq, "n_positions")
-        return notes
-    hidden = int(_need(config, "hidden_size", file, family))
-    heads = int(_need(config, "num_attention_heads", file, family))
-    d.set("model.layers", int(_need(config, "num_hidden_layers", file, family)), "num_hidden_layers")
+    return str(family)
+
+
+def _validated_model(d: Draft, file: str) -> ModelSpec:
+    """The mapped model as the schema reads it; a value out of its bounds named by the config's key."""
+    try:
+        return ModelSpec.model_validate({k.split(".", 1)[1]: v for k, v in d.values.items() if k.startswith("model.")})
+    except ValidationError as exc:  # the schema's bounds (layers, heads, widths), named by the config's keys
+        refused = []
+        for error in exc.errors()[:4]:
+            where = "model." + ".".join(str(part) for part in error["loc"])
+            source = d.comments.get(where, where).split(" ")[0]
+            refused.append(f"{source} = {str(error.get('input'))[:40]} ({where}: {error['msg']})")
+        raise UnmappableConfig(f"{file}: " + "; ".join(refused) + ": write the values of a real model") from None
+
+
+# ----------------------------------------------------------------------------------- map the model
+
+
+def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str]:
+    """model.*, by family; the header's notes on what the spec cannot express."""
+    if family == "gpt2":
+        _gpt2_model(d, config, file)
+        return []
+    hidden = _need(config, "hidden_size", file, family)
+    heads = _need(config, "num_attention_heads", file, family)
+    d.set("model.layers", _need(config, "num_hidden_layers", file, family), "num_hidden_layers")
     d.set("model.d_model", hidden, "hidden_size")
     d.set("model.heads", heads, "num_attention_heads")
     kv = config.get("num_key_value_heads") or heads
     d.set("model.kv_heads", int(kv), "num_key_value_heads")
     if config.get("head_dim") and int(config["head_dim"]) != hidden // heads:
         d.set("model.head_dim", int(config["head_dim"]), "head_dim")
-    d.set("model.d_ff", int(_need(config, "intermediate_size", file, family)), "intermediate_size")
-    d.set("model.vocab_size", int(_need(config, "vocab_size", file, family)), "vocab_size")
+    d.set("model.d_ff", _need(config, "intermediate_size", file, family), "intermediate_size")
+    d.set("model.vocab_size", _need(config, "vocab_size", file, family), "vocab_size")
     d.set("model.position", "rope", "rotary embeddings")
     theta_key = "rotary_emb_base" if family == "gpt_neox" else "rope_theta"
     d.set("model.rope_theta", float(config.get(theta_key) or 10000.0), theta_key)
     if family == "gpt_neox":
-        act = str(config.get("hidden_act", "gelu"))
-        if "gelu" not in act:
-            raise UnmappableConfig(f"{file}: hidden_act {act!r}: a GPT-NeoX MLP maps to gelu only")
-        d.set("model.activation", "gelu", f"hidden_act {act}")
-        d.set("model.norm", "layernorm", "LayerNorm with bias")
-        d.set(
-            "model.bias", bool(config.get("attention_bias", True)), "attention_bias (default true); dense layers biased"
-        )
-        d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
-        pct = config.get("rotary_pct", 1.0)
-        notes.append(
-            f"GPT-NeoX specifics the spec cannot express: rotary on {pct:g} of each head (rotary_pct), "
-            f"parallel residual (use_parallel_residual={config.get('use_parallel_residual', True)}); neither changes "
-            "the parameter count."
-        )
-        return notes
+        return _neox_block(d, config, file)
+    return _swiglu_block(d, config, family, file, hidden, heads, int(kv))
+
+
+def _gpt2_model(d: Draft, config: dict[str, Any], file: str) -> None:
+    family = "gpt2"
+    n_embd = _need(config, "n_embd", file, family)
+    d.set("model.layers", _need(config, "n_layer", file, family), "n_layer")
+    d.set("model.d_model", n_embd, "n_embd")
+    d.set("model.heads", _need(config, "n_head", file, family), "n_head")
+    d.set("model.d_ff", int(config.get("n_inner") or 4 * n_embd), "n_inner (None: 4 * n_embd)")
+    d.set("model.activation", "gelu", f"activation_function {config.get('activation_function', 'gelu_new')}")
+    d.set("model.norm", "layernorm", "GPT-2 LayerNorm")
+    d.set("model.bias", True, "Conv1D and LayerNorm biases")
+    d.set("model.position", "learned", "wpe")
+    d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)")
+    d.set("model.vocab_size", _need(config, "vocab_size", file, family), "vocab_size")
+    d.set("model.seq_len", _need(config, "n_positions", file, family), "n_positions")
+
+
+def _neox_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
+    act = str(config.get("hidden_act", "gelu"))
+    if "gelu" not in act:
+        raise UnmappableConfig(f"{file}: hidden_act {act!r}: a GPT-NeoX MLP maps to gelu only")
+    d.set("model.activation", "gelu", f"hidden_act {act}")
+    d.set("model.norm", "layernorm", "LayerNorm with bias")
+    d.set("model.bias", bool(config.get("attention_bias", True)), "attention_bias (default true); dense layers biased")
+    d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
+    pct = config.get("rotary_pct", 1.0)
+    return [
+        f"GPT-NeoX specifics the spec cannot express: rotary on {pct:g} of each head (rotary_pct), "
+        f"parallel residual (use_parallel_residual={config.get('use_parallel_residual', True)}); neither changes "
+        "the parameter count."
+    ]
+
+
+def _swiglu_block(
+    d: Draft, config: dict[str, Any], family: str, file: str, hidden: int, heads: int, kv: int
+) -> list[str]:
+    """llama, mistral, qwen2, olmo2: SwiGLU and RMSNorm; biases, QK-norm, and what the spec cannot express."""
+    notes: list[str] = []
     act = str(config.get("hidden_act", "silu"))
     if act not in ("silu", "swish"):
         raise UnmappableConfig(f"{file}: hidden_act {act!r}: a {family} MLP maps to swiglu (silu) only")
@@ -104,7 +150,7 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
     if family == "qwen2":
         d.set("model.bias", False, "no o_proj or MLP biases (see the header for q/k/v)")
         layers, hd = d.get("model.layers"), int(config.get("head_dim") or hidden // heads)
-        extra = layers * (heads * hd + 2 * int(kv) * hd)
+        extra = layers * (heads * hd + 2 * kv * hd)
         notes.append(
             f"Qwen2 has biases on q, k and v only; a spec's `bias` is all or nothing, so they are left out: the "
             f"checkpoint has {extra:,} parameters more than this spec counts (q/k/v biases of {layers} layers)."
@@ -131,22 +177,8 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
     return notes
 
 
-def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -> Draft:
-    file = str(path)
-    family = config.get("model_type")
-    if family not in FAMILIES:
-        raise UnmappableConfig(
-            f"{file}: model_type {family!r} is not a family runlib maps ({', '.join(FAMILIES)}); "
-            "a config.json from transformers names it in `model_type`"
-        )
-    from pydantic import ValidationError
-
-    from runlib.plan import scaling
-    from runlib.plan.params import count_params
-    from runlib.spec.models import ModelSpec
-
-    d = Draft()
-    notes = _model(d, config, family, file)
+def _seq_len(d: Draft, config: dict[str, Any], args: dict[str, Any] | None, file: str) -> int:
+    """model.seq_len: n_positions (gpt2), max_position_embeddings up to MAX_PRETRAIN_SEQ, or the arguments'."""
     seq = int(d.get("model.seq_len") or config.get("max_position_embeddings") or 0)
     if not d.has("model.seq_len"):
         if seq <= 0:
@@ -160,9 +192,13 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
         else:
             d.set("model.seq_len", seq, "max_position_embeddings")
     seq = int(d.get("model.seq_len"))
-    if args and args.get("block_size") or args and args.get("max_seq_length"):
-        seq = int(args.get("block_size") or args.get("max_seq_length"))
+    if args and (args.get("block_size") or args.get("max_seq_length")):
+        seq = int(args.get("block_size") or args["max_seq_length"])
         d.set("model.seq_len", seq, "block_size / max_seq_length [ARGS]")
+    return seq
+
+
+def _tokenizer(d: Draft, config: dict[str, Any], family: str) -> None:
     vocab = int(d.get("model.vocab_size"))
     d.set(
         "tokenizer.pretrained",
@@ -172,68 +208,65 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
     d.set("tokenizer.vocab_size", vocab - 1, "assumed: every embedding row a token id")
     d.set("tokenizer.reserved_tokens", 1, "assumed: one end-of-document token among them")
 
-    try:
-        model = ModelSpec.model_validate({k.split(".", 1)[1]: v for k, v in d.values.items() if k.startswith("model.")})
-    except ValidationError as exc:  # the schema's bounds (layers, heads, widths), named by the config's keys
-        refused = []
-        for error in exc.errors()[:4]:
-            path = "model." + ".".join(str(part) for part in error["loc"])
-            source = d.comments.get(path, path).split(" ")[0]
-            refused.append(f"{source} = {str(error.get('input'))[:40]} ({path}: {error['msg']})")
-        raise UnmappableConfig(f"{file}: " + "; ".join(refused) + ": write the values of a real model") from None
-    params = count_params(model, vocab, seq)
-    name = spec_name(str(config.get("_name_or_path") or model_dir_name(path) or family).split("/")[-1])
-    d.set("name", name)
-    d.set("description", f"Imported from {path.name} ({family}, {params.total / 1e9:.3g}B parameters)")
-    d.header = [
-        f"Imported by `runlib import` from {path.name} (Hugging Face {family} config"
-        + (" and training arguments [ARGS])." if args else ")."),
-        "The config gives the model only: `assumed:` marks everything about training.",
-        f"Parameters: {params.total:,} as this spec counts them.",
-    ] + notes
 
+# --------------------------------------------------------------------------------- map the training
+
+
+def _hardware(d: Draft, params: ParamCounts) -> int:
+    """The devices, sized to the model (the config names none); their count, all data-parallel."""
     devices_total = 8 if params.total < 3e9 else 64 if params.total < 30e9 else 512
     d.set("hardware.accelerator", "h100-sxm", "assumed: the config names no hardware")
     d.set("hardware.nodes", devices_total // 8, "assumed: sized to the model (8 GPUs below 3B, 64 below 30B, else 512)")
     d.set("hardware.devices_per_node", 8, "assumed: 8-GPU nodes")
     d.set("parallelism.sharding", "fsdp", "assumed: FSDP, no model parallelism")
     d.set("parallelism.activation_checkpointing", "selective", "assumed")
-    dp = devices_total
-    args = args or {}
-    if args.get("max_steps") and args.get("per_device_train_batch_size"):
-        micro = int(args["per_device_train_batch_size"])
-        accum = int(args.get("gradient_accumulation_steps", 1))
-        steps = int(args["max_steps"])
-        d.set("batch.micro_batch", micro, "per_device_train_batch_size [ARGS]")
-        d.set("batch.grad_accum", accum, "gradient_accumulation_steps [ARGS]")
-        run_tokens = steps * micro * accum * dp * seq
-        d.set("tokens", run_tokens, f"max_steps {steps:,} [ARGS] * {micro * accum * dp * seq:,} tokens per step")
-    else:
-        run_tokens = CHINCHILLA_TOKENS_PER_PARAM * params.total
-        m = (
-            6.0 * params.non_embedding
-            + 6.0 * model.layers * model.heads * (model.head_dim or model.d_model // model.heads) * seq
-        )
-        b_opt = scaling.deepseek_optimal_batch_tokens(m * run_tokens)
-        seqs = max(dp, round(b_opt / seq / dp) * dp)
-        d.set("batch.micro_batch", 1, "assumed")
-        d.set(
-            "batch.grad_accum",
-            seqs // dp,
-            f"assumed: {seqs} sequences per step, DeepSeek LLM's B_opt {b_opt:,.0f} tokens (arXiv 2401.02954, eq. 1)",
-        )
-        steps = max(1, round(run_tokens / (seqs * seq)))
-        run_tokens = steps * seqs * seq
-        d.set(
-            "tokens",
-            run_tokens,
-            f"assumed: ~{CHINCHILLA_TOKENS_PER_PARAM} tokens per parameter (Chinchilla), {steps:,} whole steps",
-        )
-        d.set(
-            "optimizer.lr",
-            float(f"{scaling.deepseek_optimal_lr(m * run_tokens):.3g}"),
-            "assumed: DeepSeek LLM's eta_opt (arXiv 2401.02954, eq. 1)",
-        )
+    return devices_total
+
+
+def _batch_from_args(d: Draft, args: dict[str, Any], dp: int, seq: int) -> int:
+    """The batch and the run's tokens from TrainingArguments' max_steps and batch sizes."""
+    micro = int(args["per_device_train_batch_size"])
+    accum = int(args.get("gradient_accumulation_steps", 1))
+    steps = int(args["max_steps"])
+    d.set("batch.micro_batch", micro, "per_device_train_batch_size [ARGS]")
+    d.set("batch.grad_accum", accum, "gradient_accumulation_steps [ARGS]")
+    run_tokens = steps * micro * accum * dp * seq
+    d.set("tokens", run_tokens, f"max_steps {steps:,} [ARGS] * {micro * accum * dp * seq:,} tokens per step")
+    return run_tokens
+
+
+def _batch_from_fit(d: Draft, params: ParamCounts, model: ModelSpec, dp: int, seq: int) -> int:
+    """Chinchilla's ~20 tokens per parameter, DeepSeek LLM's B_opt and eta_opt at that compute."""
+    run_tokens = CHINCHILLA_TOKENS_PER_PARAM * params.total
+    m = (
+        6.0 * params.non_embedding
+        + 6.0 * model.layers * model.heads * (model.head_dim or model.d_model // model.heads) * seq
+    )
+    b_opt = scaling.deepseek_optimal_batch_tokens(m * run_tokens)
+    seqs = max(dp, round(b_opt / seq / dp) * dp)
+    d.set("batch.micro_batch", 1, "assumed")
+    d.set(
+        "batch.grad_accum",
+        seqs // dp,
+        f"assumed: {seqs} sequences per step, DeepSeek LLM's B_opt {b_opt:,.0f} tokens (arXiv 2401.02954, eq. 1)",
+    )
+    steps = max(1, round(run_tokens / (seqs * seq)))
+    run_tokens = steps * seqs * seq
+    d.set(
+        "tokens",
+        run_tokens,
+        f"assumed: ~{CHINCHILLA_TOKENS_PER_PARAM} tokens per parameter (Chinchilla), {steps:,} whole steps",
+    )
+    d.set(
+        "optimizer.lr",
+        float(f"{scaling.deepseek_optimal_lr(m * run_tokens):.3g}"),
+        "assumed: DeepSeek LLM's eta_opt (arXiv 2401.02954, eq. 1)",
+    )
+    return run_tokens
+
+
+def _optimizer(d: Draft, args: dict[str, Any]) -> None:
+    """AdamW with TrainingArguments' values, or Llama 2's without them."""
     d.set("optimizer.kind", "adamw", "transformers' default optimizer (adamw_torch)" if args else "assumed: AdamW")
     if "learning_rate" in args:
         d.set("optimizer.lr", float(args["learning_rate"]), "learning_rate [ARGS]")
@@ -250,19 +283,24 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
         "weight_decay" + (" [ARGS]" if args else " (assumed: Llama 2's)"),
     )
     d.set("optimizer.grad_clip", float(args.get("max_grad_norm", 1.0)), "max_grad_norm")
+
+
+SCHEDULES = {
+    "linear": "linear",
+    "cosine": "cosine",
+    "constant": "constant",
+    "constant_with_warmup": "constant",
+    "warmup_stable_decay": "wsd",
+}  # transformers' lr_scheduler_type -> runlib's schedule.kind
+
+
+def _schedule(d: Draft, args: dict[str, Any]) -> None:
     kind = str(args.get("lr_scheduler_type", "linear" if args else "cosine"))
-    kinds = {
-        "linear": "linear",
-        "cosine": "cosine",
-        "constant": "constant",
-        "constant_with_warmup": "constant",
-        "warmup_stable_decay": "wsd",
-    }
-    if kind not in kinds:
+    if kind not in SCHEDULES:
         raise UnmappableConfig(
-            f"training arguments: lr_scheduler_type {kind!r} has no runlib schedule ({', '.join(kinds)})"
+            f"training arguments: lr_scheduler_type {kind!r} has no runlib schedule ({', '.join(SCHEDULES)})"
         )
-    d.set("schedule.kind", kinds[kind], "lr_scheduler_type" + (" [ARGS]" if args else " (assumed: cosine)"))
+    d.set("schedule.kind", SCHEDULES[kind], "lr_scheduler_type" + (" [ARGS]" if args else " (assumed: cosine)"))
     if args.get("warmup_steps"):
         d.set("schedule.warmup", f"{int(args['warmup_steps'])} steps", "warmup_steps [ARGS]")
     elif args.get("warmup_ratio"):
@@ -273,13 +311,16 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
             "1%" if not args else "0 steps",
             "assumed: 1% of the run" if not args else "no warmup_steps/ratio [ARGS]",
         )
-    if kinds[kind] == "wsd":
+    if SCHEDULES[kind] == "wsd":
         d.set("schedule.decay", "10%", "assumed: a 10% cooldown (Hägele et al. 2024, arXiv 2405.18392)")
     d.set(
         "schedule.min_lr_ratio",
         0.0 if args else 0.1,
         "decays to 0 (transformers' schedules)" if args else "assumed: 10% floor",
     )
+
+
+def _precision_and_cadence(d: Draft, args: dict[str, Any]) -> None:
     if args.get("fp16"):
         d.set("precision.compute", "fp16", "fp16 [ARGS]")
         d.set("precision.loss_scaling", "dynamic", "torch.amp GradScaler")
@@ -297,6 +338,40 @@ def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -
         d.assume("monitor.eval_every", "2%", "held-out loss every 2% of the run")
     if args.get("logging_steps"):
         d.set("monitor.log_every", f"{int(args['logging_steps'])} steps", "logging_steps [ARGS]")
+
+
+# ----------------------------------------------------------------------------------------- the steps
+
+
+def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -> Draft:
+    """Read and validate (model_type, the schema's bounds), map the model, then the training (from the
+    arguments or assumed), and report in the header what the spec cannot express."""
+    file = str(path)
+    family = _family(config, file)
+    d = Draft()
+    not_imported = _model(d, config, family, file)
+    seq = _seq_len(d, config, args, file)
+    _tokenizer(d, config, family)
+    model = _validated_model(d, file)
+    params = count_params(model, int(d.get("model.vocab_size")), seq)
+    name = spec_name(str(config.get("_name_or_path") or model_dir_name(path) or family).split("/")[-1])
+    d.set("name", name)
+    d.set("description", f"Imported from {path.name} ({family}, {params.total / 1e9:.3g}B parameters)")
+    d.header = [
+        f"Imported by `runlib import` from {path.name} (Hugging Face {family} config"
+        + (" and training arguments [ARGS])." if args else ")."),
+        "The config gives the model only: `assumed:` marks everything about training.",
+        f"Parameters: {params.total:,} as this spec counts them.",
+    ] + not_imported
+    dp = _hardware(d, params)
+    args = args or {}
+    if args.get("max_steps") and args.get("per_device_train_batch_size"):
+        run_tokens = _batch_from_args(d, args, dp, seq)
+    else:
+        run_tokens = _batch_from_fit(d, params, model, dp, seq)
+    _optimizer(d, args)
+    _schedule(d, args)
+    _precision_and_cadence(d, args)
     if not math.isfinite(run_tokens) or run_tokens <= 0:
         raise UnmappableConfig(f"{file}: no training tokens follow from the arguments")
     fill_defaults(d, int(run_tokens))

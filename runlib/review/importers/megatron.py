@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from runlib.review.importers.common import check_source_values, fill_defaults, spec_name
 from runlib.review.importers.draft import Draft, UnmappableConfig
@@ -82,9 +84,66 @@ def parse_args(text: str, file: str) -> dict[str, list[str]]:
     return out
 
 
-def import_megatron(path: Path, text: str) -> Draft:
-    file = str(path)
-    a = parse_args(text, file)
+Number = TypeVar("Number", int, float)
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """One file's argument list (parse_args), read flag by flag; a value missing or not a number is the
+    file's fault (UnmappableConfig naming the flag)."""
+
+    flags: dict[str, list[str]]
+    file: str
+
+    def __contains__(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def words(self, flag: str) -> list[str]:
+        return self.flags[flag]
+
+    def word(self, flag: str, default: str) -> str:
+        """The flag's first value; `default` when it is not given or has no value."""
+        return (self.flags.get(flag) or [default])[0]
+
+    def count(self, flag: str, default: int | None = None) -> int:
+        return self._number(flag, default, int)
+
+    def rate(self, flag: str, default: float | None = None) -> float:
+        return self._number(flag, default, float)
+
+    def _number(self, flag: str, default: Number | None, kind: Callable[[str], Number]) -> Number:
+        values = self.flags.get(flag)
+        if not values:
+            if default is None:
+                raise UnmappableConfig(f"{self.file}: {flag} is required for this mapping; add it to the argument list")
+            return default
+        try:
+            value = kind(values[0])
+        except ValueError:
+            raise UnmappableConfig(f"{self.file}: {flag} {values[0][:40]!r} is not a number") from None
+        check_source_values(value, self.file, flag)
+        return value
+
+
+@dataclass(frozen=True)
+class ModelParallel:
+    """--tensor-model-parallel-size, --pipeline-model-parallel-size, --context-parallel-size."""
+
+    tensor: int
+    pipeline: int
+    context: int
+
+    @property
+    def size(self) -> int:
+        return self.tensor * self.pipeline * self.context
+
+
+# ------------------------------------------------------------------------ read and validate the file
+
+
+def _gpt_arguments(text: str, file: str) -> Arguments:
+    """The arguments of a dense GPT (pretrain_gpt.py): --num-layers and --hidden-size given, no MoE or MLA."""
+    a = Arguments(parse_args(text, file), file)
     if "--num-layers" not in a or "--hidden-size" not in a:
         raise UnmappableConfig(
             f"{file}: no --num-layers/--hidden-size: is this a Megatron-LM pretrain_gpt.py argument list?"
@@ -92,23 +151,22 @@ def import_megatron(path: Path, text: str) -> Draft:
     for flag, what in UNMAPPABLE.items():
         if flag in a:
             raise UnmappableConfig(f"{file}: {flag}: {what} have no runlib model (dense decoders only)")
+    return a
 
-    def num(flag: str, default: Any = None, kind=int) -> Any:
-        if flag not in a or not a[flag]:
-            if default is None:
-                raise UnmappableConfig(f"{file}: {flag} is required for this mapping; add it to the argument list")
-            return default
-        try:
-            value = kind(a[flag][0])
-        except ValueError:
-            raise UnmappableConfig(f"{file}: {flag} {a[flag][0][:40]!r} is not a number") from None
-        check_source_values(value, file, flag)
-        return value
 
-    tp, pp = num("--tensor-model-parallel-size", 1), num("--pipeline-model-parallel-size", 1)
-    cp = num("--context-parallel-size", 1)
-    per_node = num("--nproc-per-node", 0)
-    nnodes = num("--nnodes", 1) if per_node else 0
+def _model_parallel(a: Arguments) -> ModelParallel:
+    tp, pp = a.count("--tensor-model-parallel-size", 1), a.count("--pipeline-model-parallel-size", 1)
+    return ModelParallel(tp, pp, a.count("--context-parallel-size", 1))
+
+
+def _torchrun(a: Arguments) -> tuple[int, int]:
+    """(--nproc_per_node, --nnodes) of the torchrun line; (0, 0) without one."""
+    per_node = a.count("--nproc-per-node", 0)
+    return per_node, a.count("--nnodes", 1) if per_node else 0
+
+
+def _named_draft(path: Path, a: Arguments) -> Draft:
+    """The draft with its header, name, description and seed."""
     d = Draft()
     d.header = [
         f"Imported by `runlib import` from {path.name} (Megatron-LM pretrain_gpt.py arguments).",
@@ -116,7 +174,16 @@ def import_megatron(path: Path, text: str) -> Draft:
     ]
     d.set("name", spec_name(path.stem))
     d.set("description", f"Megatron-LM arguments {path.name}")
-    d.set("seed", num("--seed", 1234), "--seed (Megatron default 1234)")
+    d.set("seed", a.count("--seed", 1234), "--seed (Megatron default 1234)")
+    return d
+
+
+# ----------------------------------------------------------------------------------- map the model
+
+
+def _hardware(d: Draft, file: str, mp: ModelParallel, per_node: int, nnodes: int) -> int:
+    """hardware.*: the torchrun world, or one data-parallel replica without a torchrun line; the data
+    parallelism that follows."""
     d.set(
         "hardware.accelerator",
         "a100-80gb",
@@ -127,51 +194,44 @@ def import_megatron(path: Path, text: str) -> Draft:
         d.set("hardware.devices_per_node", per_node, "torchrun --nproc_per_node")
         world = per_node * nnodes
     else:
-        world = tp * pp * cp
+        world = mp.size
         d.set("hardware.nodes", max(1, world // 8), "assumed: no torchrun line: one data-parallel replica")
         d.set("hardware.devices_per_node", min(world, 8), "assumed: 8-GPU nodes")
-    if world % (tp * pp * cp):
-        raise UnmappableConfig(f"{file}: tensor {tp} x pipeline {pp} x context {cp} does not divide the {world} GPUs")
-    dp = world // (tp * pp * cp)
+    if world % mp.size:
+        raise UnmappableConfig(
+            f"{file}: tensor {mp.tensor} x pipeline {mp.pipeline} x context {mp.context} does not divide the "
+            f"{world} GPUs"
+        )
+    return world // mp.size
 
-    hidden, heads, layers = num("--hidden-size"), num("--num-attention-heads"), num("--num-layers")
-    seq = num("--seq-length")
+
+def _model(d: Draft, a: Arguments) -> int:
+    """model.* but the vocabulary and the context; returns --seq-length."""
+    hidden, heads, layers = a.count("--hidden-size"), a.count("--num-attention-heads"), a.count("--num-layers")
+    seq = a.count("--seq-length")
     swiglu = "--swiglu" in a
     d.set("model.layers", layers, "--num-layers")
     d.set("model.d_model", hidden, "--hidden-size")
     d.set("model.heads", heads, "--num-attention-heads")
     if "--group-query-attention" in a:
-        d.set("model.kv_heads", num("--num-query-groups"), "--num-query-groups")
-    if "--kv-channels" in a and num("--kv-channels") != hidden // heads:
-        d.set("model.head_dim", num("--kv-channels"), "--kv-channels")
+        d.set("model.kv_heads", a.count("--num-query-groups"), "--num-query-groups")
+    if "--kv-channels" in a and a.count("--kv-channels") != hidden // heads:
+        d.set("model.head_dim", a.count("--kv-channels"), "--kv-channels")
     default_ffn = int(4 * hidden * 2 / 3) if swiglu else 4 * hidden
     d.set(
         "model.d_ff",
-        num("--ffn-hidden-size", default_ffn),
+        a.count("--ffn-hidden-size", default_ffn),
         "--ffn-hidden-size" if "--ffn-hidden-size" in a else "4 * hidden (Megatron default)",
     )
     d.set("model.activation", "swiglu" if swiglu else "gelu", "--swiglu" if swiglu else "GELU (Megatron default)")
-    norm = (a.get("--normalization") or ["LayerNorm"])[0]
+    norm = a.word("--normalization", "LayerNorm")
     d.set("model.norm", "rmsnorm" if norm == "RMSNorm" else "layernorm", f"--normalization {norm}")
     d.set(
         "model.bias",
         "--disable-bias-linear" not in a,
         "--disable-bias-linear" if "--disable-bias-linear" in a else "biased linears (Megatron default)",
     )
-    pos = (a.get("--position-embedding-type") or ["learned_absolute"])[0]
-    if "--use-rotary-position-embeddings" in a:
-        pos = "rope"
-    if pos not in ("learned_absolute", "rope"):
-        raise UnmappableConfig(f"{file}: --position-embedding-type {pos}: runlib has rope and learned positions")
-    d.set("model.position", "rope" if pos == "rope" else "learned", f"--position-embedding-type {pos}")
-    if pos == "rope":
-        d.set("model.rope_theta", float(num("--rotary-base", 10000)), "--rotary-base")
-    else:
-        max_pos = num("--max-position-embeddings", seq)
-        if max_pos != seq:
-            raise UnmappableConfig(
-                f"{file}: --max-position-embeddings {max_pos} differs from --seq-length {seq}: a spec's learned table has seq_len rows"
-            )
+    _position(d, a, seq)
     if "--qk-layernorm" in a:
         d.set("model.qk_norm", True, "--qk-layernorm")
     d.set(
@@ -179,16 +239,39 @@ def import_megatron(path: Path, text: str) -> Draft:
         "--untie-embeddings-and-output-weights" not in a,
         "shared embedding and output weights (Megatron default)",
     )
-    tokenizer = (a.get("--tokenizer-type") or ["GPT2BPETokenizer"])[0]
+    return seq
+
+
+def _position(d: Draft, a: Arguments, seq: int) -> None:
+    """RoPE (--rotary-base) or a learned table of --max-position-embeddings rows, which must be seq's."""
+    pos = a.word("--position-embedding-type", "learned_absolute")
+    if "--use-rotary-position-embeddings" in a:
+        pos = "rope"
+    if pos not in ("learned_absolute", "rope"):
+        raise UnmappableConfig(f"{a.file}: --position-embedding-type {pos}: runlib has rope and learned positions")
+    d.set("model.position", "rope" if pos == "rope" else "learned", f"--position-embedding-type {pos}")
+    if pos == "rope":
+        d.set("model.rope_theta", float(a.count("--rotary-base", 10000)), "--rotary-base")
+    else:
+        max_pos = a.count("--max-position-embeddings", seq)
+        if max_pos != seq:
+            raise UnmappableConfig(
+                f"{a.file}: --max-position-embeddings {max_pos} differs from --seq-length {seq}: a spec's learned table has seq_len rows"
+            )
+
+
+def _vocabulary(d: Draft, a: Arguments, tp: int, seq: int) -> None:
+    """model.vocab_size (the tokenizer's, padded: _vocab_size_with_padding), model.seq_len, tokenizer.*."""
+    tokenizer = a.word("--tokenizer-type", "GPT2BPETokenizer")
     if tokenizer == "GPT2BPETokenizer":
         base_vocab = GPT2_VOCAB
     elif "--vocab-size" in a:
-        base_vocab = num("--vocab-size")
+        base_vocab = a.count("--vocab-size")
     else:
         raise UnmappableConfig(
-            f"{file}: --tokenizer-type {tokenizer}: its vocabulary size is not in the arguments; add --vocab-size"
+            f"{a.file}: --tokenizer-type {tokenizer}: its vocabulary size is not in the arguments; add --vocab-size"
         )
-    multiple = num("--make-vocab-size-divisible-by", 128) * tp
+    multiple = a.count("--make-vocab-size-divisible-by", 128) * tp
     padded = math.ceil(base_vocab / multiple) * multiple
     d.set(
         "model.vocab_size",
@@ -206,10 +289,16 @@ def import_megatron(path: Path, text: str) -> Draft:
     if tokenizer == "GPT2BPETokenizer":
         d.set("tokenizer.digits", "none", "GPT-2's pre-tokenizer keeps digit runs whole")
 
-    d.set("parallelism.tensor", tp, "--tensor-model-parallel-size")
-    d.set("parallelism.pipeline", pp, "--pipeline-model-parallel-size")
-    if cp > 1:
-        d.set("parallelism.context", cp, "--context-parallel-size")
+
+# --------------------------------------------------------------------------------- map the training
+
+
+def _parallelism(d: Draft, a: Arguments, mp: ModelParallel) -> None:
+    """parallelism.*: the model-parallel sizes, the distributed optimizer, the recomputation."""
+    d.set("parallelism.tensor", mp.tensor, "--tensor-model-parallel-size")
+    d.set("parallelism.pipeline", mp.pipeline, "--pipeline-model-parallel-size")
+    if mp.context > 1:
+        d.set("parallelism.context", mp.context, "--context-parallel-size")
     d.set(
         "parallelism.sharding",
         "zero1" if "--use-distributed-optimizer" in a else "none",
@@ -217,20 +306,23 @@ def import_megatron(path: Path, text: str) -> Draft:
         if "--use-distributed-optimizer" in a
         else "replicated optimizer (Megatron default)",
     )
-    gran = (a.get("--recompute-granularity") or [None])[0]
+    granularity = a.word("--recompute-granularity", "")
     if "--recompute-activations" in a:
-        gran = "selective"
+        granularity = "selective"
     d.set(
         "parallelism.activation_checkpointing",
-        gran or "none",
-        "--recompute-granularity" if gran else "no recomputation (default)",
+        granularity or "none",
+        "--recompute-granularity" if granularity else "no recomputation (default)",
     )
 
-    micro = num("--micro-batch-size")
-    global_seqs = num("--global-batch-size", micro * dp)
+
+def _batch(d: Draft, a: Arguments, dp: int, seq: int) -> int:
+    """batch.*, the ramp included; returns the global batch in sequences."""
+    micro = a.count("--micro-batch-size")
+    global_seqs = a.count("--global-batch-size", micro * dp)
     if global_seqs % (micro * dp):
         raise UnmappableConfig(
-            f"{file}: --global-batch-size {global_seqs} is not a multiple of micro-batch {micro} x dp {dp}"
+            f"{a.file}: --global-batch-size {global_seqs} is not a multiple of micro-batch {micro} x dp {dp}"
         )
     d.set("batch.micro_batch", micro, "--micro-batch-size")
     d.set(
@@ -240,67 +332,87 @@ def import_megatron(path: Path, text: str) -> Draft:
     )
     d.set("batch.global_batch", f"{global_seqs} sequences", "--global-batch-size")
     if "--rampup-batch-size" in a:
-        start, inc, samples = (int(x) for x in a["--rampup-batch-size"][:3])
-        increments = (global_seqs - start) // inc
-        if increments < 1 or increments > 255:
-            raise UnmappableConfig(
-                f"{file}: --rampup-batch-size {start} {inc} {samples}: {increments} increments; a spec ramp has 1-255"
-            )
-        per = samples / increments
-        d.set(
-            "batch.ramp",
-            [
-                {"after": f"{math.ceil(k * per) * seq} tokens", "global_batch": f"{start + k * inc} sequences"}
-                for k in range(increments + 1)
-            ],
-            f"--rampup-batch-size {start} {inc} {samples}: +{inc} sequences every {per:,.0f} samples",
+        d.set("batch.ramp", *_ramp(a, global_seqs, seq))
+    return global_seqs
+
+
+def _ramp(a: Arguments, global_seqs: int, seq: int) -> tuple[list[dict[str, str]], str]:
+    """--rampup-batch-size start increment samples: a stage per increment, each after its share of the
+    samples (megatron/core/num_microbatches_calculator.py); the stages and their comment."""
+    start, inc, samples = (int(x) for x in a.words("--rampup-batch-size")[:3])
+    increments = (global_seqs - start) // inc
+    if increments < 1 or increments > 255:
+        raise UnmappableConfig(
+            f"{a.file}: --rampup-batch-size {start} {inc} {samples}: {increments} increments; a spec ramp has 1-255"
         )
+    per = samples / increments
+    stages = [
+        {"after": f"{math.ceil(k * per) * seq} tokens", "global_batch": f"{start + k * inc} sequences"}
+        for k in range(increments + 1)
+    ]
+    return stages, f"--rampup-batch-size {start} {inc} {samples}: +{inc} sequences every {per:,.0f} samples"
+
+
+def _run_tokens(d: Draft, a: Arguments, global_seqs: int, seq: int) -> int:
+    """tokens: --train-samples x seq, or --train-iters x the global batch (no ramp) x seq."""
     if "--train-samples" in a:
-        run_tokens = num("--train-samples") * seq
+        run_tokens = a.count("--train-samples") * seq
         where = f"--train-samples x {seq}"
     elif "--train-iters" in a:
         if "--rampup-batch-size" in a:
             raise UnmappableConfig(
-                f"{file}: --train-iters with --rampup-batch-size: give --train-samples (Megatron requires it too)"
+                f"{a.file}: --train-iters with --rampup-batch-size: give --train-samples (Megatron requires it too)"
             )
-        run_tokens = num("--train-iters") * global_seqs * seq
+        run_tokens = a.count("--train-iters") * global_seqs * seq
         where = "--train-iters x global batch x seq"
     else:
-        raise UnmappableConfig(f"{file}: neither --train-samples nor --train-iters: the run has no length")
+        raise UnmappableConfig(f"{a.file}: neither --train-samples nor --train-iters: the run has no length")
     d.set("tokens", run_tokens, where)
+    return run_tokens
 
+
+def _optimizer(d: Draft, a: Arguments) -> float:
+    """optimizer.*: Adam with decoupled weight decay, Megatron's defaults where a flag is missing; the LR."""
     d.set("optimizer.kind", "adamw", "Adam with decoupled weight decay (Megatron's default optimizer)")
-    lr = num("--lr", kind=float)
+    lr = a.rate("--lr")
     d.set("optimizer.lr", lr, "--lr")
     d.set(
         "optimizer.betas",
-        [num("--adam-beta1", 0.9, float), num("--adam-beta2", 0.999, float)],
+        [a.rate("--adam-beta1", 0.9), a.rate("--adam-beta2", 0.999)],
         "--adam-beta1, --adam-beta2",
     )
-    d.set("optimizer.eps", num("--adam-eps", 1e-8, float), "--adam-eps")
-    d.set("optimizer.weight_decay", num("--weight-decay", 0.01, float), "--weight-decay")
-    d.set("optimizer.grad_clip", num("--clip-grad", 1.0, float), "--clip-grad")
-    style = (a.get("--lr-decay-style") or ["linear"])[0]
-    kinds = {"cosine": "cosine", "linear": "linear", "constant": "constant", "WSD": "wsd"}
-    if style not in kinds:
-        raise UnmappableConfig(f"{file}: --lr-decay-style {style}: runlib has {', '.join(kinds)}")
-    d.set("schedule.kind", kinds[style], "--lr-decay-style")
+    d.set("optimizer.eps", a.rate("--adam-eps", 1e-8), "--adam-eps")
+    d.set("optimizer.weight_decay", a.rate("--weight-decay", 0.01), "--weight-decay")
+    d.set("optimizer.grad_clip", a.rate("--clip-grad", 1.0), "--clip-grad")
+    return lr
 
-    def length(unit: str) -> tuple[int | None, str]:
-        """A duration flag in tokens: --X-samples (x seq) or --X-iters (x global batch x seq)."""
-        if f"--{unit}-samples" in a:
-            return num(f"--{unit}-samples") * seq, f"--{unit}-samples x {seq}"
-        if f"--{unit}-iters" in a:
-            return num(f"--{unit}-iters") * global_seqs * seq, f"--{unit}-iters"
-        return None, ""
 
-    warmup, where_w = length("lr-warmup")
+DECAY_STYLES = {"cosine": "cosine", "linear": "linear", "constant": "constant", "WSD": "wsd"}
+"""--lr-decay-style -> runlib's schedule.kind."""
+
+
+def _duration(a: Arguments, unit: str, global_seqs: int, seq: int) -> tuple[int | None, str]:
+    """A duration flag in tokens: --X-samples (x seq) or --X-iters (x global batch x seq)."""
+    if f"--{unit}-samples" in a:
+        return a.count(f"--{unit}-samples") * seq, f"--{unit}-samples x {seq}"
+    if f"--{unit}-iters" in a:
+        return a.count(f"--{unit}-iters") * global_seqs * seq, f"--{unit}-iters"
+    return None, ""
+
+
+def _schedule(d: Draft, a: Arguments, lr: float, run_tokens: int, global_seqs: int, seq: int) -> None:
+    """schedule.*: the decay style, the warmup, the decay (WSD's, or one that ends before the run) and the floor."""
+    style = a.word("--lr-decay-style", "linear")
+    if style not in DECAY_STYLES:
+        raise UnmappableConfig(f"{a.file}: --lr-decay-style {style}: runlib has {', '.join(DECAY_STYLES)}")
+    d.set("schedule.kind", DECAY_STYLES[style], "--lr-decay-style")
+    warmup, where_w = _duration(a, "lr-warmup", global_seqs, seq)
     if warmup is None and "--lr-warmup-fraction" in a:
-        warmup, where_w = int(num("--lr-warmup-fraction", kind=float) * run_tokens), "--lr-warmup-fraction"
+        warmup, where_w = int(a.rate("--lr-warmup-fraction") * run_tokens), "--lr-warmup-fraction"
     d.set("schedule.warmup", f"{warmup or 0} tokens", where_w or "no warmup (default)")
-    decay, where_d = length("lr-decay")
+    decay, where_d = _duration(a, "lr-decay", global_seqs, seq)
     if style == "WSD":
-        wsd, where_d = length("lr-wsd-decay")
+        wsd, where_d = _duration(a, "lr-wsd-decay", global_seqs, seq)
         if wsd:
             d.set("schedule.decay", f"{wsd} tokens", where_d)
     elif decay is not None and decay != run_tokens:
@@ -309,7 +421,11 @@ def import_megatron(path: Path, text: str) -> Draft:
             f"{decay - (warmup or 0)} tokens",
             f"{where_d} less the warmup; the LR stays at --min-lr after",
         )
-    d.set("schedule.min_lr_ratio", round(num("--min-lr", 0.0, float) / lr, 6) if lr else 0.0, "--min-lr / --lr")
+    d.set("schedule.min_lr_ratio", round(a.rate("--min-lr", 0.0) / lr, 6) if lr else 0.0, "--min-lr / --lr")
+
+
+def _precision(d: Draft, a: Arguments) -> None:
+    """precision.*: --fp16 (with dynamic or --loss-scale static scaling), --bf16, or fp32."""
     if "--fp16" in a:
         d.set("precision.compute", "fp16", "--fp16")
         d.set(
@@ -318,17 +434,25 @@ def import_megatron(path: Path, text: str) -> Draft:
             "--loss-scale" if "--loss-scale" in a else "dynamic loss scaling (Megatron default with --fp16)",
         )
         if "--loss-scale" in a:
-            d.set("precision.loss_scale", num("--loss-scale", kind=float), "--loss-scale")
+            d.set("precision.loss_scale", a.rate("--loss-scale"), "--loss-scale")
     elif "--bf16" in a:
         d.set("precision.compute", "bf16", "--bf16")
     else:
         d.set("precision.compute", "fp32", "neither --fp16 nor --bf16")
+
+
+def _cadence(d: Draft, a: Arguments) -> None:
+    """checkpoint.every, monitor.eval_every and monitor.log_every, in steps, where the flags give them."""
     if "--save-interval" in a:
-        d.set("checkpoint.every", f"{num('--save-interval')} steps", "--save-interval")
+        d.set("checkpoint.every", f"{a.count('--save-interval')} steps", "--save-interval")
     if "--eval-interval" in a:
-        d.set("monitor.eval_every", f"{num('--eval-interval')} steps", "--eval-interval")
+        d.set("monitor.eval_every", f"{a.count('--eval-interval')} steps", "--eval-interval")
     if "--log-interval" in a:
-        d.set("monitor.log_every", f"{num('--log-interval')} steps", "--log-interval")
+        d.set("monitor.log_every", f"{a.count('--log-interval')} steps", "--log-interval")
+
+
+def _data(d: Draft, a: Arguments) -> None:
+    """data.*: GPTDataset's packing (documents concatenated with EOD), the EOD targets, the loss's mean."""
     d.set("data.packing", "stream", "Megatron's GPTDataset concatenates documents with EOD")
     d.set(
         "data.boundary_targets",
@@ -338,5 +462,29 @@ def import_megatron(path: Path, text: str) -> Draft:
     if "--eod-mask-loss" in a:
         d.set("data.boundary_targets", "masked", "--eod-mask-loss")
     d.set("data.loss_normalization", "global_tokens", "loss averaged over the global batch's tokens")
+
+
+# ----------------------------------------------------------------------------------------- the steps
+
+
+def import_megatron(path: Path, text: str) -> Draft:
+    """Read and validate (a dense GPT's arguments), map the hardware and the model, then the training, each
+    flag that is not given at Megatron-LM's default."""
+    file = str(path)
+    a = _gpt_arguments(text, file)
+    mp = _model_parallel(a)
+    per_node, nnodes = _torchrun(a)
+    d = _named_draft(path, a)
+    dp = _hardware(d, file, mp, per_node, nnodes)
+    seq = _model(d, a)
+    _vocabulary(d, a, mp.tensor, seq)
+    _parallelism(d, a, mp)
+    global_seqs = _batch(d, a, dp, seq)
+    run_tokens = _run_tokens(d, a, global_seqs, seq)
+    lr = _optimizer(d, a)
+    _schedule(d, a, lr, run_tokens, global_seqs, seq)
+    _precision(d, a)
+    _cadence(d, a)
+    _data(d, a)
     fill_defaults(d, run_tokens, "corpus")
     return d

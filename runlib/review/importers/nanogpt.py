@@ -16,6 +16,7 @@ import ast
 import math
 import operator
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,93 +133,167 @@ def read_assignments(text: str, file: str) -> tuple[dict[str, Any], list[str]]:
     return names, skipped
 
 
-def import_nanogpt(path: Path, text: str) -> Draft:
-    file = str(path)
+@dataclass(frozen=True)
+class NanoConfig:
+    """train.py's configuration: its defaults overridden by the file's assignments (`given`)."""
+
+    given: dict[str, Any]
+    file: str
+
+    def __getitem__(self, key: str) -> Any:
+        return self.given[key] if key in self.given else TRAIN_DEFAULTS[key]
+
+    def count(self, key: str) -> int:
+        """A count of the configuration (common.whole: a fraction is refused)."""
+        return whole(self[key], self.file, key)
+
+    def note(self, key: str) -> str:
+        """Where the value of `key` comes from: the file ([CFG]) or train.py's default."""
+        return f"{key} [CFG]" if key in self.given else f"{key}, train.py default"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The DDP world of the config's torchrun launch comment; one process without one."""
+
+    world: int
+    per_node: int
+    nodes: int
+    torchrun: bool  # a torchrun --nproc_per_node in the file
+    nnodes: bool  # and --nnodes
+
+
+@dataclass(frozen=True)
+class Batch:
+    """train.py's batch: batch_size sequences of block_size per process, gradient_accumulation_steps over
+    all processes (divided by the world size)."""
+
+    micro: int
+    block: int
+    gas_global: int
+    grad_accum: int
+
+    @property
+    def step_tokens(self) -> int:
+        return self.micro * self.block * self.gas_global
+
+
+# ------------------------------------------------------------------------ read and validate the file
+
+
+def _read_config(text: str, file: str) -> tuple[NanoConfig, list[str]]:
+    """The configuration and the assignments skipped; refused without any assignment."""
     names, skipped = read_assignments(text, file)
     check_source_values(names, file)
     if not names:
         raise UnmappableConfig(f"{file}: no `name = value` assignments found; is this a nanoGPT config file?")
-    cfg = {**TRAIN_DEFAULTS, **names}
+    return NanoConfig(names, file), skipped
 
-    def note(key: str) -> str:
-        return f"{key} [CFG]" if key in names else f"{key}, train.py default"
 
+def _pretraining_dataset(cfg: NanoConfig) -> str:
+    """The dataset of a run from scratch on a BPE dataset: a fine-tune and a character vocabulary refused."""
     init_from = str(cfg["init_from"])
     if init_from != "scratch":
         raise UnmappableConfig(
-            f"{file}: init_from = {init_from!r} continues from an existing model (a fine-tune or resume); a run "
+            f"{cfg.file}: init_from = {init_from!r} continues from an existing model (a fine-tune or resume); a run "
             "spec describes pre-training from scratch: set init_from = 'scratch' or import the base run's config"
         )
     dataset = str(cfg["dataset"])
     if dataset.endswith("_char"):
         raise UnmappableConfig(
-            f"{file}: dataset = {dataset!r} uses nanoGPT's character-level vocabulary (meta.pkl); runlib trains "
+            f"{cfg.file}: dataset = {dataset!r} uses nanoGPT's character-level vocabulary (meta.pkl); runlib trains "
             "byte-level BPE tokenizers only: use a BPE dataset (openwebtext, shakespeare)"
         )
+    return dataset
+
+
+def _launch(text: str) -> Launch:
+    """torchrun --nproc_per_node (and --nnodes) of the launch comment."""
+    nproc, nnodes = _NPROC.search(text), _NNODES.search(text)
     world = 1
-    match = _NPROC.search(text)
-    if match:
-        world = int(match.group(1)) * (int(_NNODES.search(text).group(1)) if _NNODES.search(text) else 1)
-    per_node = int(match.group(1)) if match else 1
-    nodes = world // per_node
-    gas_global = whole(cfg["gradient_accumulation_steps"], file, "gradient_accumulation_steps")
+    if nproc:
+        world = int(nproc.group(1)) * (int(nnodes.group(1)) if nnodes else 1)
+    per_node = int(nproc.group(1)) if nproc else 1
+    return Launch(world, per_node, world // per_node, torchrun=nproc is not None, nnodes=nnodes is not None)
+
+
+def _batch_sizes(cfg: NanoConfig, world: int) -> Batch:
+    """The batch, gradient_accumulation_steps divisible by the world (train.py asserts it)."""
+    gas_global = cfg.count("gradient_accumulation_steps")
     if gas_global % world:
         raise UnmappableConfig(
-            f"{file}: gradient_accumulation_steps = {gas_global} is not divisible by the {world} DDP processes "
+            f"{cfg.file}: gradient_accumulation_steps = {gas_global} is not divisible by the {world} DDP processes "
             "(train.py asserts it): fix the config or the launch command"
         )
-    micro, block = whole(cfg["batch_size"], file, "batch_size"), whole(cfg["block_size"], file, "block_size")
-    grad_accum = gas_global // world
-    step_tokens = micro * block * gas_global
-    max_iters = whole(cfg["max_iters"], file, "max_iters")
+    micro, block = cfg.count("batch_size"), cfg.count("block_size")
+    return Batch(micro, block, gas_global, gas_global // world)
 
+
+def _named_draft(path: Path, cfg: NanoConfig, skipped: list[str], description: str) -> Draft:
+    """The draft with its header (the skipped assignments listed), name, description and seed."""
     d = Draft()
     d.header = [
         f"Imported by `runlib import` from {path.name} (nanoGPT config; read with ast, not executed).",
         "Values without [CFG] are train.py's defaults; `assumed:` marks what nanoGPT does not say.",
     ] + [f"Skipped: {s}" for s in skipped]
-    d.set("name", spec_name(str(names.get("wandb_run_name", path.stem))))
-    d.set("description", f"nanoGPT {path.name}: {max_iters:,} steps of {step_tokens:,} tokens on {dataset}")
+    d.set("name", spec_name(str(cfg.given.get("wandb_run_name", path.stem))))
+    d.set("description", description)
     d.set("seed", 1337, "torch.manual_seed(1337 + seed_offset), train.py")
+    return d
+
+
+# ----------------------------------------------------------------------------------- map the model
+
+
+def _hardware(d: Draft, cfg: NanoConfig, launch: Launch) -> None:
+    """hardware.*: a CPU by `device`, else nanoGPT's A100s; the nodes and devices of the launch comment."""
     if str(cfg["device"]).startswith("cpu"):
-        d.set("hardware.accelerator", "cpu", note("device"))
+        d.set("hardware.accelerator", "cpu", cfg.note("device"))
     else:
         d.assume("hardware.accelerator", "a100-40gb", "nanoGPT's reference runs use 8x A100 40GB (README)")
-    if match:
+    if launch.torchrun:
         d.set(
             "hardware.nodes",
-            nodes,
-            "torchrun --nnodes in the config's launch comment"
-            if _NNODES.search(text)
-            else "one node (torchrun --standalone)",
+            launch.nodes,
+            "torchrun --nnodes in the config's launch comment" if launch.nnodes else "one node (torchrun --standalone)",
         )
-        d.set("hardware.devices_per_node", per_node, "torchrun --nproc_per_node in the config's launch comment")
+        d.set("hardware.devices_per_node", launch.per_node, "torchrun --nproc_per_node in the config's launch comment")
     else:
         d.assume("hardware.nodes", 1, "no torchrun launch line in the config: a single process")
         d.assume("hardware.devices_per_node", 1, "no torchrun launch line in the config: a single process")
 
-    n_embd = whole(cfg["n_embd"], file, "n_embd")
-    d.set("model.layers", whole(cfg["n_layer"], file, "n_layer"), note("n_layer"))
-    d.set("model.d_model", n_embd, note("n_embd"))
-    d.set("model.heads", whole(cfg["n_head"], file, "n_head"), note("n_head"))
+
+def _model(d: Draft, cfg: NanoConfig, block: int) -> None:
+    """model.*: model.py's GPT (GELU MLP of 4 * n_embd, LayerNorm, learned positions, tied embeddings)."""
+    n_embd = cfg.count("n_embd")
+    d.set("model.layers", cfg.count("n_layer"), cfg.note("n_layer"))
+    d.set("model.d_model", n_embd, cfg.note("n_embd"))
+    d.set("model.heads", cfg.count("n_head"), cfg.note("n_head"))
     d.set("model.d_ff", 4 * n_embd, "4 * n_embd (model.py MLP)")
     d.set("model.activation", "gelu", "nn.GELU (model.py)")
     d.set("model.norm", "layernorm", "LayerNorm (model.py)")
-    d.set("model.bias", bool(cfg["bias"]), note("bias"))
+    d.set("model.bias", bool(cfg["bias"]), cfg.note("bias"))
     d.set("model.position", "learned", "wpe, block_size rows (model.py)")
     d.set("model.tie_embeddings", True, "wte.weight = lm_head.weight (model.py)")
     d.set(
         "model.vocab_size",
-        whole(names.get("vocab_size", GPT2_PADDED_VOCAB), file, "vocab_size"),
+        whole(cfg.given.get("vocab_size", GPT2_PADDED_VOCAB), cfg.file, "vocab_size"),
         "GPT-2's 50257 padded to 50304 (train.py)",
     )
-    d.set("model.seq_len", block, note("block_size"))
+    d.set("model.seq_len", block, cfg.note("block_size"))
 
+
+def _tokenizer(d: Draft) -> None:
+    """tokenizer.*: GPT-2's BPE, as the prepare.py scripts encode with it."""
     d.set("tokenizer.pretrained", "tokenizers/gpt2/tokenizer.json", "GPT-2 BPE (tiktoken 'gpt2', prepare.py)")
     d.set("tokenizer.vocab_size", 50256, "50,257 ids less <|endoftext|>")
     d.set("tokenizer.reserved_tokens", 1, "<|endoftext|> after each document (prepare.py)")
     d.set("tokenizer.digits", "none", "GPT-2's pre-tokenizer keeps digit runs whole")
 
+
+def _data(d: Draft, dataset: str) -> str:
+    """data.*: the dataset as a placeholder source (its size where DATASET_TOKENS knows it), get_batch's
+    random windows; returns the source's name."""
     known = DATASET_TOKENS.get(dataset)
     source = spec_name(dataset).replace("-", "_").replace(".", "_")
     d.set(f"data.sources.{source}.domain", known[2] if known else "web", None if known else "assumed: web text")
@@ -233,28 +308,43 @@ def import_nanogpt(path: Path, text: str) -> Draft:
     d.set("data.boundary_targets", "kept", "every target scored (model.py forward)")
     d.set("data.loss_normalization", "micro_batch_mean", "cross-entropy mean per micro-batch / grad accumulation")
     d.set("data.token_dtype", "uint16", "np.uint16 memmap (prepare.py)")
-    d.set("parallelism.sharding", "none", "DDP")
-    d.set("batch.micro_batch", micro, note("batch_size"))
-    d.set("batch.grad_accum", grad_accum, f"gradient_accumulation_steps {gas_global} / {world} processes")
-    d.set("batch.global_batch", f"{step_tokens} tokens", "batch_size * block_size * gradient_accumulation_steps")
+    return source
 
+
+# --------------------------------------------------------------------------------- map the training
+
+
+def _batch(d: Draft, cfg: NanoConfig, batch: Batch, world: int) -> None:
+    """parallelism.sharding (DDP) and batch.*."""
+    d.set("parallelism.sharding", "none", "DDP")
+    d.set("batch.micro_batch", batch.micro, cfg.note("batch_size"))
+    d.set("batch.grad_accum", batch.grad_accum, f"gradient_accumulation_steps {batch.gas_global} / {world} processes")
+    d.set("batch.global_batch", f"{batch.step_tokens} tokens", "batch_size * block_size * gradient_accumulation_steps")
+
+
+def _optimizer(d: Draft, cfg: NanoConfig) -> float:
+    """optimizer.*: configure_optimizers' AdamW; returns the learning rate."""
     lr = float(cfg["learning_rate"])
     d.set("optimizer.kind", "adamw", "torch.optim.AdamW (model.py configure_optimizers)")
-    d.set("optimizer.lr", lr, note("learning_rate"))
+    d.set("optimizer.lr", lr, cfg.note("learning_rate"))
     d.set("optimizer.betas", [float(cfg["beta1"]), float(cfg["beta2"])], "beta1, beta2")
     d.set("optimizer.eps", 1e-8, "AdamW default")
-    d.set("optimizer.weight_decay", float(cfg["weight_decay"]), note("weight_decay"))
+    d.set("optimizer.weight_decay", float(cfg["weight_decay"]), cfg.note("weight_decay"))
     d.set(
         "optimizer.grad_clip",
         float(cfg["grad_clip"]),
-        note("grad_clip") + ("; 0 disables clipping" if not cfg["grad_clip"] else ""),
+        cfg.note("grad_clip") + ("; 0 disables clipping" if not cfg["grad_clip"] else ""),
     )
+    return lr
 
-    warmup = whole(cfg["warmup_iters"], file, "warmup_iters")
+
+def _schedule(d: Draft, cfg: NanoConfig, lr: float, max_iters: int) -> None:
+    """schedule.*: get_lr's warmup and cosine to min_lr at lr_decay_iters, or a constant LR (decay_lr False)."""
+    warmup = cfg.count("warmup_iters")
     if cfg["decay_lr"]:
         d.set("schedule.kind", "cosine", "get_lr: linear warmup, then cosine (train.py)")
-        d.set("schedule.warmup", f"{warmup} steps", note("warmup_iters"))
-        decay_iters = whole(cfg["lr_decay_iters"], file, "lr_decay_iters")
+        d.set("schedule.warmup", f"{warmup} steps", cfg.note("warmup_iters"))
+        decay_iters = cfg.count("lr_decay_iters")
         if decay_iters != max_iters:
             d.set(
                 "schedule.decay", f"{max(decay_iters - warmup, 1)} steps", "lr_decay_iters - warmup_iters; min_lr after"
@@ -263,18 +353,53 @@ def import_nanogpt(path: Path, text: str) -> Draft:
     else:
         d.set("schedule.kind", "constant", "decay_lr = False")
         d.set("schedule.warmup", "0 steps", "decay_lr = False: no warmup either")
+
+
+def _precision(d: Draft, cfg: NanoConfig) -> None:
+    """precision.compute by `dtype`; float16 with train.py's GradScaler."""
     dtype = str(cfg["dtype"])
     if dtype == "float16":
-        d.set("precision.compute", "fp16", note("dtype"))
+        d.set("precision.compute", "fp16", cfg.note("dtype"))
         d.set("precision.loss_scaling", "dynamic", "torch.cuda.amp.GradScaler for float16 (train.py)")
     elif dtype == "float32":
-        d.set("precision.compute", "fp32", note("dtype"))
+        d.set("precision.compute", "fp32", cfg.note("dtype"))
     else:
-        d.set("precision.compute", "bf16", note("dtype"))
-    d.set("tokens", max_iters * step_tokens, f"max_iters {max_iters:,} * {step_tokens:,}")
+        d.set("precision.compute", "bf16", cfg.note("dtype"))
+
+
+def _cadence(d: Draft, cfg: NanoConfig) -> None:
+    """checkpoint.* (ckpt.pt saved at each eval, overwritten) and monitor.*."""
     d.set("checkpoint.every", f"{int(cfg['eval_interval'])} steps", "saved at each eval (eval_interval)")
     d.set("checkpoint.keep", 1, "ckpt.pt is overwritten")
-    d.set("monitor.eval_every", f"{int(cfg['eval_interval'])} steps", note("eval_interval"))
-    d.set("monitor.log_every", f"{int(cfg['log_interval'])} steps", note("log_interval"))
-    fill_defaults(d, max_iters * step_tokens, source)
+    d.set("monitor.eval_every", f"{int(cfg['eval_interval'])} steps", cfg.note("eval_interval"))
+    d.set("monitor.log_every", f"{int(cfg['log_interval'])} steps", cfg.note("log_interval"))
+
+
+# ----------------------------------------------------------------------------------------- the steps
+
+
+def import_nanogpt(path: Path, text: str) -> Draft:
+    """Read and validate (the assignments, a pre-training run on a BPE dataset, the launch and the batch),
+    map the hardware, the model, the tokenizer and the data, then the training; train.py's default for
+    every name the file does not assign."""
+    file = str(path)
+    cfg, skipped = _read_config(text, file)
+    dataset = _pretraining_dataset(cfg)
+    launch = _launch(text)
+    batch = _batch_sizes(cfg, launch.world)
+    max_iters = cfg.count("max_iters")
+    run_tokens = max_iters * batch.step_tokens
+    description = f"nanoGPT {path.name}: {max_iters:,} steps of {batch.step_tokens:,} tokens on {dataset}"
+    d = _named_draft(path, cfg, skipped, description)
+    _hardware(d, cfg, launch)
+    _model(d, cfg, batch.block)
+    _tokenizer(d)
+    source = _data(d, dataset)
+    _batch(d, cfg, batch, launch.world)
+    lr = _optimizer(d, cfg)
+    _schedule(d, cfg, lr, max_iters)
+    _precision(d, cfg)
+    d.set("tokens", run_tokens, f"max_iters {max_iters:,} * {batch.step_tokens:,}")
+    _cadence(d, cfg)
+    fill_defaults(d, run_tokens, source)
     return d

@@ -73,8 +73,11 @@ def _get(
     return default, None
 
 
-def import_torchtitan(path: Path, text: str) -> Draft:
-    file = str(path)
+# ------------------------------------------------------------------------ read and validate the file
+
+
+def _read_toml(text: str, file: str) -> dict[str, Any]:
+    """The job TOML, its values checked (common.check_source_values)."""
     try:
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -84,14 +87,22 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     except ValueError as exc:  # an integer past Python's 4,300-digit int() limit
         raise UnmappableConfig(f"{file}: not a readable TOML file ({str(exc)[:120]})") from None
     check_source_values(cfg, file)
-    model = cfg.get("model", {})
+    return cfg
+
+
+def _flavor(model: dict[str, Any], file: str) -> str:
+    """[model] flavor, one of LLAMA3_FLAVORS of a llama3 model."""
     name, flavor = model.get("name"), str(model.get("flavor", ""))
     if name not in ("llama3", "llama3_ft") or flavor not in LLAMA3_FLAVORS:
         raise UnmappableConfig(
             f"{file}: [model] name = {name!r}, flavor = {flavor!r}: runlib maps torchtitan's llama3 flavors "
             f"{', '.join(LLAMA3_FLAVORS)} (the shape lives in torchtitan's code, not the TOML)"
         )
-    args = LLAMA3_FLAVORS[flavor]
+    return flavor
+
+
+def _named_draft(path: Path, cfg: dict[str, Any], flavor: str) -> Draft:
+    """The draft with its header, name ([job] description, else the file's stem) and description."""
     d = Draft()
     d.header = [
         f"Imported by `runlib import` from {path.name} (torchtitan job TOML; model shape of flavor {flavor}",
@@ -100,11 +111,24 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     job = cfg.get("job", {})
     d.set("name", spec_name(str(job.get("description") or path.stem)))
     d.set("description", f"torchtitan {path.name}: {job.get('description', '')}".strip())
+    return d
+
+
+# ----------------------------------------------------------------------------------- map the model
+
+
+def _hardware(d: Draft) -> int:
+    """hardware.*: run_train.sh's default world (the TOML names none); its size."""
     world = DEFAULT_WORLD
     d.set("hardware.accelerator", "h100-sxm", "assumed: torchtitan's published benchmarks run on H100s")
     d.set("hardware.nodes", max(1, world // 8), "assumed: run_train.sh's default NGPU=8 on one node")
     d.set("hardware.devices_per_node", min(world, 8), "assumed: run_train.sh's default NGPU=8")
+    return world
 
+
+def _model(d: Draft, cfg: dict[str, Any], flavor: str, file: str) -> int:
+    """model.*: the flavor's TransformerModelArgs, [training] seq_len; returns seq_len."""
+    args = LLAMA3_FLAVORS[flavor]
     dim = args["dim"]
     d.set("model.layers", args["n_layers"], f"n_layers, flavor {flavor}")
     d.set("model.d_model", dim, f"dim, flavor {flavor}")
@@ -122,9 +146,14 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     d.set("model.rope_theta", float(args["rope_theta"]), "rope_theta")
     d.set("model.tie_embeddings", False, "separate tok_embeddings and output")
     d.set("model.vocab_size", LLAMA3_VOCAB, "the Llama 3 tokenizer's 128,256 ids")
-    seq, where = _get(cfg, "training", "seq_len", 2048)
-    seq = whole(seq, file, "training.seq_len")
-    d.set("model.seq_len", int(seq), where or "training.seq_len default")
+    seq_value, where = _get(cfg, "training", "seq_len", 2048)
+    seq = whole(seq_value, file, "training.seq_len")
+    d.set("model.seq_len", seq, where or "training.seq_len default")
+    return seq
+
+
+def _tokenizer(d: Draft, model: dict[str, Any]) -> None:
+    """tokenizer.*: the Llama 3 tokenizer (128,000 BPE tokens, 256 special ones)."""
     d.set(
         "tokenizer.pretrained",
         "tokenizers/llama3/tokenizer.model",
@@ -134,17 +163,23 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     d.set("tokenizer.reserved_tokens", 256, "special tokens 128000-128255")
     d.set("tokenizer.digits", "triplets", "Llama 3's pre-tokenizer splits numbers into runs of up to 3 digits")
 
+
+# --------------------------------------------------------------------------------- map the training
+
+
+DEGREES = (
+    "tensor_parallel_degree",
+    "pipeline_parallel_degree",
+    "context_parallel_degree",
+    "data_parallel_replicate_degree",
+)  # [parallelism] keys read (older files: [training])
+
+
+def _parallelism(d: Draft, cfg: dict[str, Any], world: int, file: str) -> int:
+    """parallelism.* but the recomputation; returns the data parallelism (FSDP over what is left)."""
     par = cfg.get("parallelism", {})
     old = cfg.get("training", {})
-    degree = {
-        name: whole(par.get(name, old.get(name, 1)), file, f"parallelism.{name}")
-        for name in (
-            "tensor_parallel_degree",
-            "pipeline_parallel_degree",
-            "context_parallel_degree",
-            "data_parallel_replicate_degree",
-        )
-    }
+    degree = {name: whole(par.get(name, old.get(name, 1)), file, f"parallelism.{name}") for name in DEGREES}
     tp, pp = degree["tensor_parallel_degree"], degree["pipeline_parallel_degree"]
     cp, replicate = degree["context_parallel_degree"], degree["data_parallel_replicate_degree"]
     if world % (tp * pp * cp):
@@ -158,6 +193,11 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         "hsdp" if replicate > 1 else "fsdp",
         "data_parallel_shard_degree -1: FSDP over the rest" + (f", replicate {replicate}" if replicate > 1 else ""),
     )
+    return dp
+
+
+def _activation_checkpointing(d: Draft, cfg: dict[str, Any], file: str) -> None:
+    """parallelism.activation_checkpointing from [activation_checkpoint] mode and selective_ac_option."""
     ac_section = cfg.get("activation_checkpoint", {})
     ac = str(ac_section.get("mode", "selective"))
     if ac not in ("none", "selective", "full"):
@@ -176,6 +216,9 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         "[activation_checkpoint] mode",
     )
 
+
+def _batch(d: Draft, cfg: dict[str, Any], dp: int, seq: int, file: str) -> int:
+    """batch.*: local_batch_size per rank, accumulated up to global_batch_size; returns the tokens per step."""
     local, where = _get(cfg, "training", "local_batch_size", None, ("training", "batch_size"))
     if local is None:
         local, where = 8, "torchtitan's default local_batch_size"
@@ -203,10 +246,11 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         f"{per_step * accum * int(seq)} tokens",
         f"{per_step * accum} sequences of {int(seq)} on dp {dp}",
     )
-    steps, where = _get(cfg, "training", "steps", 10000)
-    steps = whole(steps, file, "training.steps")
-    run_tokens = int(steps) * per_step * accum * int(seq)
+    return per_step * accum * int(seq)
 
+
+def _optimizer(d: Draft, cfg: dict[str, Any], file: str) -> None:
+    """optimizer.*: [optimizer] (AdamW or Adam, torchtitan's defaults) and [training] max_norm."""
     opt = cfg.get("optimizer", {})
     kind = str(opt.get("name", "AdamW")).lower()
     if kind not in ("adamw", "adam"):
@@ -223,6 +267,9 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     clip, where_clip = _get(cfg, "training", "max_norm", 1.0)
     d.set("optimizer.grad_clip", float(clip), where_clip or "max_norm default")
 
+
+def _schedule(d: Draft, cfg: dict[str, Any], steps: int, file: str) -> None:
+    """schedule.*: [lr_scheduler] warmup, then a decay right after it, or WSD with decay_ratio."""
     lr_cfg = cfg.get("lr_scheduler", {})
     warmup, where_w = _get(cfg, "lr_scheduler", "warmup_steps", 200, ("training", "warmup_steps"))
     decay_ratio = lr_cfg.get("decay_ratio")
@@ -243,15 +290,20 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         "min_lr_factor (default 0)",
     )
 
+
+def _precision(d: Draft, cfg: dict[str, Any], model: dict[str, Any]) -> None:
+    """precision.*: fp8 with the float8 converter, else mixed_precision_param; grads by mixed_precision_reduce."""
     converters = model.get("converters", [])
     param_dtype, _ = _get(cfg, "training", "mixed_precision_param", "bfloat16")
     reduce_dtype, _ = _get(cfg, "training", "mixed_precision_reduce", "float32")
     compute = "fp8" if "float8" in converters else {"bfloat16": "bf16", "float32": "fp32"}.get(str(param_dtype), "bf16")
     d.set("precision.compute", compute, "float8 converter" if compute == "fp8" else "mixed_precision_param")
     d.set("precision.grads", "fp32" if reduce_dtype == "float32" else "bf16", "mixed_precision_reduce")
-    d.set("tokens", run_tokens, f"steps {int(steps):,} x {per_step * accum * int(seq):,} tokens")
 
-    dataset = str(old.get("dataset", "c4"))
+
+def _data(d: Draft, cfg: dict[str, Any]) -> str:
+    """data.*: [training] dataset as a placeholder source (its size where DATASETS knows it); its name."""
+    dataset = str(cfg.get("training", {}).get("dataset", "c4"))
     known = DATASETS.get(dataset)
     source = spec_name(dataset).replace("-", "_").replace(".", "_")
     d.set(f"data.sources.{source}.domain", known[2] if known else "web", None if known else "assumed: web text")
@@ -264,7 +316,11 @@ def import_torchtitan(path: Path, text: str) -> Draft:
         d.set(f"data.sources.{source}.tokens", known[0], known[1])
     d.set("data.packing", "stream", "torchtitan's HuggingFaceDataset concatenates documents with BOS/EOS")
     d.set("data.boundary_targets", "kept", "every target scored")
+    return source
 
+
+def _cadence(d: Draft, cfg: dict[str, Any]) -> None:
+    """checkpoint.* from [checkpoint], monitor.log_every from [metrics] log_freq."""
     ckpt = cfg.get("checkpoint", {})
     if ckpt.get("enable_checkpoint", ckpt.get("enable", False)):
         d.set("checkpoint.every", f"{int(ckpt.get('interval', 500))} steps", "[checkpoint] interval")
@@ -272,5 +328,32 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     log_freq = cfg.get("metrics", {}).get("log_freq")
     if log_freq:
         d.set("monitor.log_every", f"{int(log_freq)} steps", "[metrics] log_freq")
+
+
+# ----------------------------------------------------------------------------------------- the steps
+
+
+def import_torchtitan(path: Path, text: str) -> Draft:
+    """Read and validate (the TOML, a llama3 flavor), map the hardware (assumed), the flavor's model and the
+    tokenizer, then the training from the TOML's sections, torchtitan's defaults where a key is missing."""
+    file = str(path)
+    cfg = _read_toml(text, file)
+    model = cfg.get("model", {})
+    flavor = _flavor(model, file)
+    d = _named_draft(path, cfg, flavor)
+    world = _hardware(d)
+    seq = _model(d, cfg, flavor, file)
+    _tokenizer(d, model)
+    dp = _parallelism(d, cfg, world, file)
+    _activation_checkpointing(d, cfg, file)
+    step_tokens = _batch(d, cfg, dp, seq, file)
+    steps = whole(_get(cfg, "training", "steps", 10000)[0], file, "training.steps")
+    run_tokens = int(steps) * step_tokens
+    _optimizer(d, cfg, file)
+    _schedule(d, cfg, steps, file)
+    _precision(d, cfg, model)
+    d.set("tokens", run_tokens, f"steps {int(steps):,} x {step_tokens:,} tokens")
+    source = _data(d, cfg)
+    _cadence(d, cfg)
     fill_defaults(d, run_tokens, source)
     return d

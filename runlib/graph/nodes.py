@@ -1,0 +1,199 @@
+"""How each stage kind's nodes are built from the spec: one function per kind, named in its registry entry
+(runlib.graph.registry). runlib.graph.build calls them in the registry's order, each with the nodes of the
+kinds before it, so a kind's inputs are always built before the kind.
+
+A node's config (runlib.graph.configs) is all its stage code reads besides its inputs' artifacts; its key
+hashes that config, the kind's code version and the input keys (runlib.store.keys.stage_key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from runlib.curate.config import CurateShardConfig
+from runlib.errors import UserError
+from runlib.graph import configs
+from runlib.ladder.rungs import Ladder, ladder_rungs
+from runlib.plan import Plan, derive
+from runlib.spec.models import RunSpec
+from runlib.store.keys import stage_key
+from runlib.store.node import StageNode
+from runlib.store.stageconfig import StageConfig
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """A run whose phases are trained: the spec's own, a ladder rung's or a branch of the last phase's."""
+
+    spec: RunSpec
+    plan: Plan
+    tag: dict[str, str] = field(default_factory=dict)
+    """{"rung": name} or {"branch": name}: carried in each node's params; {} for the spec's own run."""
+    label: str = ""
+    """The prefix of its nodes' instance names: '' (own), '<rung>/' (a rung); a branch names its phase
+    '<phase>@<branch>' instead."""
+
+    @property
+    def phases(self) -> list[int]:
+        """The phases this run trains itself: every phase, or only the last for a branch (the phases before it
+        are the spec's own)."""
+        n = len(self.plan.phases)
+        return [n - 1] if "branch" in self.tag else list(range(n))
+
+    def phase_label(self, index: int) -> str:
+        name = self.plan.phases[index].name
+        return f"{name}@{self.tag['branch']}" if "branch" in self.tag else f"{self.label}{name}"
+
+
+@dataclass
+class GraphContext:
+    """What the node builders read: the spec (without branches: the prefix and the base phase, keyed as if
+    written without them), its plan, the nodes built so far, and the registry's code versions."""
+
+    spec: RunSpec
+    branched: RunSpec
+    """The spec as written, branches included."""
+    plan: Plan
+    versions: dict[str, int]
+    shard_configs: dict[str, list[CurateShardConfig]] | None = None
+    nodes: list[StageNode] = field(default_factory=list)
+
+    def make(
+        self, stage: str, instance: str, config: StageConfig, inputs: dict[str, str] | None = None, **params: Any
+    ) -> StageNode:
+        """A node keyed by its config, its kind's code version and its inputs' keys."""
+        inputs = dict(inputs or {})
+        key = stage_key(stage, self.versions[stage], config, inputs)
+        return StageNode(stage, instance, key, config, inputs, params)
+
+    def of(self, stage: str) -> list[StageNode]:
+        return [n for n in self.nodes if n.stage == stage]
+
+    def one(self, stage: str, **params: Any) -> StageNode:
+        return next(n for n in self.of(stage) if all(n.params.get(k) == v for k, v in params.items()))
+
+    @cached_property
+    def trains(self) -> bool:
+        """Whether the spec trains its own run (a ladder with train_target false trains only its rungs)."""
+        return self.spec.ladder is None or self.spec.ladder.train_target
+
+    @cached_property
+    def ladder(self) -> Ladder | None:
+        return None if self.spec.ladder is None else ladder_rungs(self.spec, self.plan)
+
+    @cached_property
+    def runs(self) -> list[TrainingRun]:
+        """Every run trained, in the order its nodes are listed: the spec's own, its branches, the rungs."""
+        runs: list[TrainingRun] = []
+        if self.trains:
+            runs.append(TrainingRun(self.spec, self.plan))
+            for name, spec in configs.branch_specs(self.branched, self.plan).items():
+                runs.append(TrainingRun(spec, derive(spec), {"branch": name}))
+        if self.ladder is not None:
+            runs += [TrainingRun(r.spec, r.plan, {"rung": r.name}, f"{r.name}/") for r in self.ladder.rungs]
+        return runs
+
+    def tokenized(self) -> dict[str, StageNode]:
+        return {n.params["source"]: n for n in self.of("tokenize")}
+
+
+NodeBuilder = Callable[[GraphContext], list[StageNode]]
+
+
+def curate_shard_nodes(g: GraphContext) -> list[StageNode]:
+    shard_configs = configs.curate_shard_configs(g.spec, g.plan) if g.shard_configs is None else g.shard_configs
+    return [
+        g.make("curate_shard", f"curate_shard {name}/{c.shard}", c, source=name, shard=c.shard)
+        for name in g.spec.data.sources
+        for c in shard_configs[name]
+    ]
+
+
+def curate_source_nodes(g: GraphContext) -> list[StageNode]:
+    out = []
+    for name, config in configs.curate_source_configs(g.spec, g.plan).items():
+        shards = [n for n in g.of("curate_shard") if n.params["source"] == name]
+        inputs = {f"shard{i}": n.key for i, n in enumerate(shards)}
+        out.append(g.make("curate_source", f"curate_source {name}", config, inputs, source=name))
+    return out
+
+
+def train_tokenizer_nodes(g: GraphContext) -> list[StageNode]:
+    curated = {n.params["source"]: n for n in g.of("curate_source")}
+    inputs = {f"source:{name}": curated[name].key for name in sorted(g.spec.tokenizer.train_on) if name in curated}
+    return [g.make("train_tokenizer", "train_tokenizer", configs.tokenizer_config(g.spec, g.plan), inputs)]
+
+
+def tokenize_nodes(g: GraphContext) -> list[StageNode]:
+    tokenizer = g.one("train_tokenizer")
+    out = []
+    for name, config in configs.tokenize_configs(g.spec, g.plan).items():
+        inputs = {"curated": g.one("curate_source", source=name).key, "tokenizer": tokenizer.key}
+        out.append(g.make("tokenize", f"tokenize {name}", config, inputs, source=name))
+    return out
+
+
+def train_phase_nodes(g: GraphContext) -> list[StageNode]:
+    """Per run, a train_phase per phase, each from the previous phase's end (a branch's from the end of the
+    spec's own phase before it); a branch that trains exactly as another phase is an error."""
+    tokenizer, tokenized = g.one("train_tokenizer"), g.tokenized()
+    out: list[StageNode] = []
+    for run in g.runs:
+        trained = configs.train_phase_configs(run.spec, run.plan)
+        for i in run.phases:
+            inputs = {"tokenizer": tokenizer.key}
+            mixture = run.plan.phases[i].settings.phase.mixture
+            inputs |= {f"tokens:{n}": tokenized[n].key for n, w in sorted(mixture.items()) if w > 0 and n in tokenized}
+            previous = _trained(out, run.tag if "rung" in run.tag else {}, i - 1)
+            if previous is not None:
+                inputs["previous"] = previous.key
+            node = g.make("train_phase", f"train_phase {run.phase_label(i)}", trained[i], inputs, phase=i, **run.tag)
+            if "branch" in run.tag:
+                same = next((n for n in out if n.key == node.key), None)
+                if same is not None:
+                    raise UserError(
+                        f"phases[{i}].branches ({run.tag['branch']}): trains exactly as "
+                        f"{same.instance.removeprefix('train_phase ')}; give it another mixture, tokens, decay or "
+                        "seq_len, or remove it"
+                    )
+            out.append(node)
+    return out
+
+
+def _tag(node: StageNode) -> dict[str, str]:
+    """The run a node belongs to, as TrainingRun.tag."""
+    return {k: node.params[k] for k in ("rung", "branch") if k in node.params}
+
+
+def _trained(nodes: list[StageNode], tag: dict[str, str], phase: int) -> StageNode | None:
+    """The train_phase node of `phase` of the run tagged `tag` ({} for the spec's own)."""
+    return next((n for n in nodes if n.params["phase"] == phase and _tag(n) == tag), None)
+
+
+def eval_phase_nodes(g: GraphContext) -> list[StageNode]:
+    """Per run, an eval_phase after each phase it evaluates (eval.after_each_phase) or after the last."""
+    tokenizer, tokenized = g.one("train_tokenizer"), g.tokenized()
+    tokens = {f"tokens:{n}": t.key for n, t in sorted(tokenized.items())}
+    out = []
+    for run in g.runs:
+        for i, config in configs.eval_configs(run.spec, run.plan).items():
+            if i not in run.phases:
+                continue
+            model = next(n for n in g.of("train_phase") if n.params["phase"] == i and _tag(n) == run.tag)
+            inputs = {"model": model.key, "tokenizer": tokenizer.key, **tokens}
+            out.append(g.make("eval_phase", f"eval_phase {run.phase_label(i)}", config, inputs, phase=i, **run.tag))
+    return out
+
+
+def fit_ladder_nodes(g: GraphContext) -> list[StageNode]:
+    """The fit over the ladder's rungs' last evaluations (runlib.ladder.rungs); none without a ladder."""
+    if g.ladder is None:
+        return []
+    evals = {}
+    for rung in g.ladder.rungs:
+        last = [n for n in g.of("eval_phase") if n.params.get("rung") == rung.name][-1]
+        evals[f"eval:{rung.name}"] = last.key
+    return [g.make("fit_ladder", "fit_ladder", configs.fit_ladder_config(g.spec, g.plan, g.ladder), evals)]

@@ -1,0 +1,226 @@
+"""What the runlib trainer enacts: one pure rule set for the audit's RUN checks and the trainer's last guard.
+
+The trainer enacts (see the README, "What the trainer enacts"): sharding none (DDP), zero1 and
+zero2 (both FSDP2 without resharding after forward), fsdp (FSDP2) and hsdp (FSDP2 on a 2-D mesh,
+replicated across nodes, sharded within one); tensor > 1 with heads, kv_heads, d_ff and the sequence
+length divisible by it and no QK-norm; activation checkpointing none, selective, full; offload on an
+accelerator, under a sharded layout with data parallelism; optimizers adamw, adam, adafactor, muon;
+compute fp32, bf16, fp16 (where the device has it: PREC004), master weights fp32 or none, gradients
+fp32 or bf16, optimizer states in the dtype of the parameters the optimizer updates. Every other
+value is a refusal here, with the reason and the fix. The parallel layout's rules (RUN001-RUN005) are
+the layout's own (runlib.plan.layout.Layout.refusals), which runlib.model.parallelize reads as well;
+runlib.train.optim checks the optimizer; all of it is checked before any job starts. The curation stage
+reads every data.sources.*.input.format; what only a warc source can enact (input.extract, and
+curate.url_filter, which needs the pages' URLs) is refused elsewhere (RUN011). The rules read spec sections and the layout (no RunSpec), so the trainer calls
+`train_config_refusals` with its stage config; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from runlib.plan.layout import Layout, Refusal
+from runlib.plan.layout import divisors_above_one as _divisors_above_one
+from runlib.spec.models import BatchSpec, ModelSpec, PrecisionSpec, SourceSpec
+
+__all__ = [
+    "Refusal",
+    "_divisors_above_one",
+    "batch_refusals",
+    "input_refusals",
+    "model_refusals",
+    "parameter_dtype",
+    "precision_field_refusals",
+    "precision_refusals",
+    "train_config_refusals",
+]
+
+
+def parameter_dtype(compute: str, master_weights: str) -> str:
+    """The dtype of the parameters the optimizer updates: the fp32 master copy, or the compute dtype."""
+    return "fp32" if compute == "fp32" or master_weights == "fp32" else compute
+
+
+def precision_refusals(*, compute: str, master_weights: str, optimizer_states: str) -> list[Refusal]:
+    """Precision values the trainer cannot enact (pure; RUN006, RUN007)."""
+    out: list[Refusal] = []
+    if compute == "fp8":
+        out.append(
+            Refusal(
+                "RUN006",
+                "precision.compute",
+                compute,
+                "fp8 compute is not enacted: runlib's trainer has no fp8 matmul path (autocast stops at 16 bits)",
+                "use compute: bf16 (fp16 with loss_scaling: dynamic on an accelerator without bf16)",
+            )
+        )
+    params = parameter_dtype(compute if compute != "fp8" else "bf16", master_weights)
+    if optimizer_states != params:
+        out.append(
+            Refusal(
+                "RUN007",
+                "precision.optimizer_states",
+                optimizer_states,
+                f"torch optimizers keep their states in the dtype of the parameters they update, which is "
+                f"{params} here (compute {compute}, master_weights {master_weights}), not {optimizer_states}",
+                f"use optimizer_states: {params}"
+                if params in ("fp32", "bf16")
+                else "use master_weights: fp32 and optimizer_states: fp32",
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------- model and precision fields
+
+# fields of model.* that runlib's tensor-parallel plan (runlib.model.parallelize) has no layout for: the
+# plan shards q/k/v by heads and keeps the two pre-norms of a sequential block sequence-parallel; ALiBi's
+# per-head slopes, a parallel block's single norm, an embedding norm and dropout under sequence
+# parallelism (dropout needs the same mask on every TP rank: Megatron's CUDA RNG tracker) are not there
+_NOT_UNDER_TENSOR = ("position alibi", "parallel_block", "embedding_norm", "dropout")
+
+
+def model_refusals(model: ModelSpec, tensor: int) -> list[Refusal]:
+    """What runlib's model or its tensor-parallel plan cannot build of model.* (pure; RUN008)."""
+    out: list[Refusal] = []
+    if model.position == "relative":
+        out.append(
+            Refusal(
+                "RUN008",
+                "model.position",
+                "relative",
+                "Transformer-XL relative positions (Dai et al. 2019) are planned (parameters and FLOPs) but "
+                "runlib's model has no relative-position attention",
+                "use position: alibi (no parameters, also relative; Press et al. 2022) or rope to train it here",
+            )
+        )
+    if tensor > 1:
+        used: dict[str, bool] = {
+            "position alibi": model.position == "alibi",
+            "parallel_block": model.parallel_block,
+            "embedding_norm": model.embedding_norm,
+            "dropout": model.dropout > 0,
+        }
+        names = [name for name in _NOT_UNDER_TENSOR if used[name]]
+        if names:
+            field = "model.position" if names[0] == "position alibi" else f"model.{names[0]}"
+            out.append(
+                Refusal(
+                    "RUN008",
+                    field,
+                    names,
+                    f"tensor parallelism {tensor} with {', '.join(names)} is not enacted: runlib's tensor-parallel "
+                    "plan has no layout for "
+                    + ("them" if len(names) > 1 else "it")
+                    + " (per-head ALiBi slopes, one norm per parallel block, an embedding norm, dropout on "
+                    "sequence-parallel activations)",
+                    "use tensor: 1 with fsdp sharding (the model shards by parameters instead)",
+                )
+            )
+    return out
+
+
+def precision_field_refusals(precision: PrecisionSpec) -> list[Refusal]:
+    """Precision values the trainer cannot enact beyond runlib.plan.enact's (pure; RUN009)."""
+    if precision.grads != "fp16":
+        return []
+    return [
+        Refusal(
+            "RUN009",
+            "precision.grads",
+            "fp16",
+            "fp16 gradients are not enacted: runlib reduces gradients in fp32, or in bf16 for grads: bf16 "
+            "(runlib.model.parallelize), so an fp16 reduction would silently be another dtype",
+            "use grads: fp32 (with fp16 compute too: Megatron's --accumulate-allreduce-grads-in-fp32)",
+        )
+    ]
+
+
+def batch_refusals(batch: BatchSpec) -> list[Refusal]:
+    """Batch values the trainer cannot enact (pure; RUN010): a ramp stage's own micro-batch."""
+    return [
+        Refusal(
+            "RUN010",
+            f"batch.ramp[{i}].micro_batch",
+            stage.micro_batch,
+            f"ramp stage {i}'s micro_batch {stage.micro_batch} is not enacted: runlib's trainer splits every "
+            f"step into micro-batches of batch.micro_batch ({batch.micro_batch}) and lets the ramp change only "
+            "how many it accumulates (runlib.train.loop), so the run would hold other activations than planned",
+            f"drop it (a ramp stage's global batch must then be a multiple of micro_batch {batch.micro_batch} x dp), "
+            "or train that stretch as a phase of its own with phases[].batch.micro_batch",
+        )
+        for i, stage in enumerate(batch.ramp or [])
+        if stage.micro_batch is not None and stage.micro_batch != batch.micro_batch
+    ]
+
+
+class _Parallel(Protocol):
+    @property
+    def layout(self) -> Layout: ...
+
+
+class TrainConfig(Protocol):
+    """What the trainer's last guard reads of runlib.train.config.TrainPhaseConfig, structurally: plan
+    sits below train in the layers (pyproject.toml), and import-linter counts TYPE_CHECKING imports too."""
+
+    @property
+    def accelerator(self) -> str: ...
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def precision(self) -> PrecisionSpec: ...
+    @property
+    def parallel(self) -> _Parallel: ...
+
+
+def train_config_refusals(config: TrainConfig) -> list[Refusal]:
+    """The refusals of one training phase's stage config (runlib.train.config.TrainPhaseConfig): the
+    trainer's last guard, the same rules as the audit's RUN checks."""
+    layout, precision = config.parallel.layout, config.precision
+    return (
+        layout.refusals(config.accelerator, config.model, config.seq_len)
+        + precision_refusals(
+            compute=precision.compute,
+            master_weights=precision.master_weights,
+            optimizer_states=precision.optimizer_states,
+        )
+        + model_refusals(config.model, layout.tp)
+        + precision_field_refusals(precision)
+    )
+
+
+# ----------------------------------------------------------------- input formats
+
+
+def input_refusals(sources: Mapping[str, SourceSpec]) -> list[Refusal]:
+    """Source fields that only a warc source enacts, set on another format (pure; RUN011): `sources` maps a
+    source name to its data.sources entry."""
+    out = []
+    for name, source in sources.items():
+        fmt = source.input.format
+        if fmt == "warc":
+            continue
+        if source.input.extract is not None:
+            out.append(
+                Refusal(
+                    "RUN011",
+                    f"data.sources.{name}.input.extract",
+                    source.input.extract,
+                    f"input.extract turns HTML into text, and a {fmt} source holds text already",
+                    "remove input.extract, or use format warc for HTML pages",
+                )
+            )
+        if source.curate.url_filter is not None:
+            out.append(
+                Refusal(
+                    "RUN011",
+                    f"data.sources.{name}.curate.url_filter",
+                    "set",
+                    f"curate.url_filter reads each document's URL, and a {fmt} source's documents carry none",
+                    "remove curate.url_filter, or filter the URLs before the data reaches runlib",
+                )
+            )
+    return out

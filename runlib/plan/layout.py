@@ -1,0 +1,391 @@
+"""The parallel layout of one training phase, in one place: degrees, world, device mesh, who shards what,
+and what runlib's trainer can enact of it.
+
+    layout = build_layout(settings.parallelism, nodes=hw.nodes, devices_per_node=hw.devices_per_node)
+    layout.data_parallel, layout.model_parallel     # dp_replicate x dp_shard, tp x pp x cp
+    layout.mesh_dim_names, layout.mesh_shape        # the DeviceMesh runlib.model.parallelize builds
+    layout.shards("optimizer_states")               # ranks one copy of a state is split over
+    layout.refusals("h100-sxm", model, seq_len)     # RUN001-RUN005: field, value, reason, fix
+
+After torchtitan's ParallelDims (pytorch/torchtitan torchtitan/distributed/parallel_dims.py @
+73bb964d8f66f585d977b40fe3de88301cdd03cd): degrees dp_replicate, dp_shard, cp, tp, pp, their mesh in the
+order pp, dp_replicate, dp_shard, cp, tp (size-1 dimensions dropped), the flattened "dp" of the
+data-parallel dimensions (which slice of the batch a rank reads), and states sharded over dp_shard x cp
+(torchtitan's dp_shard_cp: context-parallel ranks hold different tokens of the same sequences, so they
+shard the model states with the data-parallel ranks; Megatron-LM's data-parallel group with context
+parallelism). ep (expert parallelism) has room here, default 1: it borrows ranks of dp_shard x cp as
+torchtitan's does and multiplies no degree into the world; no spec field sets it yet (a dense model).
+
+Unlike torchtitan's, a layout built from a spec need not fill its devices: the data-parallel degree is
+devices // (tp x pp x cp), at least 1, and a remainder idles (PAR001 reports it); the trainer's mesh
+checks the product against the launched world (`world_errors`). Names are tp/pp/cp throughout, as the
+stage config (runlib.train.config.ParallelConfig) and the mesh spell them; the spec's fields stay
+parallelism.tensor/pipeline/context. Pure: no torch, no RunSpec (plan sits below train and model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from runlib.spec.models import ModelSpec, ParallelismSpec, Sharding
+
+State = Literal["weights", "master_weights", "gradients", "optimizer_states"]
+STATES: tuple[State, ...] = ("weights", "master_weights", "gradients", "optimizer_states")
+
+# the layouts built with FSDP2's fully_shard (runlib.model.parallelize)
+SHARDED: tuple[Sharding, ...] = ("zero1", "zero2", "fsdp", "hsdp")
+# which model states each layout splits over its shard group, as planned (ZeRO, Rajbhandari et al. 2019,
+# arXiv 1910.02054, section 5: stage 1 P_os the optimizer states with the fp32 master copy, stage 2 P_os+g
+# also the gradients, stage 3 P_os+g+p also the weights; hsdp is stage 3 within a node, Zhao et al. 2023,
+# arXiv 2304.11277, section 3.2.1). runlib's trainer enacts zero1 as zero2 (FSDP2 has no ZeRO-1 layout),
+# which holds less than this plans, never more (runlib.model.parallelize's docstring)
+SHARDED_STATES: Mapping[Sharding, frozenset[State]] = {
+    "none": frozenset(),
+    "zero1": frozenset({"master_weights", "optimizer_states"}),
+    "zero2": frozenset({"master_weights", "optimizer_states", "gradients"}),
+    "fsdp": frozenset(STATES),
+    "hsdp": frozenset(STATES),
+}
+# FSDP2's reshard_after_forward per sharded layout: ZeRO-3 frees the gathered weights after the forward and
+# gathers them again for the backward; zero1/zero2 keep them gathered to the end of the backward
+RESHARD_AFTER_FORWARD: Mapping[Sharding, bool] = {"zero1": False, "zero2": False, "fsdp": True, "hsdp": True}
+MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # torchtitan's ParallelDims.build_mesh
+Wrapper = Literal["none", "fully_shard", "replicate", "ddp"]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A spec value the trainer cannot enact on the run's hardware."""
+
+    code: str  # the audit check that reports it (RUN001...)
+    field: str  # the spec field, relative to the run: "parallelism.context", "precision.compute"
+    value: object  # the refused value
+    reason: str  # why the trainer cannot enact it here
+    fix: str  # what to write instead
+
+    def describe(self) -> str:
+        return f"{self.code} {self.field}: {self.value}: {self.reason}; fix: {self.fix}"
+
+
+def divisors_above_one(g: int) -> list[int]:
+    """The divisors of g above 1, ascending, by trial division up to sqrt(g): the tensor degrees that
+    divide heads, kv_heads, d_ff and seq_len are those of their gcd (a loop up to heads would run a
+    million times for heads: 1048576, the schema's bound)."""
+    low = [d for d in range(1, math.isqrt(g) + 1) if g % d == 0]
+    return sorted({x for d in low for x in (d, g // d) if x > 1})
+
+
+def split_data_parallel(sharding: Sharding, data_parallel: int, nodes: int) -> tuple[int, int]:
+    """(dp_replicate, dp_shard) of `data_parallel` ranks: none replicates (DDP), hsdp replicates across
+    nodes and shards within one (Zhao et al. 2023, arXiv 2304.11277, section 3.2.1), the others shard
+    over all. Where hsdp's nodes do not divide the ranks, the split holds fewer (RUN004 refuses it)."""
+    if sharding == "none":
+        return data_parallel, 1
+    if sharding == "hsdp":
+        replicate = min(nodes, data_parallel)
+        return replicate, max(1, data_parallel // replicate)
+    return 1, data_parallel
+
+
+def data_parallel_wrapper(sharding: Sharding, dp_dims: tuple[str, ...], tp: int) -> Wrapper:
+    """How runlib.model.parallelize wraps a model whose mesh has the data-parallel dimensions `dp_dims`
+    ("dp_replicate", "dp_shard" present) and tensor degree `tp`: FSDP2's fully_shard over them (2-D: HSDP),
+    FSDP2's replicate (DDP arithmetic for DTensor parameters, or hsdp with one rank per shard group), DDP,
+    or nothing (no data parallelism). ValueError: a sharded layout other than hsdp without a dp_shard
+    dimension (Layout.world_errors says so first)."""
+    if not dp_dims:
+        return "none"
+    if sharding in SHARDED and "dp_shard" in dp_dims:
+        return "fully_shard"
+    if sharding in SHARDED and sharding != "hsdp":
+        raise ValueError(f"sharding {sharding} needs dp_shard > 1 (the mesh has {', '.join(dp_dims)})")
+    if sharding == "hsdp" or tp > 1:
+        return "replicate"
+    return "ddp"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One phase's parallel layout. world_size = nodes x devices_per_node (the devices the run has);
+    data_parallel x model_parallel of them train (used_devices)."""
+
+    nodes: int
+    devices_per_node: int
+    dp_replicate: int
+    dp_shard: int
+    cp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    sharding: Sharding = "none"
+    offload: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"parallel degree {name} must be at least 1, not {getattr(self, name)}")
+        if (self.dp_shard * self.cp) % self.ep:
+            raise ValueError(f"expert parallelism {self.ep} must divide dp_shard x cp = {self.dp_shard * self.cp}")
+
+    # ---- degrees
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def model_parallel(self) -> int:
+        """tp x pp x cp: the devices one model replica spans (torchtitan's non_data_parallel_size)."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def data_parallel(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def used_devices(self) -> int:
+        return self.data_parallel * self.model_parallel
+
+    def degrees(self) -> dict[str, int]:
+        """The degrees by mesh name, as a worker records its mesh (run.json); ep only when it is not 1."""
+        out = {
+            "dp_replicate": self.dp_replicate,
+            "dp_shard": self.dp_shard,
+            "tp": self.tp,
+            "cp": self.cp,
+            "pp": self.pp,
+        }
+        if self.ep != 1:
+            out["ep"] = self.ep
+        return out
+
+    # ---- the device mesh
+
+    @property
+    def mesh_dim_names(self) -> tuple[str, ...]:
+        """The mesh's dimensions of size > 1, outermost first (MESH_ORDER); () on one process."""
+        sizes = self.degrees()
+        return tuple(name for name in MESH_ORDER if sizes[name] > 1)
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        sizes = self.degrees()
+        return tuple(sizes[name] for name in self.mesh_dim_names)
+
+    @property
+    def data_parallel_dims(self) -> tuple[str, ...]:
+        """The mesh dimensions a data-parallel wrapper spans (flattened into "dp"): 2-D for hsdp."""
+        return tuple(name for name in self.mesh_dim_names if name.startswith("dp_"))
+
+    def world_errors(self, world: int) -> list[str]:
+        """Why this layout cannot be built as a mesh of `world` processes ([] when it can)."""
+        errors = []
+        if self.used_devices != world:
+            errors.append(f"dp_replicate x dp_shard x tp x cp x pp = {self.used_devices} is not the world size {world}")
+        if self.sharding == "none" and self.dp_shard > 1:
+            errors.append(f"sharding none (DDP) replicates: dp_shard must be 1, not {self.dp_shard}")
+        if self.sharding in SHARDED and self.sharding != "hsdp" and self.dp_replicate > 1 and self.dp_shard == 1:
+            errors.append(f"sharding {self.sharding} needs dp_shard > 1 (got dp_replicate {self.dp_replicate})")
+        return errors
+
+    def on_processes(self, world: int) -> Layout:
+        """This layout on `world` processes of one machine (RUNLIB_PROCESSES): the model-parallel degrees
+        stay, the data-parallel degree follows the world."""
+        if world == self.world_size:
+            return self
+        if world % self.model_parallel:
+            raise ValueError(
+                f"{world} processes cannot hold tensor x context x pipeline = {self.model_parallel}; "
+                "set RUNLIB_PROCESSES to a multiple of it (or unset it)"
+            )
+        replicate, shard = split_data_parallel(self.sharding, world // self.model_parallel, 1)
+        return replace(self, nodes=1, devices_per_node=world, dp_replicate=replicate, dp_shard=shard)
+
+    # ---- who holds what
+
+    @property
+    def shard_group_ranks(self) -> int:
+        """Ranks one copy of the sharded states is split over: dp_shard x cp (torchtitan's dp_shard_cp)."""
+        return self.dp_shard * self.cp
+
+    def is_sharded(self, state: State) -> bool:
+        """Whether this layout splits `state` over its shard group (SHARDED_STATES)."""
+        return state in SHARDED_STATES[self.sharding]
+
+    def shards(self, state: State) -> int:
+        """Ranks one copy of `state` is split over (1: each rank holds it whole, over its tp x pp share)."""
+        return self.shard_group_ranks if self.is_sharded(state) else 1
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        return RESHARD_AFTER_FORWARD.get(self.sharding, False)
+
+    @property
+    def wrapper(self) -> Wrapper:
+        """How the data-parallel ranks hold the model (data_parallel_wrapper over this layout's mesh)."""
+        return data_parallel_wrapper(self.sharding, self.data_parallel_dims, self.tp)
+
+    # ---- what the trainer enacts
+
+    def refusals(self, accelerator: str, model: ModelSpec | None = None, seq_len: int | None = None) -> list[Refusal]:
+        """What runlib's trainer cannot enact of this layout on `accelerator` (hardware.accelerator, or the
+        mesh's device type), for `model` at `seq_len` (None: not checked here): RUN001 context, RUN002
+        pipeline, RUN003 tensor, RUN004 hsdp, RUN005 offload. The audit, the trainer's last guard
+        (runlib.plan.enact.train_config_refusals) and runlib.model.parallelize all read these."""
+        return [
+            *self._context_refusals(accelerator),
+            *self._pipeline_refusals(),
+            *(self._tensor_refusals(model, seq_len) if model is not None else []),
+            *self._hsdp_refusals(),
+            *self._offload_refusals(accelerator),
+        ]
+
+    def _context_refusals(self, accelerator: str) -> list[Refusal]:
+        if self.cp == 1:
+            return []
+        why = (
+            "on cpu the gloo backend has no ring attention to exchange keys and values between ranks"
+            if accelerator == "cpu"
+            else "runlib's document-masked attention has no context-parallel path yet"
+        )
+        return [
+            Refusal(
+                "RUN001",
+                "parallelism.context",
+                self.cp,
+                f"context parallelism {self.cp} is not enacted: {why}",
+                "use context: 1; for memory, use activation_checkpointing: full, a smaller micro_batch "
+                "with a larger grad_accum, fsdp sharding, or tensor parallelism",
+            )
+        ]
+
+    def _pipeline_refusals(self) -> list[Refusal]:
+        if self.pp == 1:
+            return []
+        return [
+            Refusal(
+                "RUN002",
+                "parallelism.pipeline",
+                self.pp,
+                f"pipeline parallelism {self.pp} is not enacted: runlib's trainer has no pipeline schedule yet",
+                "use pipeline: 1, with sharding: fsdp (or hsdp across nodes) and, if one layer's weights "
+                "are too large, tensor parallelism",
+            )
+        ]
+
+    def _tensor_refusals(self, model: ModelSpec, seq_len: int | None) -> list[Refusal]:
+        tp = self.tp
+        if tp == 1:
+            return []
+        out = []
+        kv = model.kv_heads or model.heads
+        sizes = [("heads", model.heads), ("kv_heads", kv), ("d_ff", model.d_ff)]
+        if seq_len is not None:
+            sizes.append(("seq_len", seq_len))
+        bad = [f"{name} {n}" for name, n in sizes if n % tp]
+        if bad:
+            working = divisors_above_one(math.gcd(*(n for _, n in sizes)))
+            out.append(
+                Refusal(
+                    "RUN003",
+                    "parallelism.tensor",
+                    tp,
+                    f"tensor parallelism {tp} splits q/k/v by whole heads, the MLP by hidden units and the "
+                    f"sequence between blocks (sequence parallelism), and {', '.join(bad)} "
+                    f"{'is' if len(bad) == 1 else 'are'} not divisible by {tp}"
+                    + (" (replicating key/value heads is not enacted)" if kv % tp else ""),
+                    "use a tensor degree dividing heads, kv_heads, d_ff and seq_len"
+                    + (f" ({', '.join(map(str, working))})" if working else " (only 1 does)"),
+                )
+            )
+        if model.qk_norm:
+            out.append(
+                Refusal(
+                    "RUN003",
+                    "parallelism.tensor",
+                    tp,
+                    f"tensor parallelism {tp} with model.qk_norm is not enacted: runlib's QK-norm normalizes "
+                    "the whole q and k projections, across heads that tensor parallelism puts on different ranks",
+                    "use tensor: 1 with qk_norm (shard with fsdp instead), or qk_norm: false",
+                )
+            )
+        return out
+
+    def _hsdp_refusals(self) -> list[Refusal]:
+        if self.sharding != "hsdp" or self.nodes == 1:
+            return []
+        if self.devices_per_node % self.model_parallel:
+            return [
+                Refusal(
+                    "RUN004",
+                    "parallelism.sharding",
+                    self.sharding,
+                    f"hsdp shards within a node and replicates across nodes, but tensor x pipeline x context = "
+                    f"{self.model_parallel} does not divide devices_per_node {self.devices_per_node}, so no "
+                    "shard group fits in one node",
+                    "use sharding: fsdp, or a tensor degree dividing devices_per_node",
+                )
+            ]
+        if self.devices_per_node // self.model_parallel == 1:
+            return [
+                Refusal(
+                    "RUN004",
+                    "parallelism.sharding",
+                    self.sharding,
+                    "hsdp shards within a node and replicates across nodes, but each node holds one data-parallel "
+                    "rank, so there is nothing to shard within a node",
+                    "use sharding: none (DDP across the nodes) or fsdp (sharded across the nodes)",
+                )
+            ]
+        return []
+
+    def _offload_refusals(self, accelerator: str) -> list[Refusal]:
+        if not self.offload:
+            return []
+        if accelerator == "cpu":
+            reason = "offload moves states to host memory, and on cpu the device memory is host memory already"
+            fix = "use offload: false"
+        elif self.data_parallel == 1:
+            reason = (
+                "offload is enacted through FSDP2's CPU offload policy on the data-parallel ranks, and this "
+                "layout has a data-parallel degree of 1 (nothing is wrapped by FSDP2)"
+            )
+            fix = "use offload: false, or more devices than tensor x pipeline x context with sharding: fsdp"
+        elif self.sharding not in SHARDED:
+            reason = (
+                f"offload is enacted through FSDP2's CPU offload policy, which needs a sharded layout, "
+                f"and sharding: {self.sharding} trains with DDP"
+            )
+            fix = "use sharding: zero2 or fsdp with offload, or offload: false"
+        else:
+            return []
+        return [Refusal("RUN005", "parallelism.offload", True, reason, fix)]
+
+
+def planned_degrees(parallelism: ParallelismSpec, devices: int) -> tuple[int, int]:
+    """(data parallel, model parallel) of a parallelism on `devices` devices: model parallel = tensor x
+    pipeline x context, data parallel = devices // that, at least 1 (a remainder idles: PAR001; fewer
+    devices than one replica still plan one). PhaseSettings.data_parallel and .model_parallel hold these."""
+    model_parallel = parallelism.tensor * parallelism.pipeline * parallelism.context
+    return max(1, devices // model_parallel), model_parallel
+
+
+def build_layout(parallelism: ParallelismSpec, *, nodes: int, devices_per_node: int) -> Layout:
+    """The layout of a phase's effective parallelism on the run's hardware: the degrees of
+    planned_degrees, the data-parallel ranks split by the sharding (split_data_parallel)."""
+    data_parallel, _ = planned_degrees(parallelism, nodes * devices_per_node)
+    replicate, shard = split_data_parallel(parallelism.sharding, data_parallel, nodes)
+    return Layout(
+        nodes=nodes,
+        devices_per_node=devices_per_node,
+        dp_replicate=replicate,
+        dp_shard=shard,
+        cp=parallelism.context,
+        tp=parallelism.tensor,
+        pp=parallelism.pipeline,
+        sharding=parallelism.sharding,
+        offload=parallelism.offload,
+    )

@@ -1,0 +1,114 @@
+"""The model's shape: layers, widths, attention, norms, positions."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from runlib.spec.models.base import (
+    MAX_ROPE_THETA,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    KeyedWhenSet,
+)
+
+
+def _divisors_near(n: int, target: int, count: int = 4) -> str:
+    """The divisors of n closest to target, ascending, e.g. 16, 6 -> '2, 4, 8 or 16' (sqrt(n) steps)."""
+    divisors: set[int] = set()
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            divisors.update((i, n // i))
+        i += 1
+    near = sorted(sorted(divisors, key=lambda d: (abs(d - target), d))[:count])
+    words = [str(d) for d in near]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+class ModelSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"norm_bias", "parallel_block", "embedding_norm", "dropout"})
+
+    layers: int = Field(ge=1, le=100_000)
+    """Number of transformer blocks."""
+
+    d_model: int = Field(ge=1, le=MAX_WIDTH)
+    """Hidden size (residual stream width)."""
+
+    heads: int = Field(ge=1, le=MAX_WIDTH)
+    """Attention (query) heads."""
+
+    kv_heads: int | None = Field(None, ge=1, le=MAX_WIDTH)
+    """Key/value heads (grouped-query attention): a divisor of heads; omitted or = heads for multi-head attention."""
+
+    @field_validator("kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, kv_heads: int | None, info: ValidationInfo) -> int | None:
+        # grouped-query attention shares each key/value head among heads / kv_heads query heads
+        # (Ainslie et al. 2023, GQA, section 2.2): any other count has no layout, and every parameter,
+        # FLOP and memory figure computed from it would describe a model that cannot be built
+        heads = info.data.get("heads")  # absent when heads itself was refused: that error is reported
+        if kv_heads is None or heads is None or heads % kv_heads == 0:
+            return kv_heads
+        raise ValueError(
+            f"kv_heads: {kv_heads} does not divide heads: {heads} (grouped-query attention shares each "
+            f"key/value head among heads / kv_heads query heads); use a divisor of {heads}: "
+            f"{_divisors_near(heads, kv_heads)}"
+        )
+
+    head_dim: int | None = Field(None, ge=1, le=MAX_WIDTH)
+    """Per-head width; default d_model / heads."""
+
+    d_ff: int = Field(ge=1, le=2**24)
+    """Hidden size of the MLP."""
+
+    activation: Literal["swiglu", "gelu", "relu", "relu2"] = "swiglu"
+    """swiglu: gated MLP with three matrices, w2(silu(w1 x) * w3 x) (Shazeer 2020); gelu, relu (OPT, Zhang et al. 2022) and relu2, squared ReLU (Primer, So et al. 2021, arXiv 2109.08668, section 4): two matrices, w2(act(w1 x))."""
+
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """Normalization; layernorm carries a bias when `norm_bias` (default: `bias`) is true."""
+
+    bias: bool = False
+    """Biases in linear layers (and, unless `norm_bias` says otherwise, in layernorm)."""
+
+    norm_bias: bool | None = None
+    """LayerNorm bias, separately from the linear layers' (Falcon: biased LayerNorm, bias-free linear layers; MPT: neither); omitted: as `bias`. RMSNorm has none: true with rmsnorm is an error."""
+
+    @field_validator("norm_bias")
+    @classmethod
+    def _norm_bias_needs_layernorm(cls, norm_bias: bool | None, info: ValidationInfo) -> bool | None:
+        if norm_bias and info.data.get("norm") == "rmsnorm":
+            raise ValueError(
+                "norm_bias: true with norm: rmsnorm: RMSNorm has a scale and no bias; use norm: layernorm, "
+                "or omit norm_bias"
+            )
+        return norm_bias
+
+    position: Literal["rope", "learned", "alibi", "relative"] = "rope"
+    """rope: rotary embedding (Su et al. 2021); learned: an absolute position table of max(seq_len) rows (GPT-2); alibi: no position parameters, each head's attention score minus slope_h x distance (Press et al. 2022, arXiv 2108.12409; BLOOM, MPT); relative: Transformer-XL relative encodings (Dai et al. 2019, arXiv 1901.02860, section 3.3; Gopher), one d_model x (heads x head_dim) projection of the sinusoidal encodings and two bias vectors of heads x head_dim per layer, and one more score matmul per layer in the FLOPs (planning only: the trainer refuses it, RUN008)."""
+
+    parallel_block: bool = False
+    """Attention and MLP read the same normed input and both add to the residual, x + attn(norm(x)) + mlp(norm(x)), with one norm per layer (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022 section 2; Falcon)."""
+
+    embedding_norm: bool = False
+    """A norm (model.norm) right after the input embedding (BLOOM, Le Scao et al. 2022 section 3.2.1: "embedding LayerNorm")."""
+
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout probability on the embedding output, the attention probabilities and each block's attention and MLP outputs (GPT-2/Megatron hidden and attention dropout; OPT: 0.1); 0: none, as most runs since."""
+
+    rope_theta: float = Field(10000.0, gt=0, le=MAX_ROPE_THETA)
+    """RoPE base of the first phase; a phase may change it."""
+
+    qk_norm: bool = False
+    """RMSNorm on queries and keys (OLMo 2 style: over the full q and k projections)."""
+
+    tie_embeddings: bool = False
+    """The output head shares the input embedding matrix."""
+
+    vocab_size: int | None = Field(None, ge=1, le=MAX_VOCAB)
+    """Embedding rows; omitted: the tokenizer's size padded to a multiple of 128."""
+
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
+    """Context length of the first phase; a phase may change it."""

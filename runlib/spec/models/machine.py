@@ -1,0 +1,55 @@
+"""Where the run runs and what it may spend: hardware and budget."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from runlib.spec.models.base import (
+    MAX_DEVICES_PER_NODE,
+    MAX_NODES,
+    PLANNING_ONLY,
+    SpecModel,
+)
+from runlib.spec.units import Count
+
+
+class HardwareSpec(SpecModel):
+    accelerator: str
+    """Catalog key (cpu, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, mi300x); `runlib explain hardware` lists them."""
+
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
+    """Number of machines."""
+
+    devices_per_node: int = Field(1, ge=1, le=MAX_DEVICES_PER_NODE)
+    """Accelerators per machine."""
+
+    mfu: float = Field(0.4, ge=0.001, le=1, json_schema_extra=PLANNING_ONLY)
+    """Model FLOPs utilization assumed for time estimates (planning only: read by the audit, not by any stage)."""
+
+    node_mtbf_hours: float | None = Field(None, ge=0.001, le=1e7, json_schema_extra=PLANNING_ONLY)
+    """Mean time between failures of one node, in hours, for checkpoint-interval advice; omitted on a GPU: Llama 3's published failure rate, one unexpected interruption per ~50,700 GPU-hours (419 in 54 days on 16,384 GPUs, Dubey et al. 2024 section 3.3.4) (planning only: read by the audit, not by any stage)."""
+
+    memory_gib: float | None = Field(None, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
+    """Memory per device in GiB, overriding the catalog for hardware not in it (planning only: read by the audit, not by any stage). Unset on a `cpu` spec, a device's memory is this machine's memory (or its container's limit) divided by `hardware.devices_per_node`, so the memory check of a CPU run depends on the machine that audits it; set it to plan for another machine."""
+
+    peak_tflops: dict[Literal["fp32", "fp16", "bf16", "fp8"], Annotated[float, Field(ge=0.001, le=1e7)]] | None = None
+    """Dense peak TFLOP/s per dtype; overrides the catalog (the plan's times, and the MFU a training phase reports)."""
+
+    checkpoint_write_gb_per_s: float = Field(2.0, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
+    """Checkpoint write bandwidth per node in GB/s, for the checkpoint write time (planning only: read by the audit, not by any stage)."""
+
+    storage_write_gb_per_s: float = Field(0.5, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
+    """Write bandwidth of the storage checkpoints go to, all nodes together, in GB/s as a blocking checkpoint sees it; the write time is the checkpoint's size over the smaller of this and nodes x checkpoint_write_gb_per_s. Default 0.5: a measured 7B checkpoint, ~84 GB (12 bytes per parameter) in 148.8 s (PyTorch blog 2024, "Reducing Model Checkpointing Times by Over 10x with PyTorch Distributed Asynchronous Checkpointing"); storage built for checkpoints sustains far more (Llama 3's: 2 TB/s, Dubey et al. 2024 section 3.3.1): give yours (planning only: read by the audit, not by any stage)."""
+
+
+class BudgetSpec(SpecModel):
+    gpu_hours: Count | None = Field(None, ge=0, json_schema_extra=PLANNING_ONLY)
+    """Device-hours available, all devices together (planning only: read by the audit, not by any stage)."""
+
+    days: float | None = Field(None, ge=0, le=1e6, json_schema_extra=PLANNING_ONLY)
+    """Wall-clock days available (planning only: read by the audit, not by any stage)."""
+
+    flops: float | None = Field(None, ge=0, le=1e40, json_schema_extra=PLANNING_ONLY)
+    """Training FLOPs available (planning only: read by the audit, not by any stage)."""

@@ -1,0 +1,1 @@
+"""The store: machine-local settings, stage keys, manifests and content-addressed artifacts, verified when read."""

@@ -1,0 +1,69 @@
+"""One optimizer step's gradients: the LR, the micro-batches, forward and backward with the step's
+normalization (accumulate.py), the all-reduced loss and the gradient clip.
+
+The update itself (Engine.step) is the loop's call, after the spike policy saw the loss (spikes.py): a
+skipped batch's gradients are dropped instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runlib.data.loader import Batch, PhaseLoader
+from runlib.train.accumulate import IGNORE_INDEX, accumulate, token_losses
+from runlib.train.config import TrainPhaseConfig
+from runlib.train.engine import Engine
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float  # the step's loss on all ranks (data.loss_normalization's mean)
+    by_source: torch.Tensor  # [2, sources]: cross-entropy sum and scored tokens per source, all ranks
+    scored_tokens: int  # scored tokens of the step on all ranks
+    grad_norm: float  # before clipping
+    lr: float
+    tokens: int  # the step's tokens (sequences * seq_len), scored or not
+
+
+def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data: int, tokens: int) -> StepResult:
+    """Backpropagate data step `data` on this rank; `tokens`: the run's tokens before the step."""
+    dp_rank, dp_size = engine.dp_rank, engine.dp_size
+    batch_sequences = loader.batch_size(data)  # a batch ramp may change it within the phase
+    accum = batch_sequences // (cfg.micro_batch * dp_size)  # micro-steps per update on this rank
+    tokens_per_step = batch_sequences * cfg.seq_len
+    # the one schedule, in tokens, across phases; at the step's end so the first update's LR is not 0
+    lr = cfg.schedule.lr_at(tokens + tokens_per_step)
+    for group in engine.optimizer.param_groups:
+        group["lr"] = lr
+    batches = [loader.micro_batch(data, m, dp_rank, dp_size, cfg.micro_batch) for m in range(accum)]
+    by_source = torch.zeros(2, len(loader.source_names))  # [loss sum, scored tokens] per source
+
+    def loss_sum(b: Batch) -> torch.Tensor:
+        # one pass over the logits: the loss (CE + z-loss) and the CE per source (accumulate.py)
+        loss, cross_entropy = token_losses(engine.forward(b), b.targets, cfg.optimizer.z_loss)
+        by_source[0].index_add_(0, b.source_index, cross_entropy.sum(1))
+        by_source[1].index_add_(0, b.source_index, (b.targets != IGNORE_INDEX).sum(1, dtype=torch.float32))
+        return loss.sum()
+
+    engine.model.train()
+    # global_tokens: one token mean over the whole step on all ranks; micro_batch_mean: mean of means
+    total_scored = int(engine.dp_sum(torch.tensor([float(sum(b.scored_tokens for b in batches))])).item())
+    local_loss = accumulate(
+        batches,
+        loss_sum,
+        lambda b: b.scored_tokens,
+        total_scored,
+        dp_size,
+        engine.backward,
+        engine.sync_contexts(accum),
+        cfg.loss_normalization,
+    )
+    # one all-reduce for the step's loss and the per-source sums
+    summed = engine.dp_sum(torch.cat([torch.tensor([local_loss]), by_source.flatten()]))
+    loss = float(summed[0])
+    if cfg.loss_normalization == "micro_batch_mean":
+        loss /= dp_size  # the mean over ranks of each rank's mean of micro-batch means
+    grad_norm = engine.clip_gradients(cfg.optimizer.grad_clip)
+    return StepResult(loss, summed[1:].view_as(by_source), total_scored, grad_norm, lr, tokens_per_step)

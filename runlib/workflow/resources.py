@@ -1,0 +1,65 @@
+"""What each stage job asks of Snakemake and Slurm: threads, memory and a time limit. A stage kind's fixed
+share comes from its registry entry (runlib.graph.registry.Resources); a training phase's from its phase's
+plan (one rule serves every phase, so each value is a function of the job's wildcards): nodes, a task per
+node (one `accelerate launch` each), a core per process, host memory and a time limit from the plan's
+estimates with a margin (runlib.train.launch.slurm_resources says how)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runlib.graph.build import StageGraph
+from runlib.graph.registry import stage_kind
+from runlib.graph.train_plans import RunId, node_run, train_plans
+from runlib.plan import Plan
+from runlib.plan.derive import PhasePlan
+from runlib.spec import RunSpec
+from runlib.store.node import StageNode
+from runlib.train.config import TrainPhaseConfig
+from runlib.train.launch import phase_job_resources
+from runlib.train.phase import processes_per_node
+
+Wildcards = Any  # snakemake.io.Wildcards: its attributes are the rule's wildcards
+
+
+class JobResources:
+    def __init__(self, spec: RunSpec, graph: StageGraph):
+        self.spec, self.graph = spec, graph
+        self._plans: dict[RunId, Plan] | None = None
+        self._train: dict[str, dict[str, int | str]] = {}
+
+    def phase_plan(self, node: StageNode) -> PhasePlan:
+        """The plan of a train_phase node's phase: the spec's, its ladder rung's or its branch's."""
+        if self._plans is None:
+            self._plans = train_plans(self.spec)
+        return self._plans[node_run(node)].phases[node.config_as(TrainPhaseConfig).phase_index]
+
+    def train_processes(self) -> int:
+        """Processes a training job starts on its node (the most of any phase; RUNLIB_PROCESSES overrides)."""
+        return max((processes_per_node(n.config_as(TrainPhaseConfig)) for n in self.graph.of("train_phase")), default=1)
+
+    def threads(self, stage: str) -> int:
+        fixed = stage_kind(stage).resources
+        return self.train_processes() if fixed is None else fixed.threads
+
+    def resources(self, stage: str) -> dict[str, int | Callable[[Wildcards], int | str]]:
+        """The rule's `resources:` (mem_mb, runtime, and for training the Slurm layout of the phase)."""
+        fixed = stage_kind(stage).resources
+        if fixed is not None:
+            return dict(fixed.slurm())
+        phases = self.graph.of(stage)
+        names = self._phase_resources(phases[0].key).keys() if phases else ()
+        return {name: self._value(name) for name in names}
+
+    def _phase_resources(self, key: str) -> dict[str, int | str]:
+        if key not in self._train:
+            node = self.graph.by_key("train_phase", key)
+            config = node.config_as(TrainPhaseConfig)
+            self._train[key] = phase_job_resources(
+                config.parallel, config.accelerator, processes_per_node(config), self.phase_plan(node)
+            )
+        return self._train[key]
+
+    def _value(self, name: str) -> Callable[[Wildcards], int | str]:
+        return lambda wildcards: self._phase_resources(wildcards.key)[name]
