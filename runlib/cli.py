@@ -163,6 +163,21 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_docs(args: argparse.Namespace) -> int:
+    """The documents curation kept or dropped, as JSONL (runlib.report.curated_docs)."""
+    from runlib.report.curated_docs import curated_docs
+
+    if not args.spec:
+        raise UserError("runlib docs: give the spec (or set RUNLIB_SPEC)")
+    if args.limit is not None and args.limit < 0:
+        raise UserError(f"--limit {args.limit}: give 0 or more documents")
+    for n, line in enumerate(curated_docs(args.spec, args.source, args.split, args.dropped, args.reason)):
+        if args.limit is not None and n >= args.limit:
+            break
+        sys.stdout.write(line)
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from runlib.report.run_report import main_report
 
@@ -340,6 +355,15 @@ def _add_workflow_commands(sub: Subcommands) -> None:
     )
     p.add_argument("--track", action="store_true", help="also log the report to the spec's MLflow parent run")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("docs", help="stream a source's curated documents (or a sample of those dropped) as JSONL")
+    p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")
+    p.add_argument("--source", required=True, help="the data.sources entry")
+    p.add_argument("--split", choices=("train", "heldout"), default="train", help="kept documents: which split")
+    p.add_argument("--dropped", action="store_true", help="the sample of dropped documents (curate.keep_dropped)")
+    p.add_argument("--reason", help="with --dropped: only this reason (too_short) or step:reason (length:too_short)")
+    p.add_argument("--limit", type=int, help="at most this many documents")
+    p.set_defaults(func=_cmd_docs)
 
     p = sub.add_parser("export", help="write a built phase's model as a Hugging Face checkpoint (safetensors, config)")
     p.add_argument("spec", nargs="?", default=os.environ.get("RUNLIB_SPEC"), help="run spec (default $RUNLIB_SPEC)")

@@ -65,9 +65,15 @@ class CurateShardConfig(StageConfig):
 class CurateSourceConfig(StageConfig):
     """The join of a source's shards: dedup across shards, near-duplicates, the held-out split."""
 
+    KEYED_WHEN_SET = frozenset({"keep_dropped"})
+
     dedup: DedupSpec
     """Exact dedup across shards and MinHash near-duplicate removal (the shards computed the signatures; the
     LSH candidates' texts are read again from the shards for the exact Jaccard check against threshold)."""
 
     heldout_docs: int
     """Documents kept out of training (the ones with the smallest SHA-256)."""
+
+    keep_dropped: int = 0
+    """curate.keep_dropped: documents kept per step and reason among those the join drops; 0 (and left out
+    of the key) keeps none."""

@@ -21,24 +21,17 @@ curate_shard reads the shard's raw documents and runs, in order:
 and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.json (what it returns) and,
 with curate.dedup.minhash, minhash.npy (the documents' MinHash signatures, docs.jsonl's order).
 
-curate_source concatenates the shards in order, removes exact duplicates across them (cross_shard_dedup),
-then near-duplicates (minhash_dedup: LSH candidate pairs from the signatures, kept when their exact shingle
-Jaccard is >= curate.dedup.minhash.threshold, union-find, the first document of each cluster kept), then
-splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into heldout.jsonl;
-the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
-
 Both receive their config (runlib.curate.config, built by runlib.graph.configs) and their input
 directories, never the run spec; the source's name only labels error messages.
 
 Characters are Unicode code points. Rules and thresholds: runlib/curate/filters.py (language, C4, FineWeb),
 runlib/curate/minhash.py (MinHash) and runlib/curate/rules.py (Gopher, PII).
+The join of the shards is runlib.curate.source.
 """
 
 from __future__ import annotations
 
 import hashlib
-import heapq
-import json
 import re
 import unicodedata
 from collections import Counter
@@ -47,11 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from runlib.curate.builtin import builtin_documents
-from runlib.curate.config import CurateShardConfig, CurateSourceConfig
+from runlib.curate.config import CurateShardConfig
 from runlib.curate.counts import validate_counts
+from runlib.curate.dropped import DroppedSample
+from runlib.curate.files import DOCS_FILE, MINHASH_FILE, STATS_FILE, save_npy, write_dropped, write_json, write_jsonl
 from runlib.curate.filters import (
     LANGUAGE_MIN_PROBABILITY,
     c4_filter,
@@ -60,21 +53,15 @@ from runlib.curate.filters import (
     language_reason,
 )
 from runlib.curate.inputs import check_still, check_unchanged
-from runlib.curate.minhash import near_duplicates, signatures
+from runlib.curate.minhash import signatures
 from runlib.curate.readers import read_documents, shard_limit
 from runlib.curate.rules import PII_KINDS, find_pii, gopher_quality_reason, gopher_repetition_reason, mask_pii
 from runlib.curate.web import read_web_shard
 from runlib.errors import UserError
-from runlib.spec.models import CurateSpec, MinhashSpec
-from runlib.util.atomic import atomic_file, write_text_atomic
+from runlib.spec.models import CurateSpec
 
 Doc = tuple[str, str]  # (doc_id, text)
 NormalForm = Literal["NFC", "NFKC", "none"]  # curate.normalize
-DOCS_FILE = "docs.jsonl"
-STATS_FILE = "stats.json"
-TRAIN_FILE = "train.jsonl"
-HELDOUT_FILE = "heldout.jsonl"
-MINHASH_FILE = "minhash.npy"  # (docs, bands * rows) uint64 MinHash signatures, docs.jsonl's order
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -83,6 +70,8 @@ MINHASH_FILE = "minhash.npy"  # (docs, bands * rows) uint64 MinHash signatures, 
 def check_supported(source_name: str, curate: CurateSpec) -> None:
     """UserError naming every curate option of this source that this version cannot honour."""
     base = f"data.sources.{source_name}.curate"
+    if curate.pii == "ner":  # the gate refuses it first (RUN013); a stage never pretends
+        raise UserError(f"{base}.pii: ner needs a named-entity model, which runlib does not ship; use mask or drop")
     if curate.languages:
         known = set(known_languages())
         unknown = [lang for lang in curate.languages if lang not in known]
@@ -113,34 +102,6 @@ def _row(
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def jsonl_line(row: dict[str, Any]) -> str:
-    """One JSON object on one line: UTF-8 text, with the characters str.splitlines() would break on escaped
-    (json escapes the control characters itself; U+0085, U+2028 and U+2029 it leaves raw)."""
-    line = json.dumps(row, ensure_ascii=False)
-    for char, escaped in _LINE_BREAKS.items():
-        if char in line:
-            line = line.replace(char, escaped)
-    return line + "\n"
-
-
-def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        for row in rows:
-            f.write(jsonl_line(row))
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with atomic_file(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, array)
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 # ------------------------------------------------------------------------------------------ normalize
@@ -174,7 +135,7 @@ def normalize_text(text: str, form: NormalForm) -> str:
 
 
 def _filter_step(
-    step: str, docs: list[Doc], reason_of: Callable[[str], str | None]
+    step: str, docs: list[Doc], reason_of: Callable[[str], str | None], dropped: DroppedSample
 ) -> tuple[list[Doc], dict[str, Any]]:
     kept: list[Doc] = []
     reasons: Counter[str] = Counter()
@@ -184,13 +145,14 @@ def _filter_step(
             kept.append(doc)
         else:
             reasons[reason] += 1
+            dropped.add(step, reason, *doc)
     return kept, _row(step, "filter", docs, kept, reasons=dict(sorted(reasons.items())))
 
 
 # ------------------------------------------------------------------------- PII and C4 steps (curate.pii, c4)
 
 
-def _pii_step(mode: str, docs: list[Doc]) -> tuple[list[Doc], dict[str, Any]]:
+def _pii_step(mode: str, docs: list[Doc], dropped: DroppedSample) -> tuple[list[Doc], dict[str, Any]]:
     """pii_drop's reason is the first kind (PII_KINDS' order) a document holds, "pii_phone"; pii_mask's
     reasons count each kind masked, and docs_changed."""
     if mode == "drop":
@@ -199,7 +161,7 @@ def _pii_step(mode: str, docs: list[Doc]) -> tuple[list[Doc], dict[str, Any]]:
             found = find_pii(text)
             return next((f"pii_{kind}" for kind in PII_KINDS if found[kind]), None)
 
-        return _filter_step("pii_drop", docs, reason)
+        return _filter_step("pii_drop", docs, reason, dropped)
     out: list[Doc] = []
     totals: Counter[str] = Counter(dict.fromkeys(PII_KINDS, 0))
     changed = 0
@@ -211,7 +173,7 @@ def _pii_step(mode: str, docs: list[Doc]) -> tuple[list[Doc], dict[str, Any]]:
     return out, _row("pii_mask", "transform", docs, out, reasons=dict(totals) | {"docs_changed": changed})
 
 
-def _c4_steps(docs: list[Doc]) -> tuple[list[Doc], list[dict[str, Any]]]:
+def _c4_steps(docs: list[Doc], dropped: DroppedSample) -> tuple[list[Doc], list[dict[str, Any]]]:
     """C4's rules as two rows: c4_quality (filter: documents C4 drops) then c4_lines (transform: the lines
     C4 removes from the documents it keeps), so that a filter row never edits a text."""
     kept_before: list[Doc] = []
@@ -219,13 +181,14 @@ def _c4_steps(docs: list[Doc]) -> tuple[list[Doc], list[dict[str, Any]]]:
     reasons: Counter[str] = Counter()
     lines: Counter[str] = Counter()
     for doc_id, text in docs:
-        reason, new_text, dropped = c4_filter(text)
+        reason, new_text, removed_lines = c4_filter(text)
         if reason is not None:
             reasons[reason] += 1
+            dropped.add("c4_quality", reason, doc_id, text)
             continue
         kept_before.append((doc_id, text))
         edited.append((doc_id, new_text))
-        lines.update(dropped)
+        lines.update(removed_lines)
     changed = sum(a[1] != b[1] for a, b in zip(kept_before, edited, strict=True))
     return edited, [
         _row("c4_quality", "filter", docs, kept_before, reasons=dict(sorted(reasons.items()))),
@@ -257,7 +220,9 @@ class ShardInput:
     meta: dict[str, dict[str, str]] = field(default_factory=dict)  # doc id -> its docs.jsonl fields beside text
 
 
-def _read_shard(source_name: str, config: CurateShardConfig, repairs: Counter[str]) -> ShardInput:
+def _read_shard(
+    source_name: str, config: CurateShardConfig, repairs: Counter[str], dropped: DroppedSample
+) -> ShardInput:
     shard, shards, files = config.shard, config.shards, config.files
     if config.input.format == "builtin":
         docs, provenance = builtin_documents(config.input.name, config.input.max_docs, source_name, config.python)
@@ -269,7 +234,9 @@ def _read_shard(source_name: str, config: CurateShardConfig, repairs: Counter[st
     rows: list[dict[str, Any]] = []
     meta: dict[str, dict[str, str]] = {}
     if config.input.format == "warc":
-        docs, meta, rows = read_web_shard(source_name, config, paths, shard_limit(config.input.max_docs, shards))
+        docs, meta, rows = read_web_shard(
+            source_name, config, paths, shard_limit(config.input.max_docs, shards), dropped
+        )
     else:
         # read_documents reads the `input` of what it is given: the config has one, like a SourceSpec
         docs = list(read_documents(source_name, config, paths, shards=shards, repairs=repairs))  # type: ignore[arg-type]
@@ -290,7 +257,9 @@ def _normalize(docs: Sequence[Doc], form: NormalForm, repairs: Counter[str]) -> 
     return out
 
 
-def _filter_steps(curate: CurateSpec, docs: list[Doc]) -> tuple[list[Doc], list[dict[str, Any]]]:
+def _filter_steps(
+    curate: CurateSpec, docs: list[Doc], dropped: DroppedSample
+) -> tuple[list[Doc], list[dict[str, Any]]]:
     """The steps between normalize and exact_dedup (length, language, the quality rule sets, PII): the
     documents they keep and a row per step."""
     rows: list[dict[str, Any]] = []
@@ -306,32 +275,32 @@ def _filter_steps(curate: CurateSpec, docs: list[Doc]) -> tuple[list[Doc], list[
             return "empty"
         return None
 
-    docs, row = _filter_step("length", docs, length_reason)
+    docs, row = _filter_step("length", docs, length_reason, dropped)
     rows.append(row | {"min_chars": min_chars, "max_chars": max_chars})
 
     if curate.languages:
         languages = frozenset(curate.languages)
-        docs, row = _filter_step("language", docs, lambda text: language_reason(text, languages))
+        docs, row = _filter_step("language", docs, lambda text: language_reason(text, languages), dropped)
         rows.append(row | {"languages": sorted(languages), "min_probability": LANGUAGE_MIN_PROBABILITY})
 
     # the rule sets run in FineWeb's order (gopher, c4, fineweb: huggingface/datatrove examples/fineweb.py at
     # 5c254fa) whatever the list's order
     if "gopher" in curate.quality:
-        docs, row = _filter_step("gopher_quality", docs, gopher_quality_reason)
+        docs, row = _filter_step("gopher_quality", docs, gopher_quality_reason, dropped)
         rows.append(row)
-        docs, row = _filter_step("gopher_repetition", docs, gopher_repetition_reason)
+        docs, row = _filter_step("gopher_repetition", docs, gopher_repetition_reason, dropped)
         rows.append(row)
 
     if "c4" in curate.quality:
-        docs, c4_steps = _c4_steps(docs)
+        docs, c4_steps = _c4_steps(docs, dropped)
         rows.extend(c4_steps)
 
     if "fineweb" in curate.quality:
-        docs, row = _filter_step("fineweb_quality", docs, fineweb_quality_reason)
+        docs, row = _filter_step("fineweb_quality", docs, fineweb_quality_reason, dropped)
         rows.append(row)
 
     if curate.pii != "keep":
-        docs, row = _pii_step(curate.pii, docs)
+        docs, row = _pii_step(curate.pii, docs, dropped)
         rows.append(row)
     return docs, rows
 
@@ -353,8 +322,10 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     out_dir.mkdir(parents=True, exist_ok=True)
 
     repairs: Counter[str] = Counter()
-    shard_input = _read_shard(source_name, config, repairs)
+    dropped = DroppedSample(curate.keep_dropped)
+    shard_input = _read_shard(source_name, config, repairs, dropped)
     raw, provenance, meta = shard_input.docs, shard_input.provenance, shard_input.meta
+    dropped.meta = meta
     steps: list[dict[str, Any]] = list(shard_input.rows)
 
     docs = _normalize(raw, curate.normalize, repairs)
@@ -362,7 +333,7 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     steps.append(_row("normalize", "transform", raw, docs, form=curate.normalize, reasons=reasons))
     del raw
 
-    docs, rows = _filter_steps(curate, docs)
+    docs, rows = _filter_steps(curate, docs, dropped)
     steps.extend(rows)
 
     hashes = [_sha256(text) for _, text in docs]
@@ -374,6 +345,8 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
                 seen.add(h)
                 kept_docs.append(doc)
                 kept_hashes.append(h)
+            else:
+                dropped.add("exact_dedup", "duplicate", *doc)
         steps.append(_row("exact_dedup", "filter", docs, kept_docs))
         docs, hashes = kept_docs, kept_hashes
 
@@ -381,13 +354,14 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     minhash = curate.dedup.minhash
     if minhash is not None:  # signatures only; the near-duplicates go in curate_source, across the shards
         sigs = signatures([text for _, text in docs], minhash.ngram, minhash.bands * minhash.rows)
-        _save_npy(out_dir / MINHASH_FILE, sigs)
+        save_npy(out_dir / MINHASH_FILE, sigs)
     else:
         (out_dir / MINHASH_FILE).unlink(missing_ok=True)
-    _write_jsonl(
+    write_jsonl(
         out_dir / DOCS_FILE,
         (_doc_row(doc_id, text, h, meta) for (doc_id, text), h in zip(docs, hashes, strict=True)),
     )
+    write_dropped(out_dir, dropped)
     result = {
         "counts": {
             "docs_read": steps[0]["docs_in"],
@@ -402,7 +376,7 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
         "shard": shard,
         "shards": shards,
     }
-    _write_json(out_dir / STATS_FILE, result)
+    write_json(out_dir / STATS_FILE, result)
     return result
 
 
@@ -413,252 +387,3 @@ def _doc_row(doc_id: str, text: str, sha256: str, meta: dict[str, dict[str, str]
     if extra is None:
         return {"id": doc_id, "text": text, "sha256": sha256}
     return {"id": extra["id"], "text": text, "sha256": sha256} | {k: v for k, v in extra.items() if k != "id"}
-
-
-def _sum_steps(source_name: str, shard_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The shards' step rows summed per step name (every shard ran the same steps)."""
-    names = [row["step"] for row in shard_stats[0]["steps"]] if shard_stats else []
-    summed: dict[str, dict[str, Any]] = {}
-    for stats in shard_stats:
-        if [row["step"] for row in stats["steps"]] != names:
-            raise ValueError(f"curate_source {source_name}: shards ran different steps; rebuild the shards")
-        for row in stats["steps"]:
-            total = summed.setdefault(row["step"], {"step": row["step"], "kind": row["kind"]})
-            for column in ("docs_in", "docs_out", "chars_in", "chars_out"):
-                total[column] = total.get(column, 0) + row[column]
-            for reason, count in (row.get("reasons") or {}).items():
-                total.setdefault("reasons", {})[reason] = total.get("reasons", {}).get(reason, 0) + count
-    return [summed[name] for name in names]
-
-
-def _load_signatures(source_name: str, shard_dirs: list[Path], docs: int, columns: int) -> np.ndarray:
-    """The shards' MinHash signatures stacked in shard order; ValueError if they do not fit the spec."""
-    parts = []
-    for directory in shard_dirs:
-        path = directory / MINHASH_FILE
-        if not path.exists():
-            raise ValueError(
-                f"curate_source {source_name}: {path} is missing (the shard was curated without dedup.minhash); "
-                "rebuild the shards"
-            )
-        parts.append(np.load(path, allow_pickle=False))
-    sigs = np.concatenate(parts) if parts else np.empty((0, columns), dtype=np.uint64)
-    if sigs.shape != (docs, columns):
-        raise ValueError(
-            f"curate_source {source_name}: MinHash signatures of shape {sigs.shape}, expected ({docs}, {columns}) "
-            "(bands * rows changed since the shards ran?); rebuild the shards"
-        )
-    return sigs
-
-
-def _texts_at(shard_dirs: list[Path], lines: np.ndarray) -> list[str]:
-    """The texts of the given (sorted) line indices of the shards' docs.jsonl files read in order: the
-    documents of MinHash candidate pairs, whose exact shingle Jaccard is checked."""
-    wanted = lines.tolist()
-    texts: list[str] = []
-    index = 0
-    for directory in shard_dirs:
-        if len(texts) == len(wanted):
-            break
-        with open(directory / DOCS_FILE, encoding="utf-8") as f:
-            for line in f:
-                if index == wanted[len(texts)]:
-                    texts.append(json.loads(line)["text"])
-                    if len(texts) == len(wanted):
-                        break
-                index += 1
-    if len(texts) != len(wanted):  # the first pass counted more lines: a shard changed under us
-        raise ValueError(f"curate_source: {', '.join(map(str, shard_dirs))} changed while read; rebuild the shards")
-    return texts
-
-
-def _steps_summary(steps: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{row['step']} {row['docs_in']}->{row['docs_out']}" for row in steps)
-
-
-def _shard_stats(shard_dirs: list[Path]) -> list[dict[str, Any]]:
-    """The stats.json of each curate_shard output, in order."""
-    out = []
-    for directory in shard_dirs:
-        try:
-            out.append(json.loads((directory / STATS_FILE).read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"{directory / STATS_FILE}: not a curate_shard output (run curate_shard first)"
-            ) from None
-    return out
-
-
-def _entries(shard_dirs: list[Path]) -> list[tuple[str, int]]:
-    """(sha256, chars) per line of every shard, in order (texts are not kept in memory)."""
-    entries: list[tuple[str, int]] = []
-    for directory in shard_dirs:
-        with open(directory / DOCS_FILE, encoding="utf-8") as f:
-            for line in f:
-                obj = json.loads(line)
-                entries.append((obj["sha256"], len(obj["text"])))
-    return entries
-
-
-def _cross_shard_dedup(entries: list[tuple[str, int]], keep: list[bool]) -> dict[str, Any]:
-    """Clear keep[i] of every line whose text hash an earlier line has; the step's row."""
-    seen: set[str] = set()
-    for i, (h, _) in enumerate(entries):
-        if h in seen:
-            keep[i] = False
-        else:
-            seen.add(h)
-    return {
-        "step": "cross_shard_dedup",
-        "kind": "filter",
-        "docs_in": len(entries),
-        "docs_out": sum(keep),
-        "chars_in": sum(c for _, c in entries),
-        "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
-    }
-
-
-def _minhash_dedup(
-    minhash: MinhashSpec, source_name: str, shard_dirs: list[Path], entries: list[tuple[str, int]], keep: list[bool]
-) -> dict[str, Any]:
-    """Clear keep[i] of every kept line that is a near-duplicate of an earlier kept one; the step's row."""
-    sigs = _load_signatures(source_name, shard_dirs, len(entries), minhash.bands * minhash.rows)
-    candidates = np.flatnonzero(np.asarray(keep, dtype=bool))
-    near, verification = near_duplicates(
-        sigs[candidates],
-        minhash.bands,
-        minhash.rows,
-        minhash.threshold,
-        minhash.ngram,
-        lambda wanted: _texts_at(shard_dirs, candidates[wanted]),
-    )
-    chars_in = sum(entries[i][1] for i in candidates.tolist())
-    for i in candidates[near].tolist():
-        keep[i] = False
-    return {
-        "step": "minhash_dedup",
-        "kind": "filter",
-        "docs_in": len(candidates),
-        "docs_out": len(candidates) - int(near.sum()),
-        "chars_in": chars_in,
-        "chars_out": chars_in - sum(entries[i][1] for i in candidates[near].tolist()),
-        "ngram": minhash.ngram,
-        "bands": minhash.bands,
-        "rows": minhash.rows,
-        "threshold": minhash.threshold,
-        **verification,
-    }
-
-
-def _check_enough(
-    source_name: str, kept: list[int], heldout_docs: int, shard_stats: list[dict[str, Any]], steps: list[dict[str, Any]]
-) -> None:
-    """UserError when curation left no document, or no more than the held-out ones."""
-    if not kept:
-        inputs = ", ".join(dict.fromkeys(str(stats.get("input", "?")) for stats in shard_stats))
-        raise UserError(
-            f"data.sources.{source_name}: no document left after curation (input: {inputs or 'no shard'}; "
-            f"steps: {_steps_summary(steps) or 'no shard'}); check the input and the curate settings "
-            "(min_chars, max_chars, quality, pii)"
-        )
-    if heldout_docs and len(kept) <= heldout_docs:
-        raise UserError(
-            f"data.heldout_docs: source {source_name!r} has {len(kept)} document(s) after curation, "
-            f"not more than data.heldout_docs = {heldout_docs}, so none would be left to train on; "
-            f"lower data.heldout_docs below {len(kept)} (or give the source more documents)"
-        )
-
-
-def _write_splits(shard_dirs: list[Path], role: dict[int, str], out_dir: Path) -> None:
-    """Copy the shards' lines into train.jsonl / heldout.jsonl by role (line index -> "train" | "heldout";
-    a line not in it is dropped), in order."""
-    index = 0
-    with (
-        atomic_file(out_dir / TRAIN_FILE) as train_tmp,
-        atomic_file(out_dir / HELDOUT_FILE) as heldout_tmp,
-        open(train_tmp, "w", encoding="utf-8", newline="\n") as train,
-        open(heldout_tmp, "w", encoding="utf-8", newline="\n") as held,
-    ):
-        for directory in shard_dirs:
-            with open(directory / DOCS_FILE, encoding="utf-8") as f:
-                for line in f:
-                    target = role.get(index)
-                    if target == "train":
-                        train.write(line)
-                    elif target == "heldout":
-                        held.write(line)
-                    index += 1
-
-
-def curate_source(
-    config: CurateSourceConfig, shard_dirs: list[Path], out_dir: Path, source_name: str = "source"
-) -> dict[str, Any]:
-    """Join the shards of one source (in order) into out_dir/train.jsonl and out_dir/heldout.jsonl.
-
-    Exact duplicates across shards are removed (first occurrence wins) when dedup.exact is on.
-    The heldout_docs documents with the smallest SHA-256 are held out (a choice that depends on
-    the texts only, so it is stable across reruns and shard counts); with exact dedup off, training
-    copies of a held-out text are dropped too. Returns {"counts", "steps", ...} (also in stats.json).
-    `source_name` only labels error messages.
-    """
-    heldout_docs = config.heldout_docs
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shard_dirs = [Path(d) for d in shard_dirs]
-    shard_stats = _shard_stats(shard_dirs)
-    steps = _sum_steps(source_name, shard_stats)
-
-    # pass 1: hashes and sizes only (texts are not kept in memory)
-    entries = _entries(shard_dirs)
-    keep = [True] * len(entries)
-    if config.dedup.exact:
-        steps.append(_cross_shard_dedup(entries, keep))
-    if config.dedup.minhash is not None:
-        steps.append(_minhash_dedup(config.dedup.minhash, source_name, shard_dirs, entries, keep))
-    kept = [i for i, k in enumerate(keep) if k]
-    _check_enough(source_name, kept, heldout_docs, shard_stats, steps)
-    heldout = set(heapq.nsmallest(heldout_docs, kept, key=lambda i: (entries[i][0], i)))
-    heldout_hashes = {entries[i][0] for i in heldout}
-    role: dict[int, str] = {}  # line index -> "train" | "heldout"; lines not in it are dropped
-    for i in kept:
-        if i in heldout:
-            role[i] = "heldout"
-        elif entries[i][0] not in heldout_hashes:  # only possible with dedup.exact off
-            role[i] = "train"
-    chars_in = sum(entries[i][1] for i in kept)
-    docs_train = sum(1 for r in role.values() if r == "train")
-    chars_train = sum(entries[i][1] for i, r in role.items() if r == "train")
-    chars_heldout = sum(entries[i][1] for i in heldout)
-    steps.append(
-        {
-            "step": "heldout_split",
-            "kind": "filter",
-            "docs_in": len(kept),
-            "docs_out": docs_train + len(heldout),
-            "chars_in": chars_in,
-            "chars_out": chars_train + chars_heldout,
-            "heldout_docs": heldout_docs,
-        }
-    )
-    validate_counts(steps)
-
-    # pass 2: copy the lines into train.jsonl / heldout.jsonl, in order
-    _write_splits(shard_dirs, role, out_dir)
-
-    first = steps[0] if steps else {"docs_in": 0, "chars_in": 0}
-    result = {
-        "counts": {
-            "docs_read": first["docs_in"],
-            "chars_read": first["chars_in"],
-            "docs_train": docs_train,
-            "docs_heldout": len(heldout),
-            "chars_train": chars_train,
-            "chars_heldout": chars_heldout,
-            "docs_repaired": sum(stats.get("counts", {}).get("docs_repaired", 0) for stats in shard_stats),
-        },
-        "steps": steps,
-        "provenance": [stats.get("provenance") for stats in shard_stats],
-        "shards": len(shard_dirs),
-    }
-    _write_json(out_dir / STATS_FILE, result)
-    return result

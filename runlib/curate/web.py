@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runlib.curate.config import CurateShardConfig
+from runlib.curate.dropped import DroppedSample
 from runlib.curate.extract import extract_text
 from runlib.curate.urlfilter import Blocklist, read_blocklist, url_reason
 from runlib.curate.warc import SKIP_REASONS, read_warc
@@ -43,10 +44,11 @@ def _row(
 
 
 def read_web_shard(
-    source_name: str, config: CurateShardConfig, paths: list[str], limit: int | None
+    source_name: str, config: CurateShardConfig, paths: list[str], limit: int | None, dropped: DroppedSample
 ) -> tuple[list[Doc], dict[str, dict[str, str]], list[dict[str, Any]]]:
     """(docs, meta by record id, the three count rows) of one shard's WARC files; `limit`: at most this
-    many HTML pages (input.max_docs' share of the shard)."""
+    many HTML pages (input.max_docs' share of the shard). A page the URL filter drops goes to `dropped` with
+    its URL and an empty text (it is never extracted)."""
     url_filter = config.curate.url_filter
     field = f"data.sources.{source_name}.curate.url_filter"
     blocklist = (
@@ -69,19 +71,16 @@ def read_web_shard(
             pages += 1
             html_chars += len(page.html)
             reason = url_reason(page.url, blocklist, banned) if url_filter is not None else None
+            fields = {"id": page.url, "url": page.url, "date": page.date, "warc_record_id": page.record_id}
             if reason is not None:
                 url_reasons[reason] += 1
+                dropped.add("url_filter", reason, page.url, "", fields)
                 continue
             kept_html_chars += len(page.html)
             text = extract_text(page.html, extractor)
             text_chars += len(text)
             docs.append((page.record_id, text))
-            meta[page.record_id] = {
-                "id": page.url,
-                "url": page.url,
-                "date": page.date,
-                "warc_record_id": page.record_id,
-            }
+            meta[page.record_id] = fields
         if limit is not None and pages >= limit:
             break
     rows = [

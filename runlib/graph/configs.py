@@ -130,7 +130,9 @@ def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, l
 def curate_source_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, CurateSourceConfig]:
     """Source name -> the config of the stage that joins its shards."""
     return {
-        name: CurateSourceConfig(dedup=source.curate.dedup, heldout_docs=spec.data.heldout_docs)
+        name: CurateSourceConfig(
+            dedup=source.curate.dedup, heldout_docs=spec.data.heldout_docs, keep_dropped=source.curate.keep_dropped
+        )
         for name, source in spec.data.sources.items()
     }
 

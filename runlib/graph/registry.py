@@ -85,7 +85,7 @@ def _curate_shard(graph: StageGraph, node: StageNode, out: Path) -> dict[str, An
 
 
 def _curate_source(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
-    from runlib.curate.stage import curate_source
+    from runlib.curate.source import curate_source
 
     dirs = input_dirs(graph, node)
     shard_dirs = [dirs[f"shard{i}"] for i in range(len(dirs))]

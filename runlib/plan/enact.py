@@ -29,6 +29,7 @@ __all__ = [
     "_divisors_above_one",
     "batch_refusals",
     "input_refusals",
+    "curate_refusals",
     "model_refusals",
     "parameter_dtype",
     "precision_field_refusals",
@@ -224,3 +225,21 @@ def input_refusals(sources: Mapping[str, SourceSpec]) -> list[Refusal]:
                 )
             )
     return out
+
+
+def curate_refusals(sources: Mapping[str, SourceSpec]) -> list[Refusal]:
+    """Curation values no stage enacts on this machine (pure; RUN013): `sources` maps a source name to its
+    data.sources entry."""
+    return [
+        Refusal(
+            "RUN013",
+            f"data.sources.{name}.curate.pii",
+            "ner",
+            "pii: ner needs a named-entity model (names, places), and runlib ships none and downloads nothing "
+            "at run time",
+            "use pii: mask or drop (e-mail, IPv4, IPv6, phone and payment card numbers, found by rules), or mask "
+            "names before the data reaches runlib",
+        )
+        for name, source in sources.items()
+        if source.curate.pii == "ner"
+    ]

@@ -28,6 +28,7 @@ from runlib.audit.render.report import (
     sentence_case,
 )
 from runlib.report.collect import BranchRun, JsonObject, RunData, StageState, is_number, json_object
+from runlib.report.curation_section import curation_blocks
 from runlib.report.ladder_section import ladder_blocks
 from runlib.report.plots import PLOTS
 from runlib.spec.units import format_count
@@ -104,6 +105,7 @@ def build_blocks(run: RunData) -> list[Block]:
     """The report's content, format-neutral (rendered by the audit report's renderers)."""
     return [
         *_header(run),
+        *curation_blocks(run),
         *_training(run),
         *_evaluation(run),
         *_branches(run),

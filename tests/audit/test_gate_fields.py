@@ -247,6 +247,7 @@ NOT_ENACTED: dict[tuple[str, str], tuple[str, dict]] = {
     ("model.position", "relative"): ("RUN008", {"model.position": "relative"}),
     ("precision.compute", "fp8"): ("RUN006", {"precision.compute": "fp8"}),
     ("precision.grads", "fp16"): ("RUN009", {"precision.grads": "fp16"}),
+    ("data.sources.*.curate.pii", "ner"): ("RUN013", {"data.sources.web.curate.pii": "ner"}),
 }
 
 

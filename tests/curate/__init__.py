@@ -8,7 +8,8 @@ from typing import Any
 
 from runlib.audit.cases import case_data
 from runlib.curate.config import CurateShardConfig, InputFile
-from runlib.curate.stage import curate_shard, curate_source
+from runlib.curate.source import curate_source
+from runlib.curate.stage import curate_shard
 from runlib.spec import validate_data
 from runlib.spec.models import RunSpec
 from runlib.util.hashing import file_digest

@@ -7,7 +7,8 @@ import pytest
 from runlib.curate.counts import validate_counts
 from runlib.curate.filters import c4_filter, count_sentences, fineweb_quality_reason, identify_language
 from runlib.curate.minhash import duplicates, shingle_hashes, signatures, simplify_text
-from runlib.curate.stage import curate_shard, curate_source
+from runlib.curate.source import curate_source
+from runlib.curate.stage import curate_shard
 from tests.curate import (
     PROSE,
     jsonl_source,

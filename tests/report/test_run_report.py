@@ -141,6 +141,14 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
                 "tasks": TASKS,
             }
             (node.dir / "eval.json").write_text(json.dumps(data))
+        elif node.stage == "curate_source":
+            steps = [
+                {"step": "length", "kind": "filter", "docs_in": 1000, "docs_out": 900, "chars_in": 5_000_000,
+                 "chars_out": 4_900_000, "reasons": {"empty": 10, "too_short": 90}},
+                {"step": "heldout_split", "kind": "filter", "docs_in": 900, "docs_out": 900, "chars_in": 4_900_000,
+                 "chars_out": 4_900_000},
+            ]  # fmt: skip
+            (node.dir / "stats.json").write_text(json.dumps({"steps": steps}))
         walls[node.instance] = wall_time(i)
         write_fake_manifest(node.dir, node, wall_seconds=wall_time(i), counts=counts, details=details)
     return graph, walls
@@ -193,6 +201,9 @@ def test_complete_run(spec_path: Path, tmp_path: Path) -> None:
             assert name in text
         assert "Key derived numbers" in text and "Parameters" in text
     assert "| web | 3.2000 | 3.1000 | 3.0000 | 2.9000 |" in md  # held-out loss, source x phase
+    # the curation funnel per source: reasons largest first
+    assert "| length | filter | 1,000 | 900 | 90.0% | 5M | 4.9M | too_short 90, empty 10 |" in md
+    assert "| heldout_split | filter | 900 | 900 | 100.0% | 4.9M | 4.9M | – |" in md
     assert "| hellaswag-mini | multiple_choice | acc_norm | 100 | n/a | 0.3300 |" in md  # no chance_acc recorded
     assert md.count("| built |") >= 4
     # plan against measurement: the mesh that ran, MFU, the largest rank's peak memory against the estimate

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from runlib.cli import main
 from runlib.curate.sample_web import BANNED_WORD, BLOCKED_HOST, NAV_WORDS, sample_crawl
 from runlib.graph.build import build_graph
 from runlib.spec import load_spec
@@ -25,10 +26,11 @@ WEB_SOURCE = """    docs:
         min_chars: 200
         pii: mask
         dedup: {exact: true, minhash: {threshold: 0.7}}
+        keep_dropped: 3
 """.replace("BANNED", BANNED_WORD)
 
 
-def test_a_warc_source_is_curated_by_snakemake(workdir):
+def test_a_warc_source_is_curated_by_snakemake(workdir, capsys):
     sample_crawl(workdir / "crawl", files=2, modules=MODULES)
     text = TINY.read_text()
     old = "    docs:\n      domain: wiki\n      input: {format: builtin, name: python_docs, max_docs: 150}\n"
@@ -71,3 +73,22 @@ def test_a_warc_source_is_curated_by_snakemake(workdir):
     # the planted paragraph's phones, card and IPv6; pydoc's pages hold their authors' e-mail addresses too
     assert (pii["phone"], pii["card"], pii["ipv6"]) == (2, 1, 1) and pii["email"] >= 1
     assert steps["language"]["docs_in"] - steps["language"]["docs_out"] == 1
+
+    # runlib docs: the kept documents as the artifact holds them, and the sample of what each step dropped
+    assert main(["docs", str(spec), "--source", "docs"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert printed == [json.loads(line) for line in (artifact / "train.jsonl").open()]
+    assert main(["docs", str(spec), "--source", "docs", "--dropped"]) == 0
+    sample = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_reason = {(row["step"], row["reason"]): row for row in sample}
+    assert by_reason[("url_filter", "blocked_domain")]["id"].startswith(f"https://{BLOCKED_HOST}/")
+    assert by_reason[("url_filter", "banned_word")]["text"] == ""  # dropped before extraction
+    assert "stadt.example.de" in by_reason[("language", "lang_de")]["url"]
+    near = [row for row in sample if row["step"] in ("exact_dedup", "cross_shard_dedup", "minhash_dedup")]
+    assert {row["id"] for row in near} == json_pages - set(urls) and all(row["text"] for row in near)
+    assert main(["docs", str(spec), "--source", "docs", "--dropped", "--reason", "blocked_domain", "--limit", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(["docs", str(spec), "--source", "docs", "--dropped", "--reason", "no_such"]) == 2
+    assert "url_filter:banned_word (1)" in capsys.readouterr().err
+    assert main(["docs", str(spec), "--source", "nope"]) == 2
+    assert "its sources: docs" in capsys.readouterr().err

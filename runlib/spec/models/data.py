@@ -117,7 +117,7 @@ class UrlFilterSpec(SpecModel):
 
 
 class CurateSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"url_filter"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"url_filter", "keep_dropped"})
 
     normalize: Literal["NFC", "NFKC", "none"] = "NFC"
     """Unicode normalization form."""
@@ -131,11 +131,15 @@ class CurateSpec(KeyedWhenSet):
     """Heuristic quality rule sets, published thresholds."""
     dedup: DedupSpec = DedupSpec()
     """Deduplication."""
-    pii: Literal["mask", "drop", "keep"] = "keep"
+    pii: Literal["mask", "drop", "keep", "ner"] = "keep"
     """Personal data (e-mail addresses, public IPv4 and IPv6 addresses, phone numbers, Luhn-valid payment
-    card numbers): mask it, drop the document, or keep it."""
+    card numbers): mask it, drop the document, or keep it. ner (names and places found by a named-entity
+    model) is refused: no such model ships with runlib or can be downloaded at run time (RUN013)."""
     url_filter: UrlFilterSpec | None = None
     """URL and domain filtering (warc sources: their documents carry URLs)."""
+    keep_dropped: int = Field(0, ge=0, le=10_000)
+    """Documents kept per step and reason among those curation drops (the first in input order, per shard
+    and in the join), for `runlib docs --dropped`; 0 keeps none."""
 
 
 class FimSpec(SpecModel):

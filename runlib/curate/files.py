@@ -1,0 +1,58 @@
+"""The files the curation stages write and how: one JSON object per line (docs.jsonl, train.jsonl,
+heldout.jsonl, dropped.jsonl), stats.json, the MinHash signatures; each written atomically (a killed job
+leaves the old file or none, never half of one)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runlib.curate.dropped import DroppedSample
+from runlib.util.atomic import atomic_file, write_text_atomic
+
+DOCS_FILE = "docs.jsonl"
+STATS_FILE = "stats.json"
+TRAIN_FILE = "train.jsonl"
+HELDOUT_FILE = "heldout.jsonl"
+MINHASH_FILE = "minhash.npy"  # (docs, bands * rows) uint64 MinHash signatures, docs.jsonl's order
+DROPPED_FILE = "dropped.jsonl"  # a sample of the documents each step dropped, per reason (curate.keep_dropped)
+
+_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def jsonl_line(row: dict[str, Any]) -> str:
+    """One JSON object on one line: UTF-8 text, with the characters str.splitlines() would break on escaped
+    (json escapes the control characters itself; U+0085, U+2028 and U+2029 it leaves raw)."""
+    line = json.dumps(row, ensure_ascii=False)
+    for char, escaped in _LINE_BREAKS.items():
+        if char in line:
+            line = line.replace(char, escaped)
+    return line + "\n"
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(jsonl_line(row))
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write_dropped(out_dir: Path, dropped: DroppedSample) -> None:
+    """dropped.jsonl with the sample, or no such file when curate.keep_dropped is 0 (the artifact's files are
+    those of a spec without the field)."""
+    if dropped.per_reason:
+        write_jsonl(out_dir / DROPPED_FILE, dropped.rows)
+    else:
+        (out_dir / DROPPED_FILE).unlink(missing_ok=True)
