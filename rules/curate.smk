@@ -28,3 +28,54 @@ rule curate_source:
         **WF.resources("curate_source"),
     shell:
         WF.command("curate_source")
+
+
+rule train_classifier:
+    """Train a source's fastText quality classifier: anchors' documents against its own."""
+    input:
+        WF.inputs("train_classifier"),
+    output:
+        **WF.outputs("train_classifier"),
+    log:
+        WF.log("train_classifier"),
+    benchmark:
+        WF.benchmark("train_classifier")
+    threads: WF.threads("train_classifier")
+    resources:
+        **WF.resources("train_classifier"),
+    shell:
+        WF.command("train_classifier")
+
+
+rule train_ngram_lm:
+    """Train an n-gram language model on reference sources."""
+    input:
+        WF.inputs("train_ngram_lm"),
+    output:
+        **WF.outputs("train_ngram_lm"),
+    log:
+        WF.log("train_ngram_lm"),
+    benchmark:
+        WF.benchmark("train_ngram_lm")
+    threads: WF.threads("train_ngram_lm")
+    resources:
+        **WF.resources("train_ngram_lm"),
+    shell:
+        WF.command("train_ngram_lm")
+
+
+rule filter_quality:
+    """Score a source's curated documents by classifier and perplexity; keep those the spec says."""
+    input:
+        WF.inputs("filter_quality"),
+    output:
+        **WF.outputs("filter_quality"),
+    log:
+        WF.log("filter_quality"),
+    benchmark:
+        WF.benchmark("filter_quality")
+    threads: WF.threads("filter_quality")
+    resources:
+        **WF.resources("filter_quality"),
+    shell:
+        WF.command("filter_quality")

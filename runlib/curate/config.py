@@ -6,7 +6,7 @@ two specs that curate the same input the same way share the artifacts whatever t
 
 from __future__ import annotations
 
-from runlib.spec.models import CurateSpec, DedupSpec, InputSpec
+from runlib.spec.models import ClassifierSpec, CurateSpec, DedupSpec, InputSpec, PerplexitySpec
 from runlib.store.stageconfig import StageConfig
 
 
@@ -77,3 +77,58 @@ class CurateSourceConfig(StageConfig):
     keep_dropped: int = 0
     """curate.keep_dropped: documents kept per step and reason among those the join drops; 0 (and left out
     of the key) keeps none."""
+
+
+class TrainClassifierConfig(StageConfig):
+    """A fastText quality classifier (runlib.curate.classifier): positives from the anchors' curated train
+    splits (input roles positive0, positive1, ... in curate.classifier.positives' order), negatives from the
+    filtered source's own curated train split (role negatives)."""
+
+    sample_docs: int
+    """curate.classifier.negatives_docs: negatives sampled (the smallest SHA-256 first), and positives at most."""
+
+    seed: int
+    """fastText's seed and the held-out split's."""
+
+    heldout_fraction: float
+    """Share of each class held out for the precision and recall in the artifact."""
+
+    epoch: int
+    """fastText epochs."""
+
+    lr: float
+    """fastText learning rate."""
+
+    dim: int
+    """fastText embedding dimension."""
+
+    word_ngrams: int
+    """fastText wordNgrams (2: unigrams and bigrams, as DCLM)."""
+
+    bucket: int
+    """Rows of fastText's hashed n-gram table (the model file holds bucket x dim float32)."""
+
+    fasttext: str
+    """The fastText library and version, 'fasttext-wheel 0.9.2': another version trains another model."""
+
+
+class TrainNgramLmConfig(StageConfig):
+    """An n-gram language model (runlib.curate.ngram_lm) on the reference sources' curated train splits (input
+    roles reference0, reference1, ... in curate.perplexity.reference's order)."""
+
+    order: int
+    """n of the n-gram model."""
+
+
+class FilterQualityConfig(StageConfig):
+    """One source's curated documents scored by its classifier and/or n-gram model (input roles curated,
+    classifier, ngram_lm) and kept by the spec's rules; scores written beside each document."""
+
+    classifier: ClassifierSpec | None
+    """curate.classifier: which documents to keep by score (keep_top_fraction or keep_threshold)."""
+
+    perplexity: PerplexitySpec | None
+    """curate.perplexity: which documents to keep by perplexity (keep_percentiles or keep_range)."""
+
+    keep_dropped: int
+    """curate.keep_dropped: documents kept per step and reason among those dropped here."""

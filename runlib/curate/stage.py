@@ -18,6 +18,9 @@ curate_shard reads the shard's raw documents and runs, in order:
                                   ipv4, ipv6, phone, card) and docs_changed, pii_drop's are pii_<kind>, the
                                   first kind a dropped document holds
     exact_dedup        filter     curate.dedup.exact: SHA-256 of the final text, first occurrence kept
+    substring_dedup    transform  curate.dedup.substring: runs of >= min_tokens tokens repeated earlier in the
+                                  shard cut out (runlib.curate.substring; reasons spans, chars_removed, docs_changed)
+    substring_empty    filter     the documents substring_dedup left without text (reason emptied)
 and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.json (what it returns) and,
 with curate.dedup.minhash, minhash.npy (the documents' MinHash signatures, docs.jsonl's order).
 
@@ -56,6 +59,7 @@ from runlib.curate.inputs import check_still, check_unchanged
 from runlib.curate.minhash import signatures
 from runlib.curate.readers import read_documents, shard_limit
 from runlib.curate.rules import PII_KINDS, find_pii, gopher_quality_reason, gopher_repetition_reason, mask_pii
+from runlib.curate.substring import remove_repeated_substrings
 from runlib.curate.web import read_web_shard
 from runlib.errors import UserError
 from runlib.spec.models import CurateSpec
@@ -200,6 +204,18 @@ def _c4_steps(docs: list[Doc], dropped: DroppedSample) -> tuple[list[Doc], list[
             reasons=dict(sorted(lines.items())) | {"docs_changed": changed},
         ),
     ]
+
+
+def _substring_steps(
+    min_tokens: int, docs: list[Doc], dropped: DroppedSample
+) -> tuple[list[Doc], list[dict[str, Any]]]:
+    """substring_dedup (transform: the repeated spans cut; reasons spans, chars_removed, docs_changed), then
+    substring_empty (filter: the documents nothing is left of, reason emptied)."""
+    texts, counts = remove_repeated_substrings([text for _, text in docs], min_tokens)
+    edited = [(doc_id, text) for (doc_id, _), text in zip(docs, texts, strict=True)]
+    transform = _row("substring_dedup", "transform", docs, edited, reasons=counts, min_tokens=min_tokens)
+    kept, row = _filter_step("substring_empty", edited, lambda text: None if text.strip() else "emptied", dropped)
+    return kept, [transform, row]
 
 
 # ---------------------------------------------------------------------------------------- the stages
@@ -349,6 +365,10 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
                 dropped.add("exact_dedup", "duplicate", *doc)
         steps.append(_row("exact_dedup", "filter", docs, kept_docs))
         docs, hashes = kept_docs, kept_hashes
+    if curate.dedup.substring is not None:
+        docs, rows = _substring_steps(curate.dedup.substring.min_tokens, docs, dropped)
+        steps.extend(rows)
+        hashes = [_sha256(text) for _, text in docs]
 
     validate_counts(steps)
     minhash = curate.dedup.minhash

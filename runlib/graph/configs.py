@@ -20,10 +20,18 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from runlib.curate.builtin import builtin_python
-from runlib.curate.config import CurateShardConfig, CurateSourceConfig, InputFile
+from runlib.curate.config import (
+    CurateShardConfig,
+    CurateSourceConfig,
+    FilterQualityConfig,
+    InputFile,
+    TrainClassifierConfig,
+    TrainNgramLmConfig,
+)
 from runlib.curate.extract import extractor_version
 from runlib.curate.inputs import source_inputs
 from runlib.curate.rules import PII_KINDS
+from runlib.curate.versions import CLASSIFIER_HELDOUT_FRACTION, CLASSIFIER_WORD_NGRAMS, fasttext_version
 from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.eval.config import EvalConfig, EvalModelConfig
@@ -134,6 +142,48 @@ def curate_source_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, 
             dedup=source.curate.dedup, heldout_docs=spec.data.heldout_docs, keep_dropped=source.curate.keep_dropped
         )
         for name, source in spec.data.sources.items()
+    }
+
+
+def train_classifier_configs(spec: RunSpec) -> dict[str, TrainClassifierConfig]:
+    """Source name -> its quality classifier's config, for the sources with curate.classifier."""
+    out = {}
+    for name, source in spec.data.sources.items():
+        c = source.curate.classifier
+        if c is not None:
+            out[name] = TrainClassifierConfig(
+                sample_docs=c.negatives_docs,
+                seed=c.seed,
+                heldout_fraction=CLASSIFIER_HELDOUT_FRACTION,
+                epoch=c.epoch,
+                lr=c.lr,
+                dim=c.dim,
+                word_ngrams=CLASSIFIER_WORD_NGRAMS,
+                bucket=c.bucket,
+                fasttext=fasttext_version(),
+            )
+    return out
+
+
+def train_ngram_lm_configs(spec: RunSpec) -> dict[str, TrainNgramLmConfig]:
+    """Source name -> its n-gram model's config, for the sources with curate.perplexity."""
+    return {
+        name: TrainNgramLmConfig(order=source.curate.perplexity.order)
+        for name, source in spec.data.sources.items()
+        if source.curate.perplexity is not None
+    }
+
+
+def filter_quality_configs(spec: RunSpec) -> dict[str, FilterQualityConfig]:
+    """Source name -> its filter_quality config, for the sources with a classifier or a perplexity filter."""
+    return {
+        name: FilterQualityConfig(
+            classifier=source.curate.classifier,
+            perplexity=source.curate.perplexity,
+            keep_dropped=source.curate.keep_dropped,
+        )
+        for name, source in spec.data.sources.items()
+        if source.curate.classifier is not None or source.curate.perplexity is not None
     }
 
 

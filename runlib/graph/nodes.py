@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from runlib.curate.config import CurateShardConfig
+from runlib.curate.config import CurateShardConfig, TrainNgramLmConfig
 from runlib.errors import UserError
 from runlib.graph import configs
 from runlib.ladder.rungs import Ladder, ladder_rungs
@@ -75,6 +75,12 @@ class GraphContext:
     def one(self, stage: str, **params: Any) -> StageNode:
         return next(n for n in self.of(stage) if all(n.params.get(k) == v for k, v in params.items()))
 
+    def curated(self, source: str) -> StageNode:
+        """The node whose train.jsonl and heldout.jsonl are the source's finished documents: its filter_quality
+        when it has a quality filter, else its curate_source."""
+        filtered = [n for n in self.of("filter_quality") if n.params["source"] == source]
+        return filtered[0] if filtered else self.one("curate_source", source=source)
+
     @cached_property
     def trains(self) -> bool:
         """Whether the spec trains its own run (a ladder with train_target false trains only its rungs)."""
@@ -121,8 +127,49 @@ def curate_source_nodes(g: GraphContext) -> list[StageNode]:
     return out
 
 
+def train_classifier_nodes(g: GraphContext) -> list[StageNode]:
+    """Per source with curate.classifier: positives from the anchors' curate_source, negatives from its own."""
+    out = []
+    for name, config in configs.train_classifier_configs(g.spec).items():
+        anchors = g.spec.data.sources[name].curate.classifier.positives  # type: ignore[union-attr]
+        inputs = {f"positive{i}": g.one("curate_source", source=a).key for i, a in enumerate(anchors)}
+        inputs["negatives"] = g.one("curate_source", source=name).key
+        out.append(g.make("train_classifier", f"train_classifier {name}", config, inputs, source=name))
+    return out
+
+
+def _ngram_lm_node(g: GraphContext, name: str, config: TrainNgramLmConfig) -> StageNode:
+    reference = g.spec.data.sources[name].curate.perplexity.reference  # type: ignore[union-attr]
+    inputs = {f"reference{i}": g.one("curate_source", source=r).key for i, r in enumerate(reference)}
+    return g.make("train_ngram_lm", f"train_ngram_lm {name}", config, inputs, source=name)
+
+
+def train_ngram_lm_nodes(g: GraphContext) -> list[StageNode]:
+    """Per source with curate.perplexity, its reference sources' n-gram model: one node per distinct model (two
+    sources with the same reference and order share it, under the first one's name)."""
+    out: dict[str, StageNode] = {}
+    for name, config in configs.train_ngram_lm_configs(g.spec).items():
+        node = _ngram_lm_node(g, name, config)
+        out.setdefault(node.key, node)
+    return list(out.values())
+
+
+def filter_quality_nodes(g: GraphContext) -> list[StageNode]:
+    """Per source with a classifier or a perplexity filter: its curated documents scored and kept."""
+    out = []
+    lm_configs = configs.train_ngram_lm_configs(g.spec)
+    for name, config in configs.filter_quality_configs(g.spec).items():
+        inputs = {"curated": g.one("curate_source", source=name).key}
+        if config.classifier is not None:
+            inputs["classifier"] = g.one("train_classifier", source=name).key
+        if config.perplexity is not None:
+            inputs["ngram_lm"] = _ngram_lm_node(g, name, lm_configs[name]).key
+        out.append(g.make("filter_quality", f"filter_quality {name}", config, inputs, source=name))
+    return out
+
+
 def train_tokenizer_nodes(g: GraphContext) -> list[StageNode]:
-    curated = {n.params["source"]: n for n in g.of("curate_source")}
+    curated = {name: g.curated(name) for name in g.spec.data.sources}
     inputs = {f"source:{name}": curated[name].key for name in sorted(g.spec.tokenizer.train_on) if name in curated}
     return [g.make("train_tokenizer", "train_tokenizer", configs.tokenizer_config(g.spec, g.plan), inputs)]
 
@@ -131,7 +178,7 @@ def tokenize_nodes(g: GraphContext) -> list[StageNode]:
     tokenizer = g.one("train_tokenizer")
     out = []
     for name, config in configs.tokenize_configs(g.spec, g.plan).items():
-        inputs = {"curated": g.one("curate_source", source=name).key, "tokenizer": tokenizer.key}
+        inputs = {"curated": g.curated(name).key, "tokenizer": tokenizer.key}
         out.append(g.make("tokenize", f"tokenize {name}", config, inputs, source=name))
     return out
 

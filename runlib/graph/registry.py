@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runlib.curate.config import CurateShardConfig, CurateSourceConfig
+from runlib.curate.config import (
+    CurateShardConfig,
+    CurateSourceConfig,
+    FilterQualityConfig,
+    TrainClassifierConfig,
+    TrainNgramLmConfig,
+)
 from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.eval.config import EvalConfig
@@ -92,6 +98,27 @@ def _curate_source(graph: StageGraph, node: StageNode, out: Path) -> dict[str, A
     return curate_source(node.config_as(CurateSourceConfig), shard_dirs, out, source_name=node.params["source"])
 
 
+def _train_classifier(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.curate.quality import train_classifier_stage
+
+    config = node.config_as(TrainClassifierConfig)
+    return train_classifier_stage(config, input_dirs(graph, node), out, source_name=node.params["source"])
+
+
+def _train_ngram_lm(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.curate.quality import train_ngram_lm_stage
+
+    config = node.config_as(TrainNgramLmConfig)
+    return train_ngram_lm_stage(config, input_dirs(graph, node), out, source_name=node.params["source"])
+
+
+def _filter_quality(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.curate.quality import filter_quality
+
+    config = node.config_as(FilterQualityConfig)
+    return filter_quality(config, input_dirs(graph, node), out, source_name=node.params["source"])
+
+
 def _train_tokenizer(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.tokenizer.train import train_tokenizer
 
@@ -148,6 +175,33 @@ KINDS: tuple[StageKind, ...] = (
         _curate_source,
         "join a source's shards: dedup across shards, split off the held-out documents",
         Resources(threads=1, mem_mb=2000, runtime_min=30),
+    ),
+    StageKind(
+        "train_classifier",
+        1,
+        TrainClassifierConfig,
+        nodes.train_classifier_nodes,
+        _train_classifier,
+        "train a source's fastText quality classifier: anchors' documents against its own (curate.classifier)",
+        Resources(threads=1, mem_mb=4000, runtime_min=60),
+    ),
+    StageKind(
+        "train_ngram_lm",
+        1,
+        TrainNgramLmConfig,
+        nodes.train_ngram_lm_nodes,
+        _train_ngram_lm,
+        "train an n-gram language model on reference sources (curate.perplexity)",
+        Resources(threads=1, mem_mb=4000, runtime_min=60),
+    ),
+    StageKind(
+        "filter_quality",
+        1,
+        FilterQualityConfig,
+        nodes.filter_quality_nodes,
+        _filter_quality,
+        "score a source's curated documents by classifier and perplexity, and keep those the spec says",
+        Resources(threads=1, mem_mb=4000, runtime_min=60),
     ),
     StageKind(
         "train_tokenizer",

@@ -1,6 +1,7 @@
 """`runlib docs SPEC --source NAME`: the documents curation kept (train.jsonl or heldout.jsonl of the source's
-curate_source artifact) or the sample of those it dropped (dropped.jsonl of each curate_shard artifact, then of
-curate_source: curate.keep_dropped per step and reason), streamed as JSONL on stdout. Each artifact is verified
+filter_quality artifact when it has quality filters, else of its curate_source) or the sample of those it dropped
+(dropped.jsonl of each curate_shard artifact, then of curate_source and filter_quality: curate.keep_dropped per
+step and reason), streamed as JSONL on stdout. Each artifact is verified
 against its manifest before a line of it is read (runlib.store.artifacts.verify_node)."""
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ def curated_docs(
         raise UserError(f"--source {source[:80]!r}: the spec has no such source; its sources: {', '.join(sources)}")
     graph = build_graph(spec)
     joined = graph.find("curate_source", source=source)
+    filtered = [n for n in graph.of("filter_quality") if n.params.get("source") == source]
+    finished = filtered[0] if filtered else joined  # the documents the source trains on
     if not dropped:
         if reason is not None:
             raise UserError("--reason selects among dropped documents: give --dropped too")
-        yield from _lines(_built(joined, spec_path) / SPLIT_FILES[split])
+        yield from _lines(_built(finished, spec_path) / SPLIT_FILES[split])
         return
     if not sources[source].curate.keep_dropped:
         raise UserError(
@@ -75,7 +78,7 @@ def curated_docs(
             "set it (e.g. keep_dropped: 20, per step and reason) and run the workflow again"
         )
     shards = [n for n in graph.of("curate_shard") if n.params.get("source") == source]
-    dirs = [_built(n, spec_path) for n in shards] + [_built(joined, spec_path)]
+    dirs = [_built(n, spec_path) for n in [*shards, joined, *filtered]]
     if reason is not None:
         _check_reason(source, reason, dirs)
     for row in _dropped_rows(dirs):

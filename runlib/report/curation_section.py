@@ -1,5 +1,5 @@
 """The run report's curation funnel: for each source whose curate_source artifact is built, every step from the
-first read to the held-out split with its documents and characters in and out and the reasons it dropped or
+first read to the held-out split (and the quality filters after it) with its documents and characters in and out and the reasons it dropped or
 changed documents (stats.json, summed over the shards, then the join's own steps: runlib.curate.source)."""
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def curation_blocks(run: RunData) -> list[Block]:
     """A table per source with a built curate_source artifact; a line for the sources not curated yet."""
     blocks: list[Block] = []
     waiting = []
-    for node in run.graph.of("curate_source"):
+    filtered = {n.params.get("source"): n for n in run.graph.of("filter_quality")}
+    for joined in run.graph.of("curate_source"):
+        node = filtered.get(joined.params.get("source"), joined)  # its stats hold the join's steps and its own
         state = next((s for s in run.stages if s.node is node), None)
         stats = read_json(node.dir / "stats.json") if state is not None and state.built else None
         steps = stats.get("steps") if stats is not None else None
@@ -64,7 +66,7 @@ def curation_blocks(run: RunData) -> list[Block]:
     intro = (
         "Each step's documents and characters in and out, and why it dropped or changed documents (reasons "
         "with their counts; `runlib docs SPEC --source NAME --dropped` shows a sample where curate.keep_dropped "
-        "is set). Shards are summed; the join's steps follow."
+        "is set). Shards are summed; the join's steps follow, then the quality filters' (classifier, perplexity)."
     )
     if waiting:
         intro += f" Not curated yet: {', '.join(waiting)}."

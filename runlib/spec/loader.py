@@ -28,6 +28,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from runlib.errors import Diagnostic, SpecError, UserError
+from runlib.spec.anchors import anchor_problems
 from runlib.spec.bounded_yaml import (
     MAX_DOCUMENT_BYTES,
     MAX_KEY_CHARS,
@@ -623,6 +624,7 @@ def _cross_field_problems(spec: RunSpec) -> list[tuple[str, str]]:
             problems.append(
                 (f"eval.tasks[{i}].from_heldout", f"unknown source {task.from_heldout!r}; sources: {known}")
             )
+    problems += anchor_problems(spec)
     if spec.model.vocab_size is None and spec.tokenizer.vocab_size is None:
         problems.append(
             ("model.vocab_size", "model.vocab_size is required when the tokenizer's size is unknown (pretrained)")

@@ -125,6 +125,9 @@ SCAFFOLD: dict[str, Any] = {
         "over": "50%",
     },
     "schedule.lr_steps": [{"after": "50%", "lr_ratio": 0.3}, {"after": "80%", "lr_ratio": 0.1}],
+    # quality filters anchored on the spec's last source (invalid, so skipped, on that source itself)
+    "data.sources.*.curate.classifier": lambda data: {"positives": [list(data["data"]["sources"])[-1]]},
+    "data.sources.*.curate.perplexity": lambda data: {"reference": [list(data["data"]["sources"])[-1]]},
     # a branch of the last phase at half the context (valid only there: on another phase the graph refuses it)
     "phases[].branches": lambda data: [
         {"name": "scaffold", "mixture": dict(data["phases"][-1]["mixture"]), "seq_len": data["model"]["seq_len"] // 2}
@@ -179,6 +182,16 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
         ({}, {"blocklist": files["a"]}),
         ({"blocklist": files["a"]}, {"blocklist": files["b"]}),
     ],
+    # an anchor is another source of the spec
+    "data.sources.*.curate.classifier.positives": lambda cur, data, files: [
+        ({}, {"positives": [s]}) for s in data["data"]["sources"] if s not in cur
+    ],
+    "data.sources.*.curate.perplexity.reference": lambda cur, data, files: [
+        ({}, {"reference": [s]}) for s in data["data"]["sources"] if s not in cur
+    ],
+    "data.sources.*.curate.perplexity.keep_range": lambda cur, data, files: [({}, {"keep_range": [1.0, 500.0]})],
+    "data.sources.*.curate.perplexity.order": lambda cur, data, files: [({}, {"order": 4})],
+    "data.sources.*.curate.classifier.bucket": lambda cur, data, files: [({}, {"bucket": 50_000})],
     "hardware.peak_tflops": lambda cur, data, files: [({}, {"peak_tflops": {"fp32": 1.0, "bf16": 2.0}})],
     "audit.ignore": lambda cur, data, files: [({}, {"ignore": {**(cur or {}), "PAR005": "a reason"}})],
     # an lm-eval task names its task (runlib's shipped ones run offline) instead of path / from_heldout

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from runlib.cli import main
-from runlib.curate.sample_web import BANNED_WORD, BLOCKED_HOST, NAV_WORDS, sample_crawl
+from runlib.curate.sample_web import BANNED_WORD, BLOCKED_HOST, DEMO_MODULES, NAV_WORDS, sample_crawl
 from runlib.graph.build import build_graph
 from runlib.spec import load_spec
 from runlib.store.settings import done_stamp
@@ -92,3 +92,53 @@ def test_a_warc_source_is_curated_by_snakemake(workdir, capsys):
     assert "url_filter:banned_word (1)" in capsys.readouterr().err
     assert main(["docs", str(spec), "--source", "nope"]) == 2
     assert "its sources: docs" in capsys.readouterr().err
+
+
+QUALITY_SOURCE = """    web:
+      domain: web
+      input: {format: warc, path: "crawl/*.warc.gz"}
+      tokens: 100K
+      curate:
+        min_chars: 200
+        dedup: {exact: true}
+        classifier: {positives: [docs], negatives_docs: 30, keep_top_fraction: 0.5, dim: 16, bucket: 20000, epoch: 10, lr: 0.5}
+        perplexity: {reference: [docs], keep_percentiles: [0, 90]}
+        keep_dropped: 2
+"""
+
+
+def test_quality_filters_train_in_the_dag_and_score_every_document(workdir):
+    sample_crawl(workdir / "crawl", files=2, modules=DEMO_MODULES)
+    text = TINY.read_text()
+    anchor = "    code:\n"
+    assert anchor in text
+    spec = workdir / "quality.yaml"
+    spec.write_text(text.replace(anchor, QUALITY_SOURCE + anchor, 1))
+    graph = build_graph(load_spec(str(spec)).spec)
+    node = graph.find("filter_quality", source="web")
+    assert set(node.inputs) == {"curated", "classifier", "ngram_lm"}
+    assert graph.find("tokenize", source="web").inputs["curated"] == node.key  # training reads the filtered data
+    proc = snakemake(workdir, spec, "--cores", "2", str(done_stamp("filter_quality", node.key)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    artifacts = workdir / "work" / "artifacts"
+    classifier = json.loads((artifacts / "train_classifier" / node.inputs["classifier"] / "stats.json").read_text())
+    assert {"precision", "recall", "f1"} <= set(classifier["counts"])
+    stats = json.loads((artifacts / "filter_quality" / node.key / "stats.json").read_text())
+    perplexity, scored = stats["steps"][-2:]
+    assert (perplexity["step"], scored["step"]) == ("perplexity", "classifier")
+    assert scored["docs_out"] == -(-scored["docs_in"] // 2)  # the top half by score, rounded up
+    rows = [
+        json.loads(line)
+        for name in ("train.jsonl", "heldout.jsonl")
+        for line in (artifacts / "filter_quality" / node.key / name).open()
+    ]
+    assert len(rows) == scored["docs_out"]
+    low, high = perplexity["keep_range"]
+    assert all(low <= r["perplexity"] <= high and r["quality_score"] >= scored["threshold"] for r in rows)
+
+    # another spec that names the same anchors the same way reuses the models: same keys
+    other = workdir / "other.yaml"
+    other.write_text(spec.read_text().replace("name: tiny", "name: tiny-other").replace("lr: 3.0e-3", "lr: 2.0e-3"))
+    again = build_graph(load_spec(str(other)).spec).find("filter_quality", source="web")
+    assert again.inputs == node.inputs and again.key == node.key

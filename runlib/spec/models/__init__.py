@@ -33,6 +33,7 @@ from runlib.spec.models.base import (
     restore_plugins_env,
 )
 from runlib.spec.models.data import (
+    ClassifierSpec,
     CurateSpec,
     DataSpec,
     DedupSpec,
@@ -40,8 +41,10 @@ from runlib.spec.models.data import (
     FimSpec,
     InputSpec,
     MinhashSpec,
+    PerplexitySpec,
     SourceName,
     SourceSpec,
+    SubstringSpec,
     TokenizerSpec,
     UrlFilterSpec,
 )
@@ -112,7 +115,9 @@ __all__ = [
     "LRStep",
     "LadderSpec",
     "LinearRamp",
+    "ClassifierSpec",
     "MinhashSpec",
+    "PerplexitySpec",
     "UrlFilterSpec",
     "ModelSpec",
     "MonitorSpec",
@@ -131,6 +136,7 @@ __all__ = [
     "Sharding",
     "SourceName",
     "SourceSpec",
+    "SubstringSpec",
     "SpecModel",
     "SpikeSpec",
     "TokenizerSpec",

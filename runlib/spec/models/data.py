@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from runlib.spec.models.base import (
     MAX_NAME_CHARS,
@@ -99,11 +99,25 @@ class MinhashSpec(SpecModel):
     each LSH candidate pair by a second, exact similarity (edit similarity) before calling it a duplicate."""
 
 
-class DedupSpec(SpecModel):
+class SubstringSpec(SpecModel):
+    """Exact substring dedup (Lee et al. 2022, arXiv 2107.06499, ExactSubstr: a suffix array over the data,
+    runs of at least 50 tokens that occur twice removed), within each curate_shard: a repeat whose copies lie in
+    different shards stays (at most input.shards copies of a span survive)."""
+
+    min_tokens: int = Field(50, ge=5, le=100_000)
+    """Shortest repeated run removed, in tokens: runs of word characters and single punctuation marks (Lee et
+    al. count GPT-2 BPE tokens); the first copy in input order is kept."""
+
+
+class DedupSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"substring"})
+
     exact: bool = True
     """Drop documents whose normalized text hashes equal (SHA-256)."""
     minhash: MinhashSpec | None = None
     """Near-duplicate removal by MinHash LSH."""
+    substring: SubstringSpec | None = None
+    """Repeated spans cut out of the documents (after exact dedup, before the MinHash signatures)."""
 
 
 class UrlFilterSpec(SpecModel):
@@ -116,8 +130,76 @@ class UrlFilterSpec(SpecModel):
     """Words that drop a page when one is a whole word of its URL (the URL split on non-alphanumerics)."""
 
 
+AnchorName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)]
+
+
+class ClassifierSpec(SpecModel):
+    """A fastText quality classifier trained inside the workflow: this source's curated documents are the
+    negatives, the anchors' curated documents the positives (DCLM, Li et al. 2024, arXiv 2406.11794,
+    section 4.4: fastText on OpenHermes 2.5 and ELI5 against RefinedWeb, keeping the top 10%)."""
+
+    positives: list[AnchorName] = Field(min_length=1, max_length=64)
+    """Sources of this spec whose curated train split holds the kind of text to keep (each itself without a
+    classifier or perplexity filter)."""
+    negatives_docs: int = Field(5000, ge=20, le=10_000_000)
+    """Documents of this source (after its other curation steps) sampled as negatives, and as many positives at
+    most (the smallest SHA-256 first: a choice of the texts, stable across reruns)."""
+    keep_top_fraction: float | None = Field(None, gt=0, le=1)
+    """Keep this fraction of the source's documents, the highest scores first (DCLM: 0.1). Exactly one of
+    keep_top_fraction and keep_threshold; neither: 0.1."""
+    keep_threshold: float | None = Field(None, ge=0, le=1)
+    """Keep the documents whose probability of the positive label is at least this."""
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    """fastText's seed and the held-out split's (10% of each class, for precision and recall)."""
+    epoch: int = Field(5, ge=1, le=1000)
+    """fastText epochs (DCLM: 5)."""
+    lr: float = Field(0.1, gt=0, le=10)
+    """fastText learning rate (DCLM: 0.1; a few thousand documents separate better at 0.5 over 10 epochs)."""
+    dim: int = Field(100, ge=2, le=1000)
+    """fastText embedding dimension (DCLM: 100)."""
+    bucket: int = Field(200_000, ge=1000, le=10_000_000)
+    """Rows of the hashed bigram table (fastText's default is 2,000,000, DCLM's too: its model file holds
+    bucket x dim x 4 bytes, 800 MB at dim 100; 200,000 makes it 80 MB)."""
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> ClassifierSpec:
+        if self.keep_top_fraction is not None and self.keep_threshold is not None:
+            raise ValueError("give one of keep_top_fraction and keep_threshold; fix: remove one")
+        return self
+
+
+class PerplexitySpec(SpecModel):
+    """An n-gram language model trained inside the workflow on reference sources, scoring this source's
+    documents by perplexity (CCNet, Wenzek et al. 2020, arXiv 1911.00359, section 3.3: a 5-gram KenLM model
+    on Wikipedia; head, middle and tail thirds by perplexity)."""
+
+    reference: list[AnchorName] = Field(min_length=1, max_length=64)
+    """Sources of this spec whose curated train split the model is trained on (each itself without a
+    classifier or perplexity filter)."""
+    order: int = Field(3, ge=2, le=5)
+    """n of the n-gram model (CCNet: 5)."""
+    keep_percentiles: tuple[float, float] | None = None
+    """Keep the documents whose perplexity lies within these percentiles of this source's perplexities, both
+    included: [0, 66.7] keeps CCNet's head and middle. Exactly one of keep_percentiles and keep_range;
+    neither: [0, 66.7]."""
+    keep_range: tuple[float, float] | None = None
+    """Keep the documents whose perplexity lies within [low, high]."""
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> PerplexitySpec:
+        if self.keep_percentiles is not None and self.keep_range is not None:
+            raise ValueError("give one of keep_percentiles and keep_range; fix: remove one")
+        low, high = self.keep_percentiles or (0.0, 100.0)
+        if not 0 <= low <= high <= 100:
+            raise ValueError(f"keep_percentiles [{low}, {high}]: give 0 <= low <= high <= 100, e.g. [0, 66.7]")
+        low, high = self.keep_range or (1.0, 1.0)
+        if not 1 <= low <= high:  # a perplexity is at least 1
+            raise ValueError(f"keep_range [{low}, {high}]: give 1 <= low <= high (perplexities are at least 1)")
+        return self
+
+
 class CurateSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"url_filter", "keep_dropped"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"url_filter", "keep_dropped", "classifier", "perplexity"})
 
     normalize: Literal["NFC", "NFKC", "none"] = "NFC"
     """Unicode normalization form."""
@@ -137,6 +219,12 @@ class CurateSpec(KeyedWhenSet):
     model) is refused: no such model ships with runlib or can be downloaded at run time (RUN013)."""
     url_filter: UrlFilterSpec | None = None
     """URL and domain filtering (warc sources: their documents carry URLs)."""
+    classifier: ClassifierSpec | None = None
+    """A quality classifier trained on anchor sources; documents kept by score (after dedup, in the
+    source's filter_quality stage)."""
+    perplexity: PerplexitySpec | None = None
+    """An n-gram language model trained on reference sources; documents kept by perplexity (after dedup, in
+    the source's filter_quality stage)."""
     keep_dropped: int = Field(0, ge=0, le=10_000)
     """Documents kept per step and reason among those curation drops (the first in input order, per shard
     and in the join), for `runlib docs --dropped`; 0 keeps none."""
