@@ -267,11 +267,11 @@ def _cmd_sample_web(args: argparse.Namespace) -> int:
     """A sample crawl made from this machine's pydoc pages (runlib.curate.sample_web)."""
     from pathlib import Path
 
-    from runlib.curate.sample_web import sample_crawl
+    from runlib.curate.sample_web import DEMO_TOPICS, sample_crawl
 
     if not 1 <= args.files <= 1000:
         raise UserError(f"--files {args.files}: give 1 to 1000 WARC files")
-    paths = sample_crawl(Path(args.directory), args.files)
+    paths = sample_crawl(Path(args.directory), args.files, topics=DEMO_TOPICS)
     print(f"sample crawl: {', '.join(str(p) for p in paths)} and {Path(args.directory) / 'blocklist'}")
     return 0
 

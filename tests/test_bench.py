@@ -192,3 +192,51 @@ def test_deadline_restores_the_handler_and_is_a_no_op_off_the_main_thread():
     thread.start()
     thread.join()
     assert seen == [before]
+
+
+def test_curate_web_reports_both_sides_their_ratio_and_agreement(capsys):
+    """runlib.bench.curate_web --quick: a runlib and a datatrove row per configuration (pages, kept, positive
+    wall seconds and rates, the ratio), and per configuration the agreement with its stage-by-stage funnel."""
+    from runlib.bench import curate_web
+
+    assert curate_web.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    records = int(out.split(" records (")[0].rsplit(" ", 1)[1])
+    assert records > 10 and "no language identification on either side" in out
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("configuration"))
+    assert lines[start].split()[1:] == [
+        "side",
+        "extractor",
+        "pages",
+        "kept",
+        "wall",
+        "s",
+        "docs/s/core",
+        "runlib/datatrove",
+    ]
+    end = next(i for i, line in enumerate(lines) if line.startswith("(pages:"))
+    rows = [line.split() for line in lines[start + 1 : end]]
+    runlib_rows = [r[r.index("runlib") :] for r in rows if "runlib" in r]
+    datatrove_rows = [r for r in rows if r[0] == "datatrove"]
+    assert [r[1] for r in runlib_rows] == ["resiliparse", "trafilatura"]
+    if curate_web.datatrove_missing():  # datatrove and what its steps import are not installed: runlib only
+        assert "datatrove: skipped, not installed" in out and not datatrove_rows
+        return
+    assert len(datatrove_rows) == 2 and datatrove_rows[0] == datatrove_rows[1]  # one run, shared by (a) and (b)
+    for r in runlib_rows + datatrove_rows:
+        pages, kept, wall, rate = int(r[2]), int(r[3]), float(r[4]), float(r[5])
+        assert 0 < pages < records and 0 <= kept <= pages and wall > 0
+        assert rate == pytest.approx(records / wall, rel=0.05)
+    assert all(r[6].endswith("x") and float(r[6][:-1]) > 0 for r in runlib_rows)
+    for label in ("(a)", "(b)"):
+        block = out.split(f"\n{label} kept-URL agreement (Jaccard): ")[1].split("\n\n")[0].splitlines()
+        figure = block[0].split(";")[0]
+        assert figure == "-" or 0 <= float(figure) <= 1
+        funnel = [line.split() for line in block[2:9]]
+        assert [f[0] for f in funnel] == list(curate_web.STAGES)
+        for column in (1, 2):  # a stage keeps at most what the one before it left
+            assert all(int(a[column]) >= int(b[column]) for a, b in zip(funnel, funnel[1:], strict=False))
+            assert int(funnel[0][column]) - int(funnel[1][column]) == 2  # the blocked host, the banned word
+        assert any(line.startswith("  kept by runlib only") for line in block)
+    assert "(a) runlib >= 5x datatrove docs/s/core" in out and "(b) agreement >= 0.95" in out

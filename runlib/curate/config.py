@@ -26,7 +26,7 @@ class InputFile(StageConfig):
 class CurateShardConfig(StageConfig):
     """One shard of one source: where its documents come from and every curation step applied to them."""
 
-    KEYED_WHEN_SET = frozenset({"python", "extractor", "url_blocklist", "pii_kinds"})
+    KEYED_WHEN_SET = frozenset({"python", "extractor", "url_blocklist", "pii_kinds", "quality_rules"})
 
     input: InputSpec
     """The source's input (format, path glob, builtin name, text field, max_docs, shards)."""
@@ -60,6 +60,11 @@ class CurateShardConfig(StageConfig):
     pii_kinds: list[str] = []
     """The kinds of personal data that curate.pii masks or drops (runlib.curate.rules.PII_KINDS): a shard
     curated when fewer kinds were found is another artifact; [] (and left out of the key) for pii: keep."""
+
+    quality_rules: dict[str, str] = {}
+    """How a rule set of curate.quality counts, where it changed since its first version (runlib.curate.rules:
+    gopher -> GOPHER_RULES): a shard curated under the old counting is another artifact; {} (and left out of
+    the key) when no such rule set is used."""
 
 
 class CurateSourceConfig(StageConfig):

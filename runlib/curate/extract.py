@@ -12,11 +12,14 @@ or id that names a menu, sidebar, footer, header, breadcrumb, banner, toolbar, p
 block) becomes an <ol>, so a content list is kept, as numbered lines, and menus still go.
 
 trafilatura: `trafilatura.extract` as FineWeb's pipeline calls it through datatrove's Trafilatura step
-(Penedo et al. 2024, arXiv 2406.17557, section 3.2: favour precision, no comments, deduplicated lines);
-tables included.
+(Penedo et al. 2024, arXiv 2406.17557, section 3.2: favour precision, no comments), tables included, but
+without its `deduplicate`: that option counts the text segments of every page the process extracted before
+(a process-wide LRU cache, trafilatura/deduplication.py), so the fourth extraction of the same page came back
+empty (measured with trafilatura 2.3.1), and a page's text depended on which pages its job saw first. The
+dedup steps do that work here, by content.
 
-Both are deterministic for the same HTML and library version; the version is part of the stage's key
-(runlib.curate.config.CurateShardConfig.extractor).
+Both are deterministic for the same HTML and library version (a test extracts a page five times); the
+version is part of the stage's key (runlib.curate.config.CurateShardConfig.extractor).
 """
 
 from __future__ import annotations
@@ -82,6 +85,6 @@ def extract_text(html: str, extractor: Extractor) -> str:
     import trafilatura  # lxml and its html cleaner: loaded only by a source that asks for it
 
     found = trafilatura.extract(
-        html, favor_precision=True, include_comments=False, include_tables=True, deduplicate=True
+        html, favor_precision=True, include_comments=False, include_tables=True, deduplicate=False
     )
     return (found or "").strip()

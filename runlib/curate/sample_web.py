@@ -52,6 +52,38 @@ def module_page(name: str) -> str:
     )
 
 
+def _topics() -> tuple[str, ...]:
+    from pydoc_data.topics import topics
+
+    return tuple(sorted(name for name, text in topics.items() if len(text) > 1500))
+
+
+DEMO_TOPICS = _topics()
+"""The language reference's longer topics (pydoc_data.topics, the text of `help('assert')`): prose pages, where
+the module pages are mostly signatures, so that the quality rules have pages to keep."""
+
+
+_MARKUP = str.maketrans("", "", "\"'`*()[]{}=:<>|")
+
+
+def topic_page(name: str) -> str:
+    """The reference topic `name` as a page of its paragraphs, in the site's chrome."""
+    from html import escape
+    from pydoc_data.topics import topics
+
+    # the prose only, as plain prose: the grammar and code blocks (indented) and the quotes and brackets around
+    # names are punctuation that Gopher's rules count against a page (a token without a letter)
+    blocks = [b.translate(_MARKUP) for b in topics[name].split("\n\n") if b.strip() and not b.startswith(" ")]
+    body = "\n".join(f"<p>{escape(' '.join(b.split()))}</p>" for b in blocks if b.strip())
+    return (
+        f"<!DOCTYPE html><html><head><title>{name}</title></head><body>\n"
+        f'<header class="site-header"><a href="/">{NAV_WORDS[0]}</a></header>\n'
+        f'<nav><ul><li><a href="/a">{NAV_WORDS[1]}</a></li><li><a href="/b">{NAV_WORDS[2]}</a></li></ul></nav>\n'
+        f"<main><article><h1>{escape(name)}</h1>\n{body}\n</article></main>\n"
+        f'<footer class="site-footer">{NAV_WORDS[4]} 2024</footer>\n</body></html>\n'
+    )
+
+
 @dataclass
 class Record:
     url: str
@@ -118,8 +150,9 @@ def _near_duplicate(html: str) -> str:
     return html.replace("rendered by pydoc from its docstrings", "rendered by pydoc from its docstrings (mirror 2)")
 
 
-def sample_records(modules: tuple[str, ...] = MODULES) -> list[Record]:
-    """One crawl's records: the pages of `modules` and every planted case (module docstring)."""
+def sample_records(modules: tuple[str, ...] = MODULES, topics: tuple[str, ...] = ()) -> list[Record]:
+    """One crawl's records: the pages of `modules` and of `topics` (at /reference/<topic>.html) and every
+    planted case (module docstring)."""
     pages = {name: module_page(name) for name in modules}
     first = modules[0]
     pii_page = pages[modules[1]].replace("<main><article>", f"<main><article><p>{PII_PARAGRAPH}</p>", 1)
@@ -138,14 +171,17 @@ def sample_records(modules: tuple[str, ...] = MODULES) -> list[Record]:
         Record("http://docs.example.org/", b"", status=301),
         Record("https://docs.example.org/manual.pdf", b"%PDF-1.4 binary", content_type="application/pdf"),
         Record("https://docs.example.org/cut.html", pages[first].encode(), extra_headers={"WARC-Truncated": "length"}),
+        *[html_record(f"https://docs.example.org/reference/{t}.html", topic_page(t)) for t in topics],
     ]
 
 
-def sample_crawl(directory: Path, files: int = 2, modules: tuple[str, ...] = DEMO_MODULES) -> list[Path]:
+def sample_crawl(
+    directory: Path, files: int = 2, modules: tuple[str, ...] = DEMO_MODULES, topics: tuple[str, ...] = ()
+) -> list[Path]:
     """Write the sample crawl into `directory`: `files` WARC files (records dealt round-robin) and a
     UT1-style blocklist folder (blocklist/ads/domains). Returns the WARC files."""
     directory.mkdir(parents=True, exist_ok=True)
-    records = sample_records(modules)
+    records = sample_records(modules, topics)
     paths = []
     for i in range(files):
         paths.append(write_warc(directory / f"crawl-{i:05d}.warc.gz", records[i::files]))

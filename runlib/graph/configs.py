@@ -30,7 +30,7 @@ from runlib.curate.config import (
 )
 from runlib.curate.extract import extractor_version
 from runlib.curate.inputs import source_inputs
-from runlib.curate.rules import PII_KINDS
+from runlib.curate.rules import GOPHER_RULES, PII_KINDS
 from runlib.curate.versions import CLASSIFIER_HELDOUT_FRACTION, CLASSIFIER_WORD_NGRAMS, fasttext_version
 from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
@@ -129,6 +129,7 @@ def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, l
                 extractor=extractor_version(source.input.extract or "resiliparse") if warc else None,
                 url_blocklist=blocklist,
                 pii_kinds=list(PII_KINDS) if source.curate.pii != "keep" else [],
+                quality_rules={"gopher": GOPHER_RULES} if "gopher" in source.curate.quality else {},
             )
             for i, files in enumerate(shards)
         ]

@@ -4,9 +4,19 @@ changed documents (stats.json, summed over the shards, then the join's own steps
 
 from __future__ import annotations
 
-from runlib.audit.render.report import Block, Heading, Para, Table
+from pathlib import Path
+
+from runlib.audit.render import plots
+from runlib.audit.render.report import Block, Heading, Image, Para, Table
 from runlib.report.collect import JsonObject, RunData, is_number, json_object, read_json
 from runlib.spec.units import format_count
+
+PLOT = "quality.png"
+CAPTION = (
+    "The quality filters' scores of each source's curated documents (after dedup): perplexity under the "
+    "n-gram model of its reference sources (log scale) and the classifier's probability of the anchors' "
+    "label, with the cut-offs of what was kept (dashed)."
+)
 
 TOP_REASONS = 6  # reasons shown per step, the largest first; the rest are summed as "other"
 
@@ -70,7 +80,50 @@ def curation_blocks(run: RunData) -> list[Block]:
     )
     if waiting:
         intro += f" Not curated yet: {', '.join(waiting)}."
-    return [Heading(2, "Curation"), Para(intro), *blocks]
+    figure = [Image(PLOT, "Quality scores", CAPTION)] if run.graph.of("filter_quality") else []
+    return [Heading(2, "Curation"), Para(intro), *blocks, *figure]
+
+
+def _score_steps(run: RunData) -> list[tuple[str, JsonObject]]:
+    """(source, step row) of each built filter_quality's perplexity and classifier steps."""
+    out = []
+    for node in run.graph.of("filter_quality"):
+        stats = read_json(node.dir / "stats.json") or {}
+        steps = stats.get("steps")
+        for raw in steps if isinstance(steps, list) else []:
+            row = json_object(raw)
+            if row.get("step") in ("perplexity", "classifier"):
+                out.append((str(node.params.get("source")), row))
+    return out
+
+
+def plot_quality(run: RunData, path: Path) -> Path:
+    """quality.png: a histogram per source and filter, with its cut-offs (CAPTION)."""
+    rows = _score_steps(run)
+    fig, axes = plots.new_figure(rows=max(1, len(rows)), height=2.6 * max(1, len(rows)) + 0.6)
+    if not rows:
+        plots.mark_empty(axes[0], "no quality filter is built yet")
+    for ax, (source, row) in zip(axes, rows, strict=False):
+        hist = json_object(row.get("histogram"))
+        edges, counts = hist.get("edges"), hist.get("counts")
+        if not isinstance(edges, list) or not isinstance(counts, list) or len(edges) != len(counts) + 1 or not counts:
+            plots.mark_empty(ax, f"{source}: no {row.get('step')} scores")
+            continue
+        widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
+        ax.bar(edges[:-1], counts, width=widths, align="edge", color="tab:blue", alpha=0.7, edgecolor="white")
+        perplexity = row.get("step") == "perplexity"
+        if perplexity:
+            ax.set_xscale("log")
+        raw_cuts = row.get("keep_range") if perplexity else [row.get("threshold")]
+        for cut in raw_cuts if isinstance(raw_cuts, list) else []:
+            if is_number(cut):
+                ax.axvline(float(cut), color="black", ls="--", lw=1.0)
+        label = "perplexity" if perplexity else "classifier score"
+        kept = f"{row.get('docs_out')} of {row.get('docs_in')} kept"
+        ax.set_title(f"{source}: {label} ({kept})", fontsize=10)
+        ax.set_ylabel("documents")
+    plots.save_png(fig, path)
+    return Path(path)
 
 
 HEADERS = ("Step", "Kind", "Docs in", "Docs out", "Kept", "Chars in", "Chars out", "Reasons")

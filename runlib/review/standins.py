@@ -19,12 +19,15 @@ import ast
 import glob
 import itertools
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from runlib.curate import builtin
+from runlib.curate.extract import Extractor, extract_text
 from runlib.curate.readers import read_documents
+from runlib.curate.warc import read_warc
 from runlib.errors import UserError
 from runlib.util.globs import match_files
 
@@ -99,9 +102,19 @@ def file_texts(source_name: str, source: Any, count: int) -> list[str]:
         matches = match_files(os.path.join(glob.escape(pattern), "**", "*"), field, include_hidden=True)
     else:
         matches = match_files(pattern, field)
+    if source.input.format == "warc":
+        return _web_texts([m.path for m in matches], source.input.extract or "resiliparse", count)
     capped = source.model_copy(update={"input": source.input.model_copy(update={"max_docs": count})})
     docs = read_documents(source_name, capped, [m.path for m in matches])
     return [text for _, text in itertools.islice(docs, count)]
+
+
+def _web_texts(paths: list[str], extractor: Extractor, count: int) -> list[str]:
+    """The text of the first `count` HTML pages of the WARC files, extracted as curate_shard does (before the
+    URL filter: an estimate, which curation only makes smaller)."""
+    skipped: Counter[str] = Counter()
+    pages = (page for path in paths for page in read_warc(path, skipped))
+    return [extract_text(page.html, extractor) for page in itertools.islice(pages, count)]
 
 
 def source_train_tokens(source_name: str, source: Any, shrunk_input: dict[str, Any], heldout_docs: int) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runlib.curate.counts import validate_counts
-from runlib.curate.extract import extract_text, keep_content_lists
+from runlib.curate.extract import EXTRACTORS, extract_text, keep_content_lists
 from runlib.curate.sample_web import (
     CONTENT_LIST_ITEM,
     MODULES,
@@ -198,3 +198,12 @@ def test_the_extractor_and_the_blocklist_are_in_the_key(tmp_path):
     edited = curate_shard_configs(_web_spec(tmp_path, url_filter={"blocklist": "blocked"}))["web"][0]
     dumps = {c.model_dump_json() for c in (base, other, listed, edited)}
     assert len(dumps) == 4
+
+
+@pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_extraction_does_not_depend_on_the_pages_extracted_before(extractor):
+    """trafilatura's own deduplicate option remembers every page the process saw: the fourth extraction of a
+    page came back empty with it on."""
+    page = module_page("heapq")
+    texts = {extract_text(page, extractor) for _ in range(5)}
+    assert len(texts) == 1 and len(texts.pop()) > 500

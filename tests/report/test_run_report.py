@@ -149,6 +149,11 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
                  "chars_out": 4_900_000},
             ]  # fmt: skip
             (node.dir / "stats.json").write_text(json.dumps({"steps": steps}))
+        elif node.stage == "filter_quality":
+            histogram = {"edges": [i / 10 for i in range(11)], "counts": [9, 8, 7, 6, 5, 4, 3, 2, 1, 5]}
+            scored = {"step": "classifier", "kind": "filter", "docs_in": 50, "docs_out": 5, "chars_in": 500,
+                      "chars_out": 50, "reasons": {"low_score": 45}, "threshold": 0.9, "histogram": histogram}  # fmt: skip
+            (node.dir / "stats.json").write_text(json.dumps({"steps": [scored]}))
         walls[node.instance] = wall_time(i)
         write_fake_manifest(node.dir, node, wall_seconds=wall_time(i), counts=counts, details=details)
     return graph, walls
@@ -339,3 +344,14 @@ def test_honest_numbers_of_a_cpu_run(tmp_path: Path, work: Path) -> None:
     for text in (md, page):
         assert f"Fewer examples than requested: hellaswag-mini: {cap}." in text
         assert "exponential moving average over tokens" in text and "ln(vocabulary)" in text
+
+
+def test_quality_filters_get_their_funnel_rows_and_score_plot(tmp_path: Path, work: Path) -> None:
+    web = {**SOURCES["web"], "curate": {"classifier": {"positives": ["code"], "keep_top_fraction": 0.1}}}
+    spec_path = write_spec(tmp_path / "spec.yaml", {"data.sources": {**SOURCES, "web": web}})
+    build_fake_run(spec_path)
+    out = write_run_report(str(spec_path))
+    md, page = read_both(out)
+    assert "| classifier | filter | 50 | 5 | 10.0% | 500 | 50 | low_score 45 |" in md
+    assert "Quality scores" in md and '<img src="quality.png"' in page
+    assert (out / "quality.png").read_bytes()[:8] == PNG_MAGIC and (out / "quality.png").stat().st_size > 10_000

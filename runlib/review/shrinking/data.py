@@ -121,6 +121,8 @@ def shrunk_sources(
                 entry["tokens"] = max(1, round(run_tokens_new))
             notes[name] = f"tokens: the published epochs over the shrunk run (its documents were not read: {exc})"
         curate = src.curate.model_dump(exclude_defaults=True)
+        if new_input["format"] != src.input.format:  # a stand-in's documents carry no URL to filter on (RUN011)
+            curate.pop("url_filter", None)
         if curate:
             entry["curate"] = curate
         if src.fim is not None:
