@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runlib.audit.render import plots
 from runlib.audit.render.report import Block, Heading, Image, Para, Table
-from runlib.report.collect import JsonObject, RunData, is_number, json_object, read_json
+from runlib.report.collect import JsonObject, RunData, is_number, json_object, number, read_json
 from runlib.spec.units import format_count
 
 PLOT = "quality.png"
@@ -81,7 +81,27 @@ def curation_blocks(run: RunData) -> list[Block]:
     if waiting:
         intro += f" Not curated yet: {', '.join(waiting)}."
     figure = [Image(PLOT, "Quality scores", CAPTION)] if run.graph.of("filter_quality") else []
-    return [Heading(2, "Curation"), Para(intro), *blocks, *figure]
+    return [Heading(2, "Curation"), Para(intro), *blocks, *_classifier_lines(run), *figure]
+
+
+def _classifier_lines(run: RunData) -> list[Block]:
+    """A line per built classifier: its held-out precision, recall and F1 at score 0.5."""
+    out: list[Block] = []
+    for node in run.graph.of("train_classifier"):
+        counts = json_object((read_json(node.dir / "stats.json") or {}).get("counts"))
+        values = [
+            number(counts.get(m)) for m in ("precision", "recall", "f1", "heldout_positives", "heldout_negatives")
+        ]
+        if all(v is not None for v in values):
+            p, r, f, pos, neg = (float(v or 0) for v in values)
+            out.append(
+                Para(
+                    f"Classifier of {node.params.get('source')}: held-out precision {p:.3f}, recall {r:.3f}, "
+                    f"F1 {f:.3f} at score 0.5 ({int(pos)} anchor and {int(neg)} own documents held "
+                    "out of its training)."
+                )
+            )
+    return out
 
 
 def _score_steps(run: RunData) -> list[tuple[str, JsonObject]]:

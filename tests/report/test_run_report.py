@@ -149,6 +149,15 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
                  "chars_out": 4_900_000},
             ]  # fmt: skip
             (node.dir / "stats.json").write_text(json.dumps({"steps": steps}))
+        elif node.stage == "train_classifier":
+            counts_json = {
+                "precision": 0.9,
+                "recall": 0.75,
+                "f1": 0.818,
+                "heldout_positives": 4,
+                "heldout_negatives": 5,
+            }
+            (node.dir / "stats.json").write_text(json.dumps({"counts": counts_json}))
         elif node.stage == "filter_quality":
             histogram = {"edges": [i / 10 for i in range(11)], "counts": [9, 8, 7, 6, 5, 4, 3, 2, 1, 5]}
             scored = {"step": "classifier", "kind": "filter", "docs_in": 50, "docs_out": 5, "chars_in": 500,
@@ -354,4 +363,5 @@ def test_quality_filters_get_their_funnel_rows_and_score_plot(tmp_path: Path, wo
     md, page = read_both(out)
     assert "| classifier | filter | 50 | 5 | 10.0% | 500 | 50 | low_score 45 |" in md
     assert "Quality scores" in md and '<img src="quality.png"' in page
+    assert "Classifier of web: held-out precision 0.900, recall 0.750, F1 0.818 at score 0.5 (4 anchor" in md
     assert (out / "quality.png").read_bytes()[:8] == PNG_MAGIC and (out / "quality.png").stat().st_size > 10_000
