@@ -240,3 +240,17 @@ def test_curate_web_reports_both_sides_their_ratio_and_agreement(capsys):
             assert int(funnel[0][column]) - int(funnel[1][column]) == 2  # the blocked host, the banned word
         assert any(line.startswith("  kept by runlib only") for line in block)
     assert "(a) runlib >= 5x datatrove docs/s/core" in out and "(b) agreement >= 0.95" in out
+
+
+def test_extract_compare_prints_both_extractors_and_their_agreement(capsys):
+    from runlib.bench import extract_compare
+
+    assert extract_compare.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    table = [line.split() for line in out.splitlines()]
+    rows = {r[0]: r for r in table if len(r) == 5 and r[0] in ("resiliparse", "trafilatura") and r[1] != "/"}
+    assert set(rows) == {"resiliparse", "trafilatura"}
+    for row in rows.values():
+        assert float(row[1]) > 0 and int(row[3].replace(",", "")) > 0 and int(row[4]) == 0  # the chrome is gone
+    median = float(out.split("word-set Jaccard per page: median ")[1].split(",")[0])
+    assert 0.3 < median <= 1.0 and "pages >= 0.9:" in out
