@@ -132,6 +132,7 @@ def _cross_shard_dedup(entries: list[tuple[str, int]], keep: list[bool]) -> dict
         "kind": "filter",
         "docs_in": len(entries),
         "docs_out": sum(keep),
+        "reasons": {"duplicate": len(entries) - sum(keep)},
         "chars_in": sum(c for _, c in entries),
         "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
     }
@@ -159,6 +160,7 @@ def _minhash_dedup(
         "kind": "filter",
         "docs_in": len(candidates),
         "docs_out": len(candidates) - int(near.sum()),
+        "reasons": {"near_duplicate": int(near.sum())},
         "chars_in": chars_in,
         "chars_out": chars_in - sum(entries[i][1] for i in candidates[near].tolist()),
         "ngram": minhash.ngram,

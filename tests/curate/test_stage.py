@@ -84,6 +84,7 @@ def test_exact_dedup_within_and_across_shards():
     steps = {s["step"]: s for s in source["steps"]}
     assert steps["exact_dedup"]["docs_in"] == 8 and steps["exact_dedup"]["docs_out"] == 7
     assert steps["cross_shard_dedup"]["docs_in"] == 7 and steps["cross_shard_dedup"]["docs_out"] == 6
+    assert steps["cross_shard_dedup"]["reasons"] == {"duplicate": 1}
     texts = [r["text"] for r in read_lines("out/source/train.jsonl") + read_lines("out/source/heldout.jsonl")]
     assert sorted(texts) == sorted(["same", "one", "two", "three", "four", "five"])
     # first occurrence wins: "one" keeps the id from shard 0
