@@ -81,6 +81,32 @@ def fake_records(plan, i: int) -> list[dict]:
     return out
 
 
+def _fake_curation_files(node) -> None:
+    """The stats.json that the report's curation section reads, for the curation stages."""
+    if node.stage == "curate_source":
+        steps = [
+            {"step": "length", "kind": "filter", "docs_in": 1000, "docs_out": 900, "chars_in": 5_000_000,
+             "chars_out": 4_900_000, "reasons": {"empty": 10, "too_short": 90}},
+            {"step": "heldout_split", "kind": "filter", "docs_in": 900, "docs_out": 900, "chars_in": 4_900_000,
+             "chars_out": 4_900_000},
+        ]  # fmt: skip
+        (node.dir / "stats.json").write_text(json.dumps({"steps": steps}))
+    elif node.stage == "train_classifier":
+        counts_json = {
+            "precision": 0.9,
+            "recall": 0.75,
+            "f1": 0.818,
+            "heldout_positives": 4,
+            "heldout_negatives": 5,
+        }
+        (node.dir / "stats.json").write_text(json.dumps({"counts": counts_json}))
+    elif node.stage == "filter_quality":
+        histogram = {"edges": [i / 10 for i in range(11)], "counts": [9, 8, 7, 6, 5, 4, 3, 2, 1, 5]}
+        scored = {"step": "classifier", "kind": "filter", "docs_in": 50, "docs_out": 5, "chars_in": 500,
+                  "chars_out": 50, "reasons": {"low_score": 45}, "threshold": 0.9, "histogram": histogram}  # fmt: skip
+        (node.dir / "stats.json").write_text(json.dumps({"steps": [scored]}))
+
+
 def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[StageGraph, dict[str, float]]:
     """Write manifests for the data stages and for the train/eval stages of `phases` (all: None);
     returns the graph and each built instance's wall time."""
@@ -141,28 +167,8 @@ def build_fake_run(spec_path: Path, phases: set[int] | None = None) -> tuple[Sta
                 "tasks": TASKS,
             }
             (node.dir / "eval.json").write_text(json.dumps(data))
-        elif node.stage == "curate_source":
-            steps = [
-                {"step": "length", "kind": "filter", "docs_in": 1000, "docs_out": 900, "chars_in": 5_000_000,
-                 "chars_out": 4_900_000, "reasons": {"empty": 10, "too_short": 90}},
-                {"step": "heldout_split", "kind": "filter", "docs_in": 900, "docs_out": 900, "chars_in": 4_900_000,
-                 "chars_out": 4_900_000},
-            ]  # fmt: skip
-            (node.dir / "stats.json").write_text(json.dumps({"steps": steps}))
-        elif node.stage == "train_classifier":
-            counts_json = {
-                "precision": 0.9,
-                "recall": 0.75,
-                "f1": 0.818,
-                "heldout_positives": 4,
-                "heldout_negatives": 5,
-            }
-            (node.dir / "stats.json").write_text(json.dumps({"counts": counts_json}))
-        elif node.stage == "filter_quality":
-            histogram = {"edges": [i / 10 for i in range(11)], "counts": [9, 8, 7, 6, 5, 4, 3, 2, 1, 5]}
-            scored = {"step": "classifier", "kind": "filter", "docs_in": 50, "docs_out": 5, "chars_in": 500,
-                      "chars_out": 50, "reasons": {"low_score": 45}, "threshold": 0.9, "histogram": histogram}  # fmt: skip
-            (node.dir / "stats.json").write_text(json.dumps({"steps": [scored]}))
+        else:
+            _fake_curation_files(node)
         walls[node.instance] = wall_time(i)
         write_fake_manifest(node.dir, node, wall_seconds=wall_time(i), counts=counts, details=details)
     return graph, walls

@@ -168,6 +168,10 @@ class ClassifierSpec(SpecModel):
         return self
 
 
+Percentile = Annotated[float, Field(ge=0, le=100)]
+Perplexity = Annotated[float, Field(ge=1, le=1e12)]
+
+
 class PerplexitySpec(SpecModel):
     """An n-gram language model trained inside the workflow on reference sources, scoring this source's
     documents by perplexity (CCNet, Wenzek et al. 2020, arXiv 1911.00359, section 3.3: a 5-gram KenLM model
@@ -178,11 +182,11 @@ class PerplexitySpec(SpecModel):
     classifier or perplexity filter)."""
     order: int = Field(3, ge=2, le=5)
     """n of the n-gram model (CCNet: 5)."""
-    keep_percentiles: tuple[float, float] | None = None
+    keep_percentiles: tuple[Percentile, Percentile] | None = None
     """Keep the documents whose perplexity lies within these percentiles of this source's perplexities, both
     included: [0, 66.7] keeps CCNet's head and middle. Exactly one of keep_percentiles and keep_range;
     neither: [0, 66.7]."""
-    keep_range: tuple[float, float] | None = None
+    keep_range: tuple[Perplexity, Perplexity] | None = None
     """Keep the documents whose perplexity lies within [low, high]."""
 
     @model_validator(mode="after")
