@@ -138,7 +138,7 @@ def _step_row(step: str, texts: list[str], before: NDArray[np.bool_], after: NDA
 
 def _perplexity_step(
     config: FilterQualityConfig, model_path: Path, texts: list[str], keep: NDArray[np.bool_]
-) -> tuple[NDArray[np.float64], dict[str, Any], dict[int, str]]:
+) -> tuple[NDArray[np.float64], dict[str, Any], dict[str, str]]:
     """(perplexity per document, the step's row, the reason of each document it drops by index)."""
     spec = config.perplexity
     assert spec is not None
@@ -160,12 +160,12 @@ def _perplexity_step(
         "histogram": _histogram(values[alive], log=True),
     }
     keep[:] = new
-    return values, row, reasons
+    return values, row, {str(i): r for i, r in reasons.items()}
 
 
 def _classifier_step(
     config: FilterQualityConfig, model_path: Path, texts: list[str], keep: NDArray[np.bool_]
-) -> tuple[NDArray[np.float64], dict[str, Any], dict[int, str]]:
+) -> tuple[NDArray[np.float64], dict[str, Any], dict[str, str]]:
     """(score per document, the step's row, the reason of each document it drops by index)."""
     spec = config.classifier
     assert spec is not None
@@ -189,7 +189,7 @@ def _classifier_step(
         "histogram": _histogram(scores[alive]),
     }
     keep[:] = new
-    return scores, row, dict.fromkeys(dropped, "low_score")
+    return scores, row, dict.fromkeys(map(str, dropped), "low_score")
 
 
 def _read_curated(directory: Path) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
@@ -212,7 +212,7 @@ def filter_quality(
     rows, train_docs, steps = _read_curated(dirs["curated"])
     texts = [row["text"] for row in rows]
     keep = np.ones(len(rows), dtype=bool)
-    why: dict[int, tuple[str, str]] = {}
+    why: dict[str, tuple[str, str]] = {}
     scored: dict[str, NDArray[np.float64]] = {}
     if config.perplexity is not None:
         scored["perplexity"], row, reasons = _perplexity_step(config, dirs["ngram_lm"] / NGRAM_LM_FILE, texts, keep)
@@ -234,7 +234,7 @@ def filter_quality(
     for i, row in enumerate(rows):
         if not keep[i]:
             extra = {k: v for k, v in row.items() if k not in ("id", "text", "sha256")}
-            dropped.add(*why[i], row["id"], row["text"], extra)
+            dropped.add(*why[str(i)], row["id"], row["text"], extra)
     write_jsonl(out_dir / TRAIN_FILE, (row for i, row in enumerate(rows[:train_docs]) if keep[i]))
     write_jsonl(out_dir / HELDOUT_FILE, (row for i, row in enumerate(rows) if i >= train_docs and keep[i]))
     write_dropped(out_dir, dropped)
