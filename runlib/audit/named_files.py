@@ -25,6 +25,7 @@ from runlib.util.userfile import read_bounded, refusal
 FILE_FIELDS: dict[str, str] = {
     "data.sources.*.input.path": "SRC001 (the audit) and the gate's glob expansion (runlib.graph.configs)",
     "data.sources.*.curate.url_filter.blocklist": "the gate's config building (runlib.graph.configs.named_files)",
+    "data.sources.*.curate.ner.model": "the gate's config building (runlib.graph.configs.ner_files)",
     "tokenizer.pretrained": "RUN012",
     "eval.tasks[].path": "RUN012 (multiple_choice, answer_loglik); lm_eval: the harness gate (runlib.eval.harness.gate)",
 }

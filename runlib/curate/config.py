@@ -26,7 +26,9 @@ class InputFile(StageConfig):
 class CurateShardConfig(StageConfig):
     """One shard of one source: where its documents come from and every curation step applied to them."""
 
-    KEYED_WHEN_SET = frozenset({"python", "extractor", "url_blocklist", "pii_kinds", "quality_rules"})
+    KEYED_WHEN_SET = frozenset(
+        {"python", "extractor", "url_blocklist", "pii_kinds", "quality_rules", "ner_model", "ner_runtime"}
+    )
 
     input: InputSpec
     """The source's input (format, path glob, builtin name, text field, max_docs, shards)."""
@@ -61,10 +63,18 @@ class CurateShardConfig(StageConfig):
     """The kinds of personal data that curate.pii masks or drops (runlib.curate.rules.PII_KINDS): a shard
     curated when fewer kinds were found is another artifact; [] (and left out of the key) for pii: keep."""
 
+    ner_model: list[InputFile] = []
+    """The files of curate.ner.model (a spaCy pipeline folder), each with its size and content digest: an
+    edited model is another key; [] (and left out of the key) without pii: ner."""
+
+    ner_runtime: str | None = None
+    """The spaCy release that runs curate.ner.model, 'spacy 3.8.18': another release may find other
+    entities. None (and left out of the key) without pii: ner."""
+
     quality_rules: dict[str, str] = {}
-    """How a rule set of curate.quality counts, where it changed since its first version (runlib.curate.rules:
-    gopher -> GOPHER_RULES): a shard curated under the old counting is another artifact; {} (and left out of
-    the key) when no such rule set is used."""
+    """How a rule set of curate.quality counts, where it changed since its first version (gopher, c4, fineweb:
+    their words and sentences, and the spaCy release that makes them, runlib.curate.words): a shard curated
+    under the old counting is another artifact; {} (and left out of the key) when no such rule set is used."""
 
 
 class CurateSourceConfig(StageConfig):

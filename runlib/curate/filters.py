@@ -1,8 +1,8 @@
 """C4 and FineWeb quality rules and language identification (curate.quality: [c4 | fineweb], curate.languages).
 
 Thresholds are datatrove's defaults (huggingface/datatrove src/datatrove/pipeline/filters/c4_filters.py at f423321,
-fineweb_quality_filter.py at 5c254fa, language_filter.py at a5ce855), re-implemented without NLTK
-or spaCy; every deviation is noted where it happens.
+fineweb_quality_filter.py at 5c254fa, language_filter.py at a5ce855), with its words and sentences (spaCy's
+English tokenizer and sentencizer: runlib.curate.words); every deviation is noted where it happens.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from typing import Any
+
+from runlib.curate.words import SPACY_VERSION, sentence_count
+from runlib.curate.words import words as split_words
 
 # -------------------------------------------------------------------------------------------------- C4
 # datatrove C4QualityFilter defaults (pipeline/filters/c4_filters.py, after TFDS c4_utils.py; Raffel et al. 2020,
@@ -23,11 +26,11 @@ from typing import Any
 #   "javascript" (any case)                                      -> drop the line
 #   "{"                                                          -> drop the whole document
 #   a policy phrase (terms of use, privacy policy, ...)          -> drop the line
-# then the document goes if its kept lines hold fewer than 5 sentences; otherwise its text becomes the kept
-# lines joined by "\n". Deviation: datatrove counts sentences with NLTK punkt (spaCy in current code); here a
-# sentence ends at . ! ? (runs of them, optionally followed by closing quotes/brackets) before whitespace or
-# the end of the line, which counts abbreviations such as "e.g. " as sentence ends.
+# then the document goes if its kept lines hold fewer than 5 sentences (each line's sentences as spaCy's
+# sentencizer splits them, as datatrove 0.10 counts them); otherwise its text becomes the kept lines joined
+# by "\n".
 
+C4_RULES = f"sentences of spaCy {SPACY_VERSION} sentencizer, as datatrove 0.10"  # in the curate_shard key
 C4_MAX_WORD_LENGTH = 1000
 C4_MIN_WORDS_PER_LINE = 3
 C4_MIN_SENTENCES = 5
@@ -42,14 +45,6 @@ C4_POLICY_SUBSTRINGS = (
     "use of cookies",
     "use cookies",
 )
-_SENTENCE_END_RE = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s|$)")
-
-
-def count_sentences(line: str) -> int:
-    """Sentences in one line: sentence ends (see above), plus one for trailing text without an end."""
-    ends = list(_SENTENCE_END_RE.finditer(line))
-    tail = line[ends[-1].end() :] if ends else line
-    return len(ends) + bool(tail.strip())
 
 
 def c4_filter(text: str) -> tuple[str | None, str, dict[str, int]]:
@@ -81,7 +76,7 @@ def c4_filter(text: str) -> tuple[str | None, str, dict[str, int]]:
         if any(phrase in lower for phrase in C4_POLICY_SUBSTRINGS):
             dropped["policy"] = dropped.get("policy", 0) + 1
             continue
-        sentences += count_sentences(line)
+        sentences += sentence_count(line)
         kept.append(line)
     if sentences < C4_MIN_SENTENCES:
         return "too_few_sentences", text, dropped
@@ -96,16 +91,15 @@ def c4_filter(text: str) -> tuple[str | None, str, dict[str, int]]:
 #   characters in repeated lines / characters w/o \n  > 0.01  (the code that built FineWeb; the paper says 0.1)
 #   newlines / words ("list_ratio")                   > 0.3   (code only, not in the paper)
 # Deviations: datatrove's TERMINAL_PUNCTUATION is a ~150-character Unicode table; here the common Latin,
-# CJK, Arabic, Devanagari and Ethiopic sentence ends below. Words for list_ratio come from NLTK's
-# word_tokenize there; here from a regex that, like it, makes words and each punctuation mark separate tokens.
+# CJK, Arabic, Devanagari and Ethiopic sentence ends below. Words for list_ratio are datatrove's (spaCy's).
 
+FINEWEB_RULES = f"words of spaCy {SPACY_VERSION} blank en, as datatrove 0.10"  # in the curate_shard key
 FINEWEB_LINE_PUNCT_THR = 0.12
 FINEWEB_SHORT_LINE_THR = 0.67
 FINEWEB_SHORT_LINE_LENGTH = 30
 FINEWEB_CHAR_DUPLICATES_RATIO = 0.01
 FINEWEB_NEW_LINE_RATIO = 0.3
 FINEWEB_STOP_CHARS = tuple(".!?\"'\u2026\u201d\u2019\u3002\uff01\uff1f\uff0e\u061f\u06d4\u0964\u0965\u1362")
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 
 def fineweb_quality_reason(text: str) -> str | None:
@@ -127,7 +121,7 @@ def fineweb_quality_reason(text: str) -> str | None:
     size = len(text) - text.count("\n")
     if size and dup_chars / size > FINEWEB_CHAR_DUPLICATES_RATIO:
         return "char_dup_ratio"
-    words = len(_TOKEN_RE.findall(text))
+    words = len(split_words(text))
     if not words or text.count("\n") / words > FINEWEB_NEW_LINE_RATIO:
         return "list_ratio"
     return None

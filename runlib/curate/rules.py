@@ -7,28 +7,24 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import string
 from collections import Counter
 from collections.abc import Callable
+
+from runlib.curate.punctuation import PUNCTUATION_SET
+from runlib.curate.words import SPACY_VERSION, words
 
 # ------------------------------------------------------------------------------------- Gopher rules
 # Rae et al. 2021 (arXiv 2112.11446, Table A1) with the thresholds of datatrove's GopherQualityFilter and
 # GopherRepetitionFilter (huggingface/datatrove src/datatrove/pipeline/filters/gopher_quality_filter.py at
 # 5c254fa and gopher_repetition_filter.py at f423321), counted as datatrove 0.10 counts them, since FineWeb's
-# results come from that code: datatrove splits with a word tokenizer (spaCy's for English), in which
-# punctuation marks are tokens of their own; _TOKEN_RE stands in for it. The word count
-# and the mean word length are over the tokens that are not punctuation only; the '#' and ellipsis ratios, the
-# share of tokens with a letter and the stop words (case as written) are over every token; line fractions are
-# over every line, empty ones included. GOPHER_RULES names this counting in the curate_shard key.
+# results come from that code: over the words of spaCy's English tokenizer (runlib.curate.words), in which
+# punctuation marks are tokens of their own. The word count and the mean word length are over the words not
+# made of datatrove's punctuation only (runlib.curate.punctuation); the '#' and ellipsis ratios, the share of
+# words with a letter and the stop words (case as written) are over every word; line fractions are over every
+# line, empty ones included; repeated n-grams are their words joined without spaces. GOPHER_RULES names this
+# counting, and the spaCy release, in the curate_shard key.
 
-GOPHER_RULES = "tokens as datatrove 0.10"
-_PUNCT = string.punctuation + "\u2018\u2019\u201c\u201d\u00ab\u00bb\u2026\u2013\u2014"
-_PUNCT_SET = frozenset(_PUNCT)
-# spaCy's English tokenizer as datatrove calls it, nearly: runs of letters and digits (with the '.', ',' or
-# apostrophe inside them: 3.5, 1,000, don't), each '_' apart, and runs of other marks ('...', '-----+---');
-# on 81 sample pages its letter-share verdict matched spaCy 3.8's on 80 (r"\w+|[^\w\s]": 71)
-_TOKEN_RE = re.compile(r"[^\W_]+(?:[.,'\u2019][^\W_]+)*|_|[^\w\s]+")
-_LETTER_RE = re.compile(r"[^\W\d_]")
+GOPHER_RULES = f"words of spaCy {SPACY_VERSION} blank en, as datatrove 0.10"
 GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 GOPHER_TOP_NGRAMS = ((2, 0.20), (3, 0.18), (4, 0.16))
 GOPHER_DUP_NGRAMS = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
@@ -38,14 +34,16 @@ _LINE_SPLIT = re.compile(r"\n+")
 
 def gopher_quality_reason(text: str) -> str | None:
     """Why Gopher's quality rules drop `text`, or None to keep it."""
-    tokens = _TOKEN_RE.findall(text)
-    words = [t for t in tokens if not _PUNCT_SET.issuperset(t)]
-    n = len(words)
+    tokens = words(text)
+    if not tokens:
+        return "too_few_words"
+    kept = [t for t in tokens if not PUNCTUATION_SET.issuperset(t)]
+    n = len(kept)
     if n < 50:
         return "too_few_words"  # < 50 words
     if n > 100_000:
         return "too_many_words"  # > 100 000 words
-    mean = sum(map(len, words)) / n
+    mean = sum(map(len, kept)) / n
     if not 3 <= mean <= 10:
         return "mean_word_length"  # outside 3..10 characters
     if text.count("#") / len(tokens) > 0.1:
@@ -57,7 +55,7 @@ def gopher_quality_reason(text: str) -> str | None:
         return "bullet_lines"  # > 90 % of lines start with a bullet
     if sum(line.rstrip().endswith(("...", "\u2026")) for line in lines) / len(lines) > 0.3:
         return "ellipsis_lines"  # > 30 % of lines end with an ellipsis
-    if sum(_LETTER_RE.search(t) is not None for t in tokens) / len(tokens) < 0.8:
+    if sum(any(c.isalpha() for c in t) for t in tokens) / len(tokens) < 0.8:
         return "alpha_words"  # < 80 % of tokens have a letter
     if len(GOPHER_STOP_WORDS.intersection(tokens)) < 2:
         return "stop_words"  # fewer than 2 of the 8 stop words
@@ -93,28 +91,25 @@ def gopher_repetition_reason(text: str) -> str | None:
         return "dup_lines"
     if chars / size > 0.2:
         return "dup_line_chars"
-    # n-grams of tokens as datatrove's (find_top_duplicate: the top n-gram joined by spaces, times its count;
-    # find_all_duplicate: repeated n-grams' characters without the spaces)
-    words = _TOKEN_RE.findall(text)
-    lengths = [len(w) for w in words]
+    # n-grams of words as datatrove's (find_top_duplicate: the top n-gram joined by spaces, times its count;
+    # find_all_duplicate: each n-gram joined without spaces, so "ab c" and "a bc" are the same one)
+    tokens = words(text)
     for n, limit in GOPHER_TOP_NGRAMS:
-        if len(words) < n:
+        if len(tokens) < n:
             break
-        gram, count = Counter(zip(*(words[k:] for k in range(n)), strict=False)).most_common(1)[0]
-        if (sum(map(len, gram)) + n - 1) * count / size > limit:
+        top, count = Counter(" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)).most_common(1)[0]
+        if len(top) * count / size > limit:
             return f"top_{n}gram"
     for n, limit in GOPHER_DUP_NGRAMS:
-        if len(words) < n:
-            break
-        grams = list(zip(*(words[k:] for k in range(n)), strict=False))
-        seen: set[tuple[str, ...]] = set()
+        seen: set[str] = set()
         dup_chars, i = 0, 0
-        while i < len(grams):
-            if grams[i] in seen:  # count a repeat once, then skip past it so overlaps are not double-counted
-                dup_chars += sum(lengths[i : i + n])
+        while i < len(tokens) - n + 1:
+            gram = "".join(tokens[i : i + n])
+            if gram in seen:  # count a repeat once, then skip past it so overlaps are not double-counted
+                dup_chars += len(gram)
                 i += n
             else:
-                seen.add(grams[i])
+                seen.add(gram)
                 i += 1
         if dup_chars / size > limit:
             return f"dup_{n}gram"

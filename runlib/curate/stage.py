@@ -17,6 +17,9 @@ curate_shard reads the shard's raw documents and runs, in order:
                                   and payment card numbers); pii_mask's reasons count each kind masked (email,
                                   ipv4, ipv6, phone, card) and docs_changed, pii_drop's are pii_<kind>, the
                                   first kind a dropped document holds
+    pii_ner            transform  curate.pii: ner: pii_mask's masking, then the entities of curate.ner.labels
+                                  that curate.ner.model finds, each replaced by [LABEL] (runlib.curate.ner);
+                                  reasons as pii_mask's plus ner_<LABEL> per label
     exact_dedup        filter     curate.dedup.exact: SHA-256 of the final text, first occurrence kept
     substring_dedup    transform  curate.dedup.substring: runs of >= min_tokens tokens repeated earlier in the
                                   shard cut out (runlib.curate.substring; reasons spans, chars_removed, docs_changed)
@@ -57,6 +60,7 @@ from runlib.curate.filters import (
 )
 from runlib.curate.inputs import check_still, check_unchanged
 from runlib.curate.minhash import signatures
+from runlib.curate.ner import load_ner, mask_entities
 from runlib.curate.readers import read_documents, shard_limit
 from runlib.curate.rules import PII_KINDS, find_pii, gopher_quality_reason, gopher_repetition_reason, mask_pii
 from runlib.curate.substring import remove_repeated_substrings
@@ -74,8 +78,8 @@ NormalForm = Literal["NFC", "NFKC", "none"]  # curate.normalize
 def check_supported(source_name: str, curate: CurateSpec) -> None:
     """UserError naming every curate option of this source that this version cannot honour."""
     base = f"data.sources.{source_name}.curate"
-    if curate.pii == "ner":  # the gate refuses it first (RUN013); a stage never pretends
-        raise UserError(f"{base}.pii: ner needs a named-entity model, which runlib does not ship; use mask or drop")
+    if curate.pii == "ner" and curate.ner is None:  # the gate refuses it first (RUN013); a stage never pretends
+        raise UserError(f"{base}.pii: ner needs a named-entity model: give curate.ner.model, or use mask or drop")
     if curate.languages:
         known = set(known_languages())
         unknown = [lang for lang in curate.languages if lang not in known]
@@ -156,9 +160,12 @@ def _filter_step(
 # ------------------------------------------------------------------------- PII and C4 steps (curate.pii, c4)
 
 
-def _pii_step(mode: str, docs: list[Doc], dropped: DroppedSample) -> tuple[list[Doc], dict[str, Any]]:
+def _pii_step(
+    mode: str, docs: list[Doc], dropped: DroppedSample, ner: Entities | None = None
+) -> tuple[list[Doc], dict[str, Any]]:
     """pii_drop's reason is the first kind (PII_KINDS' order) a document holds, "pii_phone"; pii_mask's
-    reasons count each kind masked, and docs_changed."""
+    reasons count each kind masked, and docs_changed; pii_ner's (mode ner, with `ner`) also count each
+    entity label masked, ner_PERSON."""
     if mode == "drop":
 
         def reason(text: str) -> str | None:
@@ -169,12 +176,18 @@ def _pii_step(mode: str, docs: list[Doc], dropped: DroppedSample) -> tuple[list[
     out: list[Doc] = []
     totals: Counter[str] = Counter(dict.fromkeys(PII_KINDS, 0))
     changed = 0
+    if ner is not None:
+        totals.update(dict.fromkeys((f"ner_{label}" for label in sorted(ner.labels)), 0))
     for doc_id, text in docs:
         masked, counts = mask_pii(text)
+        if ner is not None:
+            masked, entities = mask_entities(ner.nlp, masked, ner.labels)
+            counts.update({f"ner_{label}": n for label, n in entities.items()})
         totals.update(counts)
         changed += any(counts.values())
         out.append((doc_id, masked))
-    return out, _row("pii_mask", "transform", docs, out, reasons=dict(totals) | {"docs_changed": changed})
+    step = "pii_ner" if ner is not None else "pii_mask"
+    return out, _row(step, "transform", docs, out, reasons=dict(totals) | {"docs_changed": changed})
 
 
 def _c4_steps(docs: list[Doc], dropped: DroppedSample) -> tuple[list[Doc], list[dict[str, Any]]]:
@@ -273,8 +286,16 @@ def _normalize(docs: Sequence[Doc], form: NormalForm, repairs: Counter[str]) -> 
     return out
 
 
+@dataclass(frozen=True)
+class Entities:
+    """The loaded model of curate.ner and the labels it masks."""
+
+    nlp: Any
+    labels: frozenset[str]
+
+
 def _filter_steps(
-    curate: CurateSpec, docs: list[Doc], dropped: DroppedSample
+    curate: CurateSpec, docs: list[Doc], dropped: DroppedSample, ner: Entities | None = None
 ) -> tuple[list[Doc], list[dict[str, Any]]]:
     """The steps between normalize and exact_dedup (length, language, the quality rule sets, PII): the
     documents they keep and a row per step."""
@@ -316,7 +337,7 @@ def _filter_steps(
         rows.append(row)
 
     if curate.pii != "keep":
-        docs, row = _pii_step(curate.pii, docs, dropped)
+        docs, row = _pii_step(curate.pii, docs, dropped, ner)
         rows.append(row)
     return docs, rows
 
@@ -349,7 +370,11 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     steps.append(_row("normalize", "transform", raw, docs, form=curate.normalize, reasons=reasons))
     del raw
 
-    docs, rows = _filter_steps(curate, docs, dropped)
+    ner = None
+    if curate.pii == "ner" and curate.ner is not None:
+        field = f"data.sources.{source_name}.curate.ner.model"
+        ner = Entities(load_ner(curate.ner.model, config.ner_model, field), frozenset(curate.ner.labels))
+    docs, rows = _filter_steps(curate, docs, dropped, ner)
     steps.extend(rows)
 
     hashes = [_sha256(text) for _, text in docs]

@@ -29,9 +29,11 @@ from runlib.curate.config import (
     TrainNgramLmConfig,
 )
 from runlib.curate.extract import extractor_version
+from runlib.curate.filters import C4_RULES, FINEWEB_RULES
 from runlib.curate.inputs import source_inputs
 from runlib.curate.rules import GOPHER_RULES, PII_KINDS
 from runlib.curate.versions import CLASSIFIER_HELDOUT_FRACTION, CLASSIFIER_WORD_NGRAMS, fasttext_version
+from runlib.curate.words import SPACY_VERSION
 from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.eval.config import EvalConfig, EvalModelConfig
@@ -45,6 +47,8 @@ from runlib.tokenizer.config import TokenizerConfig
 from runlib.train.config import TrainPhaseConfig, build_train_phase_configs, log_every_tokens
 
 BUILTIN_DEFAULT_SHARDS = 2
+# how each rule set of curate.quality counts its words and sentences, in the curate_shard key
+QUALITY_COUNTING = {"gopher": GOPHER_RULES, "c4": C4_RULES, "fineweb": FINEWEB_RULES}
 
 
 # ----------------------------------------------------------------------------------------- curation
@@ -97,6 +101,20 @@ def named_files(path: str, field: str) -> list[InputFile]:
     return files
 
 
+def ner_files(path: str, field: str) -> list[InputFile]:
+    """The files of a spaCy pipeline folder (named_files), refused unless it is one: a folder with the
+    config.cfg that spacy.load reads first."""
+    files = named_files(path, field)
+    if files and files[0].digest != PLACEHOLDER_DIGEST:
+        if not Path(path).is_dir() or not (Path(path) / "config.cfg").is_file():
+            raise UserError(
+                f"{field}: {path!r} is not a spaCy pipeline folder (no config.cfg in it); give the folder "
+                "that spaCy's nlp.to_disk wrote, or an installed model's data folder (en_core_web_sm/"
+                "en_core_web_sm-3.8.0)"
+            )
+    return files
+
+
 def shard_plan(name: str, source: SourceSpec) -> list[list[InputFile]]:
     """Each curation shard's input files ([] for builtin sources, which split their documents)."""
     if source.input.format == "builtin":
@@ -113,6 +131,8 @@ def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, l
         shards = shard_plan(name, source)
         warc = source.input.format == "warc"
         url_filter = source.curate.url_filter
+        ner = source.curate.ner
+        ner_model = ner_files(ner.model, f"data.sources.{name}.curate.ner.model") if ner is not None else []
         blocklist = (
             named_files(url_filter.blocklist, f"data.sources.{name}.curate.url_filter.blocklist")
             if url_filter is not None and url_filter.blocklist
@@ -129,7 +149,11 @@ def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, l
                 extractor=extractor_version(source.input.extract or "resiliparse") if warc else None,
                 url_blocklist=blocklist,
                 pii_kinds=list(PII_KINDS) if source.curate.pii != "keep" else [],
-                quality_rules={"gopher": GOPHER_RULES} if "gopher" in source.curate.quality else {},
+                ner_model=ner_model,
+                ner_runtime=f"spacy {SPACY_VERSION}" if ner is not None else None,
+                quality_rules={
+                    rule: QUALITY_COUNTING[rule] for rule in source.curate.quality if rule in QUALITY_COUNTING
+                },
             )
             for i, files in enumerate(shards)
         ]

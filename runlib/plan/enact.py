@@ -230,16 +230,30 @@ def input_refusals(sources: Mapping[str, SourceSpec]) -> list[Refusal]:
 def curate_refusals(sources: Mapping[str, SourceSpec]) -> list[Refusal]:
     """Curation values no stage enacts on this machine (pure; RUN013): `sources` maps a source name to its
     data.sources entry."""
-    return [
-        Refusal(
-            "RUN013",
-            f"data.sources.{name}.curate.pii",
-            "ner",
-            "pii: ner needs a named-entity model (names, places), and runlib ships none and downloads nothing "
-            "at run time",
-            "use pii: mask or drop (e-mail, IPv4, IPv6, phone and payment card numbers, found by rules), or mask "
-            "names before the data reaches runlib",
-        )
-        for name, source in sources.items()
-        if source.curate.pii == "ner"
-    ]
+    out = []
+    for name, source in sources.items():
+        curate = source.curate
+        if curate.pii == "ner" and curate.ner is None:
+            out.append(
+                Refusal(
+                    "RUN013",
+                    f"data.sources.{name}.curate.pii",
+                    "ner",
+                    "pii: ner needs a named-entity model (names, places), and runlib ships none and downloads "
+                    "nothing at run time",
+                    "give one: curate.ner: {model: PATH} (a spaCy pipeline folder, e.g. an installed "
+                    "en_core_web_sm's), or use pii: mask or drop (e-mail, IPv4, IPv6, phone and payment card "
+                    "numbers, found by rules)",
+                )
+            )
+        elif curate.ner is not None and curate.pii != "ner":
+            out.append(
+                Refusal(
+                    "RUN013",
+                    f"data.sources.{name}.curate.ner",
+                    curate.ner.model,
+                    f"curate.ner's model runs only under pii: ner, and this source has pii: {curate.pii}",
+                    "set pii: ner to mask the entities it finds, or delete curate.ner",
+                )
+            )
+    return out

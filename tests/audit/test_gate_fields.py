@@ -57,6 +57,7 @@ def test_fields_that_name_files_are_marked():
     assert not unmarked, f"fields that seem to name a file without json_schema_extra=NAMES_FILE: {unmarked}"
     assert set(MARKED) == set(FILE_FIELDS), "runlib.audit.named_files.FILE_FIELDS must list the NAMES_FILE fields"
     assert MARKED == [
+        "data.sources.*.curate.ner.model",
         "data.sources.*.curate.url_filter.blocklist",
         "data.sources.*.input.path",
         "eval.tasks[].path",
@@ -119,6 +120,15 @@ def _blocklist(path: str):
     return edit
 
 
+def _ner_model(path: str):
+    def edit(text: str) -> str:
+        old = "input: {format: builtin, name: python_docs, max_docs: 150}\n      tokens: 100K\n      curate: {min_chars: 200}"
+        assert old in text
+        return text.replace(old, old[:-1] + f", pii: ner, ner: {{model: {path}}}}}")
+
+    return edit
+
+
 # field pattern -> [(case id, spec edit, the field's path in the finding, a word of the reason)]
 GATE_CASES = {
     "tokenizer.pretrained": [
@@ -138,6 +148,10 @@ GATE_CASES = {
     ],
     "data.sources.*.curate.url_filter.blocklist": [
         ("missing", _blocklist(MISSING), "data.sources.docs.curate.url_filter.blocklist", "not a file"),
+    ],
+    "data.sources.*.curate.ner.model": [
+        ("missing", _ner_model(MISSING), "data.sources.docs.curate.ner.model", "not a file"),
+        ("not_a_pipeline", _ner_model(str(ROOT / "specs")), "data.sources.docs.curate.ner.model", "no config.cfg"),
     ],
 }
 
@@ -169,6 +183,7 @@ def test_each_file_field_is_refused_at_the_gate(pattern, gate_env, capsys):
             "eval.tasks[0].path": "path:",
             "eval.tasks[0]": "path:",
             "data.sources.docs.curate.url_filter.blocklist": "blocklist:",
+            "data.sources.docs.curate.ner.model": "ner:",
         }.get(field, "format: jsonl")
         line = _line_of(text, needle)
         assert f"{spec}:{line}" in err, f"{pattern} ({name}): line {line} not named:\n{err}"

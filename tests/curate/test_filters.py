@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from runlib.curate.counts import validate_counts
-from runlib.curate.filters import c4_filter, count_sentences, fineweb_quality_reason, identify_language
+from runlib.curate.filters import c4_filter, fineweb_quality_reason, identify_language
 from runlib.curate.minhash import duplicates, shingle_hashes, signatures, simplify_text
 from runlib.curate.source import curate_source
 from runlib.curate.stage import curate_shard
@@ -79,12 +79,6 @@ def test_c4_keeps_a_clean_document_and_removes_bad_lines():
 )
 def test_c4_drops_documents(text, reason):
     assert c4_filter(text)[0] == reason
-
-
-def test_count_sentences():
-    assert count_sentences("One. Two! Three? Four") == 4
-    assert count_sentences('He said "stop." Then left.') == 2
-    assert count_sentences("version 1.2 is out.") == 1
 
 
 def test_c4_steps_in_the_table():

@@ -297,11 +297,16 @@ def test_changed_fields_are_dotted_paths(work: Path) -> None:
         "curate.dedup.exact",
         "curate.languages",
         "curate.quality",
-        "quality_rules.gopher",  # how the gopher rules count, keyed from their second version on
+        "quality_rules.c4",  # how each rule set counts its words and sentences (spaCy's release)
+        "quality_rules.gopher",
     ]
     fake_build(second)
     curate["quality"] = ["gopher", "fineweb"]
-    assert changed_fields(node(), read_manifest(second.dir)) == ["curate.quality.1"]
+    assert changed_fields(node(), read_manifest(second.dir)) == [
+        "curate.quality.1",
+        "quality_rules.c4",
+        "quality_rules.fineweb",
+    ]
 
 
 def test_a_manifest_that_does_not_validate_is_a_user_error(work: Path, capsys: pytest.CaptureFixture[str]) -> None:

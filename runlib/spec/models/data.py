@@ -202,8 +202,24 @@ class PerplexitySpec(SpecModel):
         return self
 
 
+EntityLabel = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
+
+
+class NerSpec(SpecModel):
+    """The named-entity model of curate.pii: ner (names, places, organisations)."""
+
+    model: str = Field(json_schema_extra=NAMES_FILE)
+    """A spaCy pipeline folder with an ner or entity_ruler component: what spaCy's `nlp.to_disk` writes, or
+    the data folder of an installed model package (en_core_web_sm/en_core_web_sm-3.8.0). runlib ships and
+    downloads none. Its files' content, and the spaCy release that runs it, are in the key."""
+    labels: list[EntityLabel] = Field(["PERSON"], min_length=1, max_length=100)
+    """The entity labels masked (spaCy's English models: PERSON, NORP, ORG, GPE, LOC, ...)."""
+
+
 class CurateSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"url_filter", "keep_dropped", "classifier", "perplexity"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
+        {"url_filter", "keep_dropped", "classifier", "perplexity", "ner"}
+    )
 
     normalize: Literal["NFC", "NFKC", "none"] = "NFC"
     """Unicode normalization form."""
@@ -219,8 +235,10 @@ class CurateSpec(KeyedWhenSet):
     """Deduplication."""
     pii: Literal["mask", "drop", "keep", "ner"] = "keep"
     """Personal data (e-mail addresses, public IPv4 and IPv6 addresses, phone numbers, Luhn-valid payment
-    card numbers): mask it, drop the document, or keep it. ner (names and places found by a named-entity
-    model) is refused: no such model ships with runlib or can be downloaded at run time (RUN013)."""
+    card numbers): mask it, drop the document, or keep it. ner masks it and, besides, the entities that the
+    model of curate.ner finds; refused without one (RUN013): none ships with runlib or can be downloaded."""
+    ner: NerSpec | None = None
+    """The named-entity model of pii: ner (refused with any other pii value: it would run for nothing)."""
     url_filter: UrlFilterSpec | None = None
     """URL and domain filtering (warc sources: their documents carry URLs)."""
     classifier: ClassifierSpec | None = None
