@@ -294,6 +294,15 @@ class Entities:
     labels: frozenset[str]
 
 
+def _entities(config: CurateShardConfig, source_name: str) -> Entities | None:
+    """The model of curate.ner, loaded (its files checked first), under pii: ner; None otherwise."""
+    ner = config.curate.ner
+    if config.curate.pii != "ner" or ner is None:
+        return None
+    model = load_ner(ner.model, config.ner_model, f"data.sources.{source_name}.curate.ner.model")
+    return Entities(model, frozenset(ner.labels))
+
+
 def _filter_steps(
     curate: CurateSpec, docs: list[Doc], dropped: DroppedSample, ner: Entities | None = None
 ) -> tuple[list[Doc], list[dict[str, Any]]]:
@@ -370,11 +379,7 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     steps.append(_row("normalize", "transform", raw, docs, form=curate.normalize, reasons=reasons))
     del raw
 
-    ner = None
-    if curate.pii == "ner" and curate.ner is not None:
-        field = f"data.sources.{source_name}.curate.ner.model"
-        ner = Entities(load_ner(curate.ner.model, config.ner_model, field), frozenset(curate.ner.labels))
-    docs, rows = _filter_steps(curate, docs, dropped, ner)
+    docs, rows = _filter_steps(curate, docs, dropped, _entities(config, source_name))
     steps.extend(rows)
 
     hashes = [_sha256(text) for _, text in docs]

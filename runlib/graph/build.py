@@ -41,6 +41,12 @@ class StageGraph:
                 return n
         raise UserError(f"no {stage} stage with {params} in this spec")
 
+    def curated(self, source: str) -> StageNode:
+        """The node whose train.jsonl and heldout.jsonl are the source's finished documents: its filter_quality
+        when it has a quality filter, else its curate_source (what tokenize reads: runlib.graph.nodes)."""
+        filtered = [n for n in self.of("filter_quality") if n.params.get("source") == source]
+        return filtered[0] if filtered else self.find("curate_source", source=source)
+
     def phase_node(self, stage: str, phase: int) -> StageNode | None:
         """The spec's own train_phase / eval_phase node of phase `phase` (not a ladder rung's); None when the
         spec does not run it (a ladder with train_target false)."""

@@ -65,8 +65,7 @@ def curated_docs(
         raise UserError(f"--source {source[:80]!r}: the spec has no such source; its sources: {', '.join(sources)}")
     graph = build_graph(spec)
     joined = graph.find("curate_source", source=source)
-    filtered = [n for n in graph.of("filter_quality") if n.params.get("source") == source]
-    finished = filtered[0] if filtered else joined  # the documents the source trains on
+    finished = graph.curated(source)  # the documents the source trains on
     if not dropped:
         if reason is not None:
             raise UserError("--reason selects among dropped documents: give --dropped too")
@@ -78,7 +77,7 @@ def curated_docs(
             "set it (e.g. keep_dropped: 20, per step and reason) and run the workflow again"
         )
     shards = [n for n in graph.of("curate_shard") if n.params.get("source") == source]
-    dirs = [_built(n, spec_path) for n in [*shards, joined, *filtered]]
+    dirs = [_built(n, spec_path) for n in [*shards, joined] + ([finished] if finished is not joined else [])]
     if reason is not None:
         _check_reason(source, reason, dirs)
     for row in _dropped_rows(dirs):

@@ -61,9 +61,8 @@ def curation_blocks(run: RunData) -> list[Block]:
     """A table per source with a built curate_source artifact; a line for the sources not curated yet."""
     blocks: list[Block] = []
     waiting = []
-    filtered = {n.params.get("source"): n for n in run.graph.of("filter_quality")}
     for joined in run.graph.of("curate_source"):
-        node = filtered.get(joined.params.get("source"), joined)  # its stats hold the join's steps and its own
+        node = run.graph.curated(str(joined.params["source"]))  # its stats hold the join's steps and its own
         state = next((s for s in run.stages if s.node is node), None)
         stats = read_json(node.dir / "stats.json") if state is not None and state.built else None
         steps = stats.get("steps") if stats is not None else None

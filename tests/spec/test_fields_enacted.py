@@ -102,6 +102,10 @@ def files(tmp_path_factory) -> dict[str, str]:
     texts.mkdir()
     (texts / "one.txt").write_text("a plain text document\n")
     out["dir"] = str(texts)
+    for name in ("ner_a", "ner_b"):  # spaCy pipeline folders as the gate sees them (spaCy reads them in the stage)
+        (root / name).mkdir()
+        (root / name / "config.cfg").write_text(f"[nlp]\n# {name}\n")
+        out[name] = str(root / name)
     return out
 
 
@@ -136,6 +140,7 @@ SCAFFOLD: dict[str, Any] = {
 
 # what a scaffolded field needs beside it in its section (pattern of the field -> patch of its parent)
 SCAFFOLD_ALSO: dict[str, dict[str, Any]] = {
+    "data.sources.*.curate.ner": {"pii": "ner"},
     "batch.linear_ramp": {"grad_accum": 4, "global_batch": DELETE},
     "schedule.lr_steps": {"kind": "multistep", "decay": DELETE, "min_lr_ratio": DELETE},
 }
@@ -181,6 +186,13 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     "data.sources.*.curate.url_filter.blocklist": lambda cur, data, files: [
         ({}, {"blocklist": files["a"]}),
         ({"blocklist": files["a"]}, {"blocklist": files["b"]}),
+    ],
+    # the model folder's content is keyed, and so are the labels it masks
+    "data.sources.*.curate.ner.model": lambda cur, data, files: [
+        ({"model": files["ner_a"]}, {"model": files["ner_b"]})
+    ],
+    "data.sources.*.curate.ner.labels": lambda cur, data, files: [
+        ({"model": files["ner_a"]}, {"labels": ["PERSON", "GPE"]})
     ],
     # an anchor is another source of the spec
     "data.sources.*.curate.classifier.positives": lambda cur, data, files: [
