@@ -79,3 +79,20 @@ rule filter_quality:
         **WF.resources("filter_quality"),
     shell:
         WF.command("filter_quality")
+
+
+rule dedup_partition:
+    """Find one slice of a source's exact duplicates and near-duplicate candidates across its shards."""
+    input:
+        WF.inputs("dedup_partition"),
+    output:
+        **WF.outputs("dedup_partition"),
+    log:
+        WF.log("dedup_partition"),
+    benchmark:
+        WF.benchmark("dedup_partition")
+    threads: WF.threads("dedup_partition")
+    resources:
+        **WF.resources("dedup_partition"),
+    shell:
+        WF.command("dedup_partition")

@@ -58,9 +58,10 @@ from typing import Any
 
 from fastwarc.warc import ArchiveIterator, WarcRecordType
 
-from runlib.curate.config import CurateShardConfig, CurateSourceConfig, InputFile
+from runlib.curate.config import CurateShardConfig, CurateSourceConfig, DedupPartitionConfig, InputFile
 from runlib.curate.extract import EXTRACTORS, Extractor, extractor_version
 from runlib.curate.files import DROPPED_FILE, HELDOUT_FILE, TRAIN_FILE
+from runlib.curate.partition import dedup_partition
 from runlib.curate.sample_web import BANNED_WORD, DEMO_MODULES, DEMO_TOPICS, sample_crawl
 from runlib.curate.source import curate_source
 from runlib.curate.stage import curate_shard
@@ -232,13 +233,16 @@ def runlib_configs(crawl: Crawl, extractor: Extractor) -> tuple[CurateShardConfi
 
 
 def run_runlib(configs: tuple[CurateShardConfig, CurateSourceConfig], out: Path) -> tuple[dict[str, float], set[str]]:
-    """(seconds of curate_shard and curate_source, the URLs in train.jsonl and heldout.jsonl)."""
+    """(seconds of curate_shard and of dedup_partition + curate_source, the URLs in train.jsonl and
+    heldout.jsonl)."""
     shard_config, source_config = configs
     started = time.perf_counter()
     curate_shard(shard_config, out / "shard")
     shard_done = time.perf_counter()
+    partition = DedupPartitionConfig(dedup=source_config.dedup, partition=0, partitions=1)
+    dedup_partition(partition, [out / "shard"], out / "partition")
     try:
-        curate_source(source_config, [out / "shard"], out / "source")
+        curate_source(source_config, [out / "shard"], out / "source", partition_dirs=[out / "partition"])
     except UserError:  # no document left: nothing kept
         pass
     parts = {"curate_shard": shard_done - started, "curate_source": time.perf_counter() - shard_done}

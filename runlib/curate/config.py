@@ -77,6 +77,20 @@ class CurateShardConfig(StageConfig):
     under the old counting is another artifact; {} (and left out of the key) when no such rule set is used."""
 
 
+class DedupPartitionConfig(StageConfig):
+    """One slice of a source's hash space (runlib.curate.partition): the exact duplicates and the MinHash
+    candidate pairs among the documents whose hash (or band mix) falls in it, over all the source's shards."""
+
+    dedup: DedupSpec
+    """The source's curate.dedup (exact across shards; minhash: ngram, bands, rows)."""
+
+    partition: int
+    """This slice's index, 0 .. partitions - 1."""
+
+    partitions: int
+    """Slices of the source (its shard count: each job holds about one shard's tables)."""
+
+
 class CurateSourceConfig(StageConfig):
     """The join of a source's shards: dedup across shards, near-duplicates, the held-out split."""
 

@@ -18,7 +18,6 @@ DOCS_FILE = "docs.jsonl"
 STATS_FILE = "stats.json"
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
-MINHASH_FILE = "minhash.npy"  # (docs, bands * rows) uint64 MinHash signatures, docs.jsonl's order
 DROPPED_FILE = "dropped.jsonl"  # a sample of the documents each step dropped, per reason (curate.keep_dropped)
 
 _LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}

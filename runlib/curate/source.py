@@ -1,20 +1,24 @@
 """The stage curate_source: the join of one source's shards (runlib.curate.stage writes them).
 
-curate_source concatenates the shards in order, removes exact duplicates across them (cross_shard_dedup),
-then near-duplicates (minhash_dedup: LSH candidate pairs from the signatures, kept when their exact shingle
-Jaccard is >= curate.dedup.minhash.threshold, union-find, the first document of each cluster kept), then
-splits off the data.heldout_docs documents with the smallest SHA-256 (heldout_split) into heldout.jsonl;
-the rest, in order, go to train.jsonl. Both files have docs.jsonl's line format.
+curate_source reads the source's dedup_partition outputs (runlib.curate.partition: the exact duplicates
+across shards and the MinHash candidate pairs, each found in its slice of the hash space), verifies the
+pairs (their exact shingle Jaccard >= curate.dedup.minhash.threshold), clusters them (union-find; each
+cluster keeps its lowest-ranked document: hash, then id), picks the data.heldout_docs kept documents with the
+smallest SHA-256 from each shard's sorted hashes (heldout_split), and copies the shards' lines, in order, into
+heldout.jsonl and train.jsonl (docs.jsonl's line format). It holds the duplicates and the held-out choice,
+never a row per document: memory grows with the duplicates.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from runlib.curate.config import CurateSourceConfig
 from runlib.curate.counts import validate_counts
@@ -22,13 +26,13 @@ from runlib.curate.dropped import DroppedSample
 from runlib.curate.files import (
     DOCS_FILE,
     HELDOUT_FILE,
-    MINHASH_FILE,
     STATS_FILE,
     TRAIN_FILE,
     write_dropped,
     write_json,
 )
-from runlib.curate.minhash import near_duplicates
+from runlib.curate.minhash import first_of_clusters, pair_jaccard, shingle_sets
+from runlib.curate.partition import EXACT_FILE, HASHES_FILE, PAIRS_FILE, SHARD_SHIFT, row_order, sha_words
 from runlib.errors import UserError
 from runlib.spec.models import MinhashSpec
 from runlib.util.atomic import atomic_file
@@ -50,47 +54,6 @@ def _sum_steps(source_name: str, shard_stats: list[dict[str, Any]]) -> list[dict
     return [summed[name] for name in names]
 
 
-def _load_signatures(source_name: str, shard_dirs: list[Path], docs: int, columns: int) -> np.ndarray:
-    """The shards' MinHash signatures stacked in shard order; ValueError if they do not fit the spec."""
-    parts = []
-    for directory in shard_dirs:
-        path = directory / MINHASH_FILE
-        if not path.exists():
-            raise ValueError(
-                f"curate_source {source_name}: {path} is missing (the shard was curated without dedup.minhash); "
-                "rebuild the shards"
-            )
-        parts.append(np.load(path, allow_pickle=False))
-    sigs = np.concatenate(parts) if parts else np.empty((0, columns), dtype=np.uint64)
-    if sigs.shape != (docs, columns):
-        raise ValueError(
-            f"curate_source {source_name}: MinHash signatures of shape {sigs.shape}, expected ({docs}, {columns}) "
-            "(bands * rows changed since the shards ran?); rebuild the shards"
-        )
-    return sigs
-
-
-def _texts_at(shard_dirs: list[Path], lines: np.ndarray) -> list[str]:
-    """The texts of the given (sorted) line indices of the shards' docs.jsonl files read in order: the
-    documents of MinHash candidate pairs, whose exact shingle Jaccard is checked."""
-    wanted = lines.tolist()
-    texts: list[str] = []
-    index = 0
-    for directory in shard_dirs:
-        if len(texts) == len(wanted):
-            break
-        with open(directory / DOCS_FILE, encoding="utf-8") as f:
-            for line in f:
-                if index == wanted[len(texts)]:
-                    texts.append(json.loads(line)["text"])
-                    if len(texts) == len(wanted):
-                        break
-                index += 1
-    if len(texts) != len(wanted):  # the first pass counted more lines: a shard changed under us
-        raise ValueError(f"curate_source: {', '.join(map(str, shard_dirs))} changed while read; rebuild the shards")
-    return texts
-
-
 def _steps_summary(steps: list[dict[str, Any]]) -> str:
     return ", ".join(f"{row['step']} {row['docs_in']}->{row['docs_out']}" for row in steps)
 
@@ -108,71 +71,94 @@ def _shard_stats(shard_dirs: list[Path]) -> list[dict[str, Any]]:
     return out
 
 
-def _entries(shard_dirs: list[Path]) -> list[tuple[str, int]]:
-    """(sha256, chars) per line of every shard, in order (texts are not kept in memory)."""
-    entries: list[tuple[str, int]] = []
-    for directory in shard_dirs:
+def _gids(shard: int, lines: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    return (np.uint64(shard) << np.uint64(SHARD_SHIFT)) | lines.astype(np.uint64)
+
+
+def _texts_of(shard_dirs: list[Path], ids: NDArray[np.uint64]) -> tuple[list[str], list[str]]:
+    """(texts, SHA-256 hex digests) of the documents with these sorted global ids, read shard by shard."""
+    texts: list[str] = []
+    digests: list[str] = []
+    shards = (ids >> np.uint64(SHARD_SHIFT)).astype(np.int64)
+    lines = (ids & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
+    for shard, directory in enumerate(shard_dirs):
+        wanted = lines[shards == shard].tolist()
+        if not wanted:
+            continue
+        found = 0
         with open(directory / DOCS_FILE, encoding="utf-8") as f:
-            for line in f:
-                obj = json.loads(line)
-                entries.append((obj["sha256"], len(obj["text"])))
-    return entries
+            for index, line in enumerate(f):
+                if index == wanted[found]:
+                    row = json.loads(line)
+                    texts.append(row["text"])
+                    digests.append(row["sha256"])
+                    found += 1
+                    if found == len(wanted):
+                        break
+        if found != len(wanted):
+            raise ValueError(f"curate_source: {directory / DOCS_FILE} is shorter than its tables; rebuild the shards")
+    return texts, digests
 
 
-def _cross_shard_dedup(entries: list[tuple[str, int]], keep: list[bool]) -> dict[str, Any]:
-    """Clear keep[i] of every line whose text hash an earlier line has; the step's row."""
-    seen: set[str] = set()
-    for i, (h, _) in enumerate(entries):
-        if h in seen:
-            keep[i] = False
-        else:
-            seen.add(h)
-    return {
-        "step": "cross_shard_dedup",
-        "kind": "filter",
-        "docs_in": len(entries),
-        "docs_out": sum(keep),
-        "reasons": {"duplicate": len(entries) - sum(keep)},
-        "chars_in": sum(c for _, c in entries),
-        "chars_out": sum(c for (_, c), k in zip(entries, keep, strict=True) if k),
-    }
+def _near_duplicates(
+    minhash: MinhashSpec, shard_dirs: list[Path], pairs: NDArray[np.uint64]
+) -> tuple[NDArray[np.uint64], dict[str, int]]:
+    """The documents of the candidate pairs' verified clusters that are not their cluster's lowest-ranked
+    (hash, then id) one; the verification's figures."""
+    stats = {"candidate_pairs": len(pairs), "verified_pairs": len(pairs), "docs_verified": 0}
+    if not len(pairs):
+        return np.empty(0, dtype=np.uint64), stats
+    needed = np.unique(pairs)
+    texts, digests = _texts_of(shard_dirs, needed)
+    index = np.searchsorted(needed, pairs)
+    if minhash.threshold > 0:
+        offsets, hashes = shingle_sets(texts, minhash.ngram)
+        index = index[pair_jaccard(offsets, hashes, index) >= minhash.threshold]
+        stats.update(verified_pairs=len(index), docs_verified=len(needed))
+    rank = row_order(sha_words(digests), needed)  # rank[r] = the document of rank r
+    position = np.empty(len(needed), dtype=np.int64)
+    position[rank] = np.arange(len(needed))
+    not_first = first_of_clusters(len(needed), position[index])  # by rank: the root is the lowest-ranked
+    return needed[rank[not_first]], stats
 
 
-def _minhash_dedup(
-    minhash: MinhashSpec, source_name: str, shard_dirs: list[Path], entries: list[tuple[str, int]], keep: list[bool]
-) -> dict[str, Any]:
-    """Clear keep[i] of every kept line that is a near-duplicate of an earlier kept one; the step's row."""
-    sigs = _load_signatures(source_name, shard_dirs, len(entries), minhash.bands * minhash.rows)
-    candidates = np.flatnonzero(np.asarray(keep, dtype=bool))
-    near, verification = near_duplicates(
-        sigs[candidates],
-        minhash.bands,
-        minhash.rows,
-        minhash.threshold,
-        minhash.ngram,
-        lambda wanted: _texts_at(shard_dirs, candidates[wanted]),
+def _heldout(shard_dirs: list[Path], dropped: set[int], heldout_docs: int) -> tuple[NDArray[np.uint64], set[bytes]]:
+    """(ids, digests) of the heldout_docs kept documents with the smallest SHA-256 (then id): each shard's
+    smallest ones from its sorted hashes.npy, merged; a function of the texts only."""
+    if not heldout_docs:
+        return np.empty(0, dtype=np.uint64), set()
+    shas, ids = [], []
+    for shard, directory in enumerate(shard_dirs):
+        table = np.load(directory / HASHES_FILE, mmap_mode="r", allow_pickle=False)
+        taken = 0
+        for start in range(0, len(table), max(4 * heldout_docs, 4096)):
+            chunk = np.array(table[start : start + max(4 * heldout_docs, 4096)])
+            gids = _gids(shard, chunk["line"])
+            keep = np.fromiter((int(g) not in dropped for g in gids), dtype=bool, count=len(gids))
+            chunk, gids = chunk[keep][: heldout_docs - taken], gids[keep][: heldout_docs - taken]
+            shas.append(chunk["sha"])
+            ids.append(gids)
+            taken += len(gids)
+            if taken == heldout_docs:
+                break
+    sha = np.concatenate(shas) if shas else np.empty((0, 4), dtype=np.uint64)
+    gid = np.concatenate(ids) if ids else np.empty(0, dtype=np.uint64)
+    chosen = row_order(sha, gid)[:heldout_docs]
+    return gid[chosen], {row.tobytes() for row in sha[chosen]}
+
+
+def _partition_results(partition_dirs: list[Path]) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+    """(exact duplicates, candidate pairs) of all the source's dedup_partition outputs."""
+    exact = [np.load(d / EXACT_FILE, allow_pickle=False) for d in partition_dirs]
+    pairs = [np.load(d / PAIRS_FILE, allow_pickle=False) for d in partition_dirs]
+    return (
+        np.unique(np.concatenate(exact)) if exact else np.empty(0, dtype=np.uint64),
+        np.unique(np.concatenate(pairs), axis=0) if pairs else np.empty((0, 2), dtype=np.uint64),
     )
-    chars_in = sum(entries[i][1] for i in candidates.tolist())
-    for i in candidates[near].tolist():
-        keep[i] = False
-    return {
-        "step": "minhash_dedup",
-        "kind": "filter",
-        "docs_in": len(candidates),
-        "docs_out": len(candidates) - int(near.sum()),
-        "reasons": {"near_duplicate": int(near.sum())},
-        "chars_in": chars_in,
-        "chars_out": chars_in - sum(entries[i][1] for i in candidates[near].tolist()),
-        "ngram": minhash.ngram,
-        "bands": minhash.bands,
-        "rows": minhash.rows,
-        "threshold": minhash.threshold,
-        **verification,
-    }
 
 
 def _check_enough(
-    source_name: str, kept: list[int], heldout_docs: int, shard_stats: list[dict[str, Any]], steps: list[dict[str, Any]]
+    source_name: str, kept: int, heldout_docs: int, shard_stats: list[dict[str, Any]], steps: list[dict[str, Any]]
 ) -> None:
     """UserError when curation left no document, or no more than the held-out ones."""
     if not kept:
@@ -182,112 +168,165 @@ def _check_enough(
             f"steps: {_steps_summary(steps) or 'no shard'}); check the input and the curate settings "
             "(min_chars, max_chars, quality, pii)"
         )
-    if heldout_docs and len(kept) <= heldout_docs:
+    if heldout_docs and kept <= heldout_docs:
         raise UserError(
-            f"data.heldout_docs: source {source_name!r} has {len(kept)} document(s) after curation, "
+            f"data.heldout_docs: source {source_name!r} has {kept} document(s) after curation, "
             f"not more than data.heldout_docs = {heldout_docs}, so none would be left to train on; "
-            f"lower data.heldout_docs below {len(kept)} (or give the source more documents)"
+            f"lower data.heldout_docs below {kept} (or give the source more documents)"
         )
 
 
-def _write_splits(
-    shard_dirs: list[Path], role: dict[int, str], out_dir: Path, why: dict[int, tuple[str, str]], dropped: DroppedSample
-) -> None:
-    """Copy the shards' lines into train.jsonl / heldout.jsonl by role (line index -> "train" | "heldout";
-    a line not in it is dropped, for the (step, reason) in `why`, and sampled into `dropped`), in order."""
-    index = 0
+@dataclass
+class _Fates:
+    """What the join decided for each dropped or held-out document, by global id, and the sizes it counts."""
+
+    why: dict[int, tuple[str, str]]  # a dropped document -> (step, reason)
+    heldout: set[int]
+    heldout_digests: set[bytes]  # the held-out texts' hashes: with exact dedup off, their training copies go
+    chars: Counter[str] = field(default_factory=Counter)  # characters by fate: exact, near, heldout, copy, train
+    docs: Counter[str] = field(default_factory=Counter)
+
+
+def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped: DroppedSample) -> None:
+    """Copy the shards' lines into train.jsonl / heldout.jsonl (or drop them, sampled into `dropped`), in
+    order, counting documents and characters by fate; one shard's hash table in memory at a time."""
     with (
         atomic_file(out_dir / TRAIN_FILE) as train_tmp,
         atomic_file(out_dir / HELDOUT_FILE) as heldout_tmp,
         open(train_tmp, "w", encoding="utf-8", newline="\n") as train,
         open(heldout_tmp, "w", encoding="utf-8", newline="\n") as held,
     ):
-        for directory in shard_dirs:
+        for shard, directory in enumerate(shard_dirs):
+            table = np.load(directory / HASHES_FILE, allow_pickle=False)
+            by_line = np.empty_like(table)
+            by_line[table["line"].astype(np.int64)] = table
             with open(directory / DOCS_FILE, encoding="utf-8") as f:
-                for line in f:
-                    target = role.get(index)
-                    if target == "train":
-                        train.write(line)
-                    elif target == "heldout":
+                for line_no, line in enumerate(f):
+                    gid = (shard << SHARD_SHIFT) | line_no
+                    chars = int(by_line["chars"][line_no])
+                    fate = fates.why.get(gid)
+                    if fate is None and gid in fates.heldout:
+                        fates.docs["heldout"] += 1
+                        fates.chars["heldout"] += chars
                         held.write(line)
-                    elif dropped.wants(*why[index]):
+                        continue
+                    if (
+                        fate is None
+                        and fates.heldout_digests
+                        and by_line["sha"][line_no].tobytes() in fates.heldout_digests
+                    ):
+                        fate = fates.why[gid] = ("heldout_split", "copy_of_heldout")
+                    if fate is None:
+                        fates.docs["train"] += 1
+                        fates.chars["train"] += chars
+                        train.write(line)
+                        continue
+                    fates.docs[fate[0]] += 1
+                    fates.chars[fate[0]] += chars
+                    if dropped.wants(*fate):
                         row = json.loads(line)
                         row.pop("sha256", None)
-                        dropped.add(*why[index], row.pop("id"), row.pop("text"), row)
-                    index += 1
+                        dropped.add(*fate, row.pop("id"), row.pop("text"), row)
+            if len(by_line) and line_no + 1 != len(by_line):
+                raise ValueError(
+                    f"curate_source: {directory / DOCS_FILE} does not match its tables; rebuild the shards"
+                )
+
+
+def _join_rows(config: CurateSourceConfig, fates: _Fates, verification: dict[str, int]) -> list[dict[str, Any]]:
+    """The join's step rows (cross_shard_dedup, minhash_dedup, heldout_split) from what it counted."""
+    docs, chars = fates.docs, fates.chars
+    total, chars_all = sum(docs.values()), sum(chars.values())
+    rows = []
+    docs_in, chars_in = total - docs["cross_shard_dedup"], chars_all - chars["cross_shard_dedup"]
+    if config.dedup.exact:
+        duplicates = {"duplicate": docs["cross_shard_dedup"]}
+        rows.append(_filter_row("cross_shard_dedup", total, docs_in, chars_all, chars_in, reasons=duplicates))
+    minhash = config.dedup.minhash
+    if minhash is not None:
+        near = {"near_duplicate": docs["minhash_dedup"]}
+        figures = {"ngram": minhash.ngram, "bands": minhash.bands, "rows": minhash.rows, "threshold": minhash.threshold}
+        docs_out, chars_out = docs_in - docs["minhash_dedup"], chars_in - chars["minhash_dedup"]
+        rows.append(
+            _filter_row(
+                "minhash_dedup", docs_in, docs_out, chars_in, chars_out, reasons=near, **figures, **verification
+            )
+        )
+        docs_in, chars_in = docs_out, chars_out
+    docs_out, chars_out = docs["train"] + docs["heldout"], chars["train"] + chars["heldout"]
+    rows.append(_filter_row("heldout_split", docs_in, docs_out, chars_in, chars_out, heldout_docs=config.heldout_docs))
+    return rows
+
+
+def _filter_row(step: str, docs_in: int, docs_out: int, chars_in: int, chars_out: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "step": step,
+        "kind": "filter",
+        "docs_in": docs_in,
+        "docs_out": docs_out,
+        "chars_in": chars_in,
+        "chars_out": chars_out,
+        **extra,
+    }
 
 
 def curate_source(
-    config: CurateSourceConfig, shard_dirs: list[Path], out_dir: Path, source_name: str = "source"
+    config: CurateSourceConfig,
+    shard_dirs: list[Path],
+    out_dir: Path,
+    source_name: str = "source",
+    partition_dirs: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Join the shards of one source (in order) into out_dir/train.jsonl and out_dir/heldout.jsonl.
 
-    Exact duplicates across shards are removed (first occurrence wins) when dedup.exact is on.
-    The heldout_docs documents with the smallest SHA-256 are held out (a choice that depends on
-    the texts only, so it is stable across reruns and shard counts); with exact dedup off, training
-    copies of a held-out text are dropped too. Returns {"counts", "steps", ...} (also in stats.json).
-    `source_name` only labels error messages.
+    The exact duplicates across shards (all copies of a text but its first occurrence) and the candidate
+    pairs of near-duplicates come from the source's dedup_partition outputs (`partition_dirs`:
+    runlib.curate.partition); the pairs are verified here and each cluster keeps its lowest-ranked document
+    (hash, then id). The heldout_docs kept documents with the smallest SHA-256 are held out (a choice that
+    depends on the texts only, so it is stable across reruns and shard counts); with exact dedup off,
+    training copies of a held-out text are dropped too. Memory grows with the duplicates, not the documents.
+    Returns {"counts", "steps", ...} (also in stats.json). `source_name` only labels error messages.
     """
     heldout_docs = config.heldout_docs
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shard_dirs = [Path(d) for d in shard_dirs]
+    partition_dirs = [Path(d) for d in partition_dirs or []]
     shard_stats = _shard_stats(shard_dirs)
     steps = _sum_steps(source_name, shard_stats)
+    if (config.dedup.exact or config.dedup.minhash is not None) and not partition_dirs:
+        raise ValueError(f"curate_source {source_name}: dedup across shards needs the dedup_partition outputs")
 
-    # pass 1: hashes and sizes only (texts are not kept in memory)
-    entries = _entries(shard_dirs)
-    keep = [True] * len(entries)
-    why: dict[int, tuple[str, str]] = {}  # a dropped line -> (step, reason)
-    if config.dedup.exact:
-        steps.append(_cross_shard_dedup(entries, keep))
-        why |= {i: ("cross_shard_dedup", "duplicate") for i, k in enumerate(keep) if not k}
+    exact, pairs = _partition_results(partition_dirs)
+    why: dict[int, tuple[str, str]] = dict.fromkeys(map(int, exact), ("cross_shard_dedup", "duplicate"))
+    verification: dict[str, int] = {}
     if config.dedup.minhash is not None:
-        steps.append(_minhash_dedup(config.dedup.minhash, source_name, shard_dirs, entries, keep))
-        why |= {i: ("minhash_dedup", "near_duplicate") for i, k in enumerate(keep) if not k and i not in why}
-    kept = [i for i, k in enumerate(keep) if k]
+        near, verification = _near_duplicates(config.dedup.minhash, shard_dirs, pairs)
+        why |= dict.fromkeys(map(int, near), ("minhash_dedup", "near_duplicate"))
+    total = sum(int(stats["counts"]["docs"]) for stats in shard_stats)
+    kept = total - len(why)
     _check_enough(source_name, kept, heldout_docs, shard_stats, steps)
-    heldout = set(heapq.nsmallest(heldout_docs, kept, key=lambda i: (entries[i][0], i)))
-    heldout_hashes = {entries[i][0] for i in heldout}
-    role: dict[int, str] = {}  # line index -> "train" | "heldout"; lines not in it are dropped
-    for i in kept:
-        if i in heldout:
-            role[i] = "heldout"
-        elif entries[i][0] not in heldout_hashes:  # only possible with dedup.exact off
-            role[i] = "train"
-        else:
-            why[i] = ("heldout_split", "copy_of_heldout")
-    chars_in = sum(entries[i][1] for i in kept)
-    docs_train = sum(1 for r in role.values() if r == "train")
-    chars_train = sum(entries[i][1] for i, r in role.items() if r == "train")
-    chars_heldout = sum(entries[i][1] for i in heldout)
-    steps.append(
-        {
-            "step": "heldout_split",
-            "kind": "filter",
-            "docs_in": len(kept),
-            "docs_out": docs_train + len(heldout),
-            "chars_in": chars_in,
-            "chars_out": chars_train + chars_heldout,
-            "heldout_docs": heldout_docs,
-        }
-    )
-    validate_counts(steps)
+    heldout, digests = _heldout(shard_dirs, set(why), heldout_docs)
+    fates = _Fates(why, set(map(int, heldout)), digests if not config.dedup.exact else set())
 
-    # pass 2: copy the lines into train.jsonl / heldout.jsonl, in order
+    # the one pass over the texts: copy the lines into train.jsonl / heldout.jsonl, in order
     dropped = DroppedSample(config.keep_dropped)
-    _write_splits(shard_dirs, role, out_dir, why, dropped)
+    _write_splits(shard_dirs, fates, out_dir, dropped)
     write_dropped(out_dir, dropped)
+
+    steps += _join_rows(config, fates, verification)
+    docs, chars = fates.docs, fates.chars
+    validate_counts(steps)
 
     first = steps[0] if steps else {"docs_in": 0, "chars_in": 0}
     result = {
         "counts": {
             "docs_read": first["docs_in"],
             "chars_read": first["chars_in"],
-            "docs_train": docs_train,
-            "docs_heldout": len(heldout),
-            "chars_train": chars_train,
-            "chars_heldout": chars_heldout,
+            "docs_train": docs["train"],
+            "docs_heldout": docs["heldout"],
+            "chars_train": chars["train"],
+            "chars_heldout": chars["heldout"],
             "docs_repaired": sum(stats.get("counts", {}).get("docs_repaired", 0) for stats in shard_stats),
         },
         "steps": steps,

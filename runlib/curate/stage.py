@@ -24,8 +24,8 @@ curate_shard reads the shard's raw documents and runs, in order:
     substring_dedup    transform  curate.dedup.substring: runs of >= min_tokens tokens repeated earlier in the
                                   shard cut out (runlib.curate.substring; reasons spans, chars_removed, docs_changed)
     substring_empty    filter     the documents substring_dedup left without text (reason emptied)
-and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.json (what it returns) and,
-with curate.dedup.minhash, minhash.npy (the documents' MinHash signatures, docs.jsonl's order).
+and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.json (what it returns),
+hashes.npy and, with curate.dedup.minhash, bands.npy (the tables dedup_partition slices: runlib.curate.partition).
 
 Both receive their config (runlib.curate.config, built by runlib.graph.configs) and their input
 directories, never the run spec; the source's name only labels error messages.
@@ -50,7 +50,7 @@ from runlib.curate.builtin import builtin_documents
 from runlib.curate.config import CurateShardConfig
 from runlib.curate.counts import validate_counts
 from runlib.curate.dropped import DroppedSample
-from runlib.curate.files import DOCS_FILE, MINHASH_FILE, STATS_FILE, save_npy, write_dropped, write_json, write_jsonl
+from runlib.curate.files import DOCS_FILE, STATS_FILE, write_dropped, write_json, write_jsonl
 from runlib.curate.filters import (
     LANGUAGE_MIN_PROBABILITY,
     c4_filter,
@@ -61,6 +61,7 @@ from runlib.curate.filters import (
 from runlib.curate.inputs import check_still, check_unchanged
 from runlib.curate.minhash import signatures
 from runlib.curate.ner import load_ner, mask_entities
+from runlib.curate.partition import write_shard_tables
 from runlib.curate.readers import read_documents, shard_limit
 from runlib.curate.rules import PII_KINDS, find_pii, gopher_quality_reason, gopher_repetition_reason, mask_pii
 from runlib.curate.substring import remove_repeated_substrings
@@ -401,12 +402,9 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
         hashes = [_sha256(text) for _, text in docs]
 
     validate_counts(steps)
-    minhash = curate.dedup.minhash
-    if minhash is not None:  # signatures only; the near-duplicates go in curate_source, across the shards
-        sigs = signatures([text for _, text in docs], minhash.ngram, minhash.bands * minhash.rows)
-        save_npy(out_dir / MINHASH_FILE, sigs)
-    else:
-        (out_dir / MINHASH_FILE).unlink(missing_ok=True)
+    minhash = curate.dedup.minhash  # signatures only: dedup_partition and curate_source compare the shards
+    sigs = signatures([t for _, t in docs], minhash.ngram, minhash.bands * minhash.rows) if minhash else None
+    write_shard_tables(out_dir, hashes, [len(t) for _, t in docs], sigs, minhash)
     write_jsonl(
         out_dir / DOCS_FILE,
         (_doc_row(doc_id, text, h, meta) for (doc_id, text), h in zip(docs, hashes, strict=True)),

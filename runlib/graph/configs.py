@@ -23,6 +23,7 @@ from runlib.curate.builtin import builtin_python
 from runlib.curate.config import (
     CurateShardConfig,
     CurateSourceConfig,
+    DedupPartitionConfig,
     FilterQualityConfig,
     InputFile,
     TrainClassifierConfig,
@@ -157,6 +158,18 @@ def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, l
             )
             for i, files in enumerate(shards)
         ]
+    return out
+
+
+def dedup_partition_configs(spec: RunSpec, shards: dict[str, int]) -> dict[str, list[DedupPartitionConfig]]:
+    """Source name -> the config of each slice of its dedup across shards (runlib.curate.partition), one per
+    shard (`shards`: the source's shard count); [] for a source with neither exact nor MinHash dedup."""
+    out: dict[str, list[DedupPartitionConfig]] = {}
+    for name, source in spec.data.sources.items():
+        dedup = source.curate.dedup
+        wanted = dedup.exact or dedup.minhash is not None
+        n = shards[name] if wanted else 0
+        out[name] = [DedupPartitionConfig(dedup=dedup, partition=q, partitions=n) for q in range(n)]
     return out
 
 

@@ -118,11 +118,32 @@ def curate_shard_nodes(g: GraphContext) -> list[StageNode]:
     ]
 
 
+def _shard_inputs(g: GraphContext, source: str) -> dict[str, str]:
+    shards = [n for n in g.of("curate_shard") if n.params["source"] == source]
+    return {f"shard{i}": n.key for i, n in enumerate(shards)}
+
+
+def dedup_partition_nodes(g: GraphContext) -> list[StageNode]:
+    shards = {name: len(_shard_inputs(g, name)) for name in g.spec.data.sources}
+    return [
+        g.make(
+            "dedup_partition",
+            f"dedup_partition {name}/{c.partition}",
+            c,
+            _shard_inputs(g, name),
+            source=name,
+            partition=c.partition,
+        )
+        for name, partitions in configs.dedup_partition_configs(g.spec, shards).items()
+        for c in partitions
+    ]
+
+
 def curate_source_nodes(g: GraphContext) -> list[StageNode]:
     out = []
     for name, config in configs.curate_source_configs(g.spec, g.plan).items():
-        shards = [n for n in g.of("curate_shard") if n.params["source"] == name]
-        inputs = {f"shard{i}": n.key for i, n in enumerate(shards)}
+        partitions = [n for n in g.of("dedup_partition") if n.params["source"] == name]
+        inputs = _shard_inputs(g, name) | {f"partition{i}": n.key for i, n in enumerate(partitions)}
         out.append(g.make("curate_source", f"curate_source {name}", config, inputs, source=name))
     return out
 

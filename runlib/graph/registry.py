@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from runlib.curate.config import (
     CurateShardConfig,
     CurateSourceConfig,
+    DedupPartitionConfig,
     FilterQualityConfig,
     TrainClassifierConfig,
     TrainNgramLmConfig,
@@ -90,12 +91,25 @@ def _curate_shard(graph: StageGraph, node: StageNode, out: Path) -> dict[str, An
     return curate_shard(node.config_as(CurateShardConfig), out, source_name=node.params["source"])
 
 
+def _numbered(dirs: dict[str, Path], role: str) -> list[Path]:
+    """The input directories of roles role0, role1, ... in order."""
+    return [dirs[f"{role}{i}"] for i in range(sum(r.rstrip("0123456789") == role for r in dirs))]
+
+
+def _dedup_partition(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.curate.partition import dedup_partition
+
+    shard_dirs = _numbered(input_dirs(graph, node), "shard")
+    return dedup_partition(node.config_as(DedupPartitionConfig), shard_dirs, out, source_name=node.params["source"])
+
+
 def _curate_source(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.curate.source import curate_source
 
     dirs = input_dirs(graph, node)
-    shard_dirs = [dirs[f"shard{i}"] for i in range(len(dirs))]
-    return curate_source(node.config_as(CurateSourceConfig), shard_dirs, out, source_name=node.params["source"])
+    config = node.config_as(CurateSourceConfig)
+    shards, partitions = _numbered(dirs, "shard"), _numbered(dirs, "partition")
+    return curate_source(config, shards, out, source_name=node.params["source"], partition_dirs=partitions)
 
 
 def _train_classifier(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
@@ -160,7 +174,7 @@ def _fit_ladder(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]
 KINDS: tuple[StageKind, ...] = (
     StageKind(
         "curate_shard",
-        5,
+        6,
         CurateShardConfig,
         nodes.curate_shard_nodes,
         _curate_shard,
@@ -168,8 +182,18 @@ KINDS: tuple[StageKind, ...] = (
         Resources(threads=1, mem_mb=2000, runtime_min=30),
     ),
     StageKind(
+        "dedup_partition",
+        1,
+        DedupPartitionConfig,
+        nodes.dedup_partition_nodes,
+        _dedup_partition,
+        "find one slice of a source's exact duplicates and near-duplicate candidates across its shards",
+        Resources(threads=1, mem_mb=2000, runtime_min=30),
+        tracked=False,
+    ),
+    StageKind(
         "curate_source",
-        5,
+        6,
         CurateSourceConfig,
         nodes.curate_source_nodes,
         _curate_source,

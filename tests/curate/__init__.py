@@ -8,6 +8,7 @@ from typing import Any
 
 from runlib.audit.cases import case_data
 from runlib.curate.config import CurateShardConfig, InputFile
+from runlib.curate.partition import dedup_partition
 from runlib.curate.source import curate_source
 from runlib.curate.stage import curate_shard
 from runlib.spec import validate_data
@@ -62,11 +63,25 @@ def source_config(spec: RunSpec, name: str):
     return curate_source_configs(spec)[name]
 
 
+def run_partitions(spec: RunSpec, name: str, shard_dirs: list[Path], out: str | Path = "out") -> list[Path]:
+    """The source's dedup_partition stages over the shards' outputs, as the workflow runs them."""
+    from runlib.graph.configs import dedup_partition_configs
+
+    dirs = []
+    for config in dedup_partition_configs(spec, {name: len(shard_dirs)})[name]:
+        d = Path(out) / f"partition{config.partition}"
+        dedup_partition(config, shard_dirs, d, name)
+        dirs.append(d)
+    return dirs
+
+
 def run_source(spec, name, shard_files, out="out"):
-    """curate_shard for each file list, then curate_source; returns (shard results, source result)."""
+    """curate_shard for each file list, dedup_partition for each slice, then curate_source; returns (shard
+    results, source result)."""
     dirs, results = [], []
     for i, files in enumerate(shard_files):
         d = Path(out) / f"shard{i}"
         results.append(curate_shard(shard_config(spec, name, i, len(shard_files), files), d, name))
         dirs.append(d)
-    return results, curate_source(source_config(spec, name), dirs, Path(out) / "source", name)
+    partitions = run_partitions(spec, name, dirs, out)
+    return results, curate_source(source_config(spec, name), dirs, Path(out) / "source", name, partitions)
