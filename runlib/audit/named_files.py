@@ -25,7 +25,7 @@ from runlib.util.userfile import read_bounded, refusal
 FILE_FIELDS: dict[str, str] = {
     "data.sources.*.input.path": "SRC001 (the audit) and the gate's glob expansion (runlib.graph.configs)",
     "data.sources.*.curate.url_filter.blocklist": "the gate's config building (runlib.graph.configs.named_files)",
-    "data.sources.*.curate.ner.model": "the gate's config building (runlib.graph.configs.ner_files)",
+    "data.sources.*.curate.ner.model": "RUN012, and the gate's config building (runlib.graph.configs.ner_files)",
     "tokenizer.pretrained": "RUN012",
     "eval.tasks[].path": "RUN012 (multiple_choice, answer_loglik); lm_eval: the harness gate (runlib.eval.harness.gate)",
 }
@@ -117,6 +117,32 @@ def task_refusals(tasks: list[EvalTaskSpec]) -> list[Refusal]:
     return out
 
 
+def ner_model_refusals(spec: RunSpec) -> list[Refusal]:
+    """RUN012 for each curate.ner.model that is not a folder with a config.cfg (a spaCy pipeline) here."""
+    out = []
+    for name, source in spec.data.sources.items():
+        ner = source.curate.ner
+        if ner is None:
+            continue
+        config = os.path.join(os.path.expanduser(ner.model), "config.cfg")
+        problem = None if os.path.isdir(os.path.expanduser(ner.model)) else f"{ner.model!r} is not a folder here"
+        if problem is None and _problem(config) is not None:
+            problem = f"{ner.model!r} holds no config.cfg, so it is not a spaCy pipeline folder"
+        if problem is not None:
+            out.append(
+                Refusal(
+                    "RUN012",
+                    f"data.sources.{name}.curate.ner.model",
+                    ner.model,
+                    f"{problem}: curate_shard loads the model with spaCy, so its jobs would fail",
+                    "give the folder that spaCy's nlp.to_disk wrote, or an installed model's data folder "
+                    "(en_core_web_sm/en_core_web_sm-3.8.0); relative paths are read from where the workflow runs",
+                )
+            )
+    return out
+
+
 def named_file_refusals(spec: RunSpec) -> list[Refusal]:
-    """RUN012: the files the spec names that are not here (tokenizer.pretrained, eval task files)."""
-    return tokenizer_refusals(spec.tokenizer.pretrained) + task_refusals(spec.eval.tasks)
+    """RUN012: the files the spec names that are not here (tokenizer.pretrained, eval task files, the
+    named-entity model's folder)."""
+    return tokenizer_refusals(spec.tokenizer.pretrained) + task_refusals(spec.eval.tasks) + ner_model_refusals(spec)

@@ -105,6 +105,11 @@ def named_files(path: str, field: str) -> list[InputFile]:
 def ner_files(path: str, field: str) -> list[InputFile]:
     """The files of a spaCy pipeline folder (named_files), refused unless it is one: a folder with the
     config.cfg that spacy.load reads first."""
+    if not Path(path).is_dir() and _placeholders.get() is None:
+        raise UserError(
+            f"{field}: {path!r} is not a folder here (relative paths start at {Path.cwd()}); give the "
+            "spaCy pipeline folder"
+        )
     files = named_files(path, field)
     if files and files[0].digest != PLACEHOLDER_DIGEST:
         if not Path(path).is_dir() or not (Path(path) / "config.cfg").is_file():

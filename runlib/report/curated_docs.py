@@ -26,7 +26,7 @@ SPLIT_FILES = {"train": TRAIN_FILE, "heldout": HELDOUT_FILE}
 def _built(node: StageNode, spec_path: str) -> Path:
     if not is_built(node):
         target = str(done_stamp(node.stage, node.key))
-        raise UserError(f"{node.stage} {node.instance} is not built yet: run {snakemake_command(spec_path, [target])}")
+        raise UserError(f"{node.instance} is not built yet: run {snakemake_command(spec_path, [target])}")
     verify_node(node, full=True, spec_path=spec_path)
     return node.dir
 

@@ -150,7 +150,7 @@ GATE_CASES = {
         ("missing", _blocklist(MISSING), "data.sources.docs.curate.url_filter.blocklist", "not a file"),
     ],
     "data.sources.*.curate.ner.model": [
-        ("missing", _ner_model(MISSING), "data.sources.docs.curate.ner.model", "not a file"),
+        ("missing", _ner_model(MISSING), "data.sources.docs.curate.ner.model", "not a folder"),
         ("not_a_pipeline", _ner_model(str(ROOT / "specs")), "data.sources.docs.curate.ner.model", "no config.cfg"),
     ],
 }

@@ -48,7 +48,7 @@ def test_graph_shares_the_targets_data_stages_and_fits_every_rung():
     spec = _demo(widths=[32, 64, 96], tokens_per_param=[10, 20], min_steps=10)
     plain = build_graph(load_spec(DEMO).spec)
     graph = build_graph(spec)
-    data = ("curate_shard", "curate_source", "train_tokenizer", "tokenize")
+    data = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
     assert {(n.stage, n.key) for n in graph.nodes if n.stage in data} == {
         (n.stage, n.key) for n in plain.nodes if n.stage in data
     }

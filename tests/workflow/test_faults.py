@@ -112,6 +112,7 @@ def reference(tmp_path_factory):
     work = tmp / "reference"
     wanted = {
         "curate_shard": graph.of("curate_shard"),
+        "dedup_partition": graph.of("dedup_partition"),
         "curate_source": graph.of("curate_source"),
         "train_tokenizer": graph.of("train_tokenizer"),
         "tokenize": graph.of("tokenize"),

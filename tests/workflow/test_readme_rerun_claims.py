@@ -22,7 +22,7 @@ from tests.workflow.test_stage_configs import SKIP, graph_of, leaves, other_valu
 
 README = " ".join((ROOT / "README.md").read_text().split())
 DEMO = ROOT / "specs" / "demo.yaml"
-DATA_STAGES = ("curate_shard", "curate_source", "train_tokenizer", "tokenize")
+DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
 SPECS = pytest.mark.parametrize("spec_file", [DEMO, TINY], ids=["demo", "tiny"])
 
 

@@ -35,7 +35,7 @@ from tests.helpers import fake_manifest, write_fake_manifest
 from tests.workflow.conftest import TINY
 
 DEMO = ROOT / "specs" / "demo.yaml"
-DATA_STAGES = {"curate_shard", "curate_source", "train_tokenizer", "tokenize"}
+DATA_STAGES = {"curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize"}
 NOTHING_READS = ("name", "description", "tracking", "audit")  # no stage config may hold these
 SKIP = object()
 

@@ -1,4 +1,4 @@
-"""RUN012: a file the spec names (tokenizer.pretrained, an eval task's path) that is not here.
+"""RUN012: a file the spec names (tokenizer.pretrained, an eval task's path, curate.ner.model) that is not here.
 
 Why it matters:
     A spec imported from another framework (runlib import) carries a placeholder
@@ -6,8 +6,9 @@ Why it matters:
     tokenizer stage copies that file, and the eval stage reads each multiple_choice or answer_loglik
     task file after every phase: a missing file, or a tokenizer in a format the stage does not read
     (a SentencePiece .model, a tiktoken file), passed the audit and failed in a job, possibly after
-    hours of training. Missing data files are SRC001's; lm_eval task files are checked by the
-    workflow gate's harness check.
+    hours of training. curate.ner.model must be a spaCy pipeline folder (its config.cfg), which every
+    curate_shard job of the source loads. Missing data files are SRC001's; lm_eval task files are
+    checked by the workflow gate's harness check.
 
 Flagged:
     tokenizer: {pretrained: tokenizers/llama2/tokenizer.model, reserved_tokens: 3}
@@ -55,6 +56,14 @@ FAIL = [
     case({**_PRETRAINED, "tokenizer.pretrained": _HERE}, "warning"),  # not a tokenizer.json
     case(
         {"eval.tasks": [{"name": "file-task", "kind": "answer_loglik", "path": "/nonexistent-runlib-case/t.jsonl"}]},
+        "warning",
+    ),
+    case(
+        {"data.sources.web.curate.pii": "ner", "data.sources.web.curate.ner": {"model": "/nonexistent-runlib-case"}},
+        "warning",
+    ),
+    case(
+        {"data.sources.web.curate.pii": "ner", "data.sources.web.curate.ner": {"model": str(_ROOT / "specs")}},
         "warning",
     ),
 ]
