@@ -18,13 +18,14 @@ Both with 20 bands x 5 rows of word 5-grams (runlib's MinhashSpec defaults; data
 its candidates unverified, runlib's verified at Jaccard >= 0.72). Printed per scale and side: jobs, wall and
 CPU seconds (sums over the jobs), documents per CPU second, the peak RSS of the largest job, and whether
 runlib's kept set equals its single-process reference (runlib.curate.minhash's functions over every document
-at once, in rank order) and datatrove's kept count. The goal of issue 23: the largest job's peak RSS grows by
+at once, in rank order) and the Jaccard of datatrove's kept set with runlib's. The goal of issue 23: the largest job's peak RSS grows by
 at most 1.3x from 1x to 4x.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
 import json
@@ -138,16 +139,16 @@ def run_runlib(files: list[Path], out: Path) -> tuple[list[dict[str, float]], li
     shards, jobs = [], []
     for i, path in enumerate(files):
         entry = InputFile(path=str(path), bytes=path.stat().st_size, digest=file_digest(path))
-        config = CurateShardConfig(input=source_input, curate=curate, shard=i, shards=len(files), files=[entry])
+        shard = CurateShardConfig(input=source_input, curate=curate, shard=i, shards=len(files), files=[entry])
         shards.append(out / f"shard{i}")
-        jobs.append(_in_child(_runlib_shard, config, shards[-1]))
+        jobs.append(_in_child(_runlib_shard, shard, shards[-1]))
     partitions = []
     for q in range(len(files)):
         partitions.append(out / f"partition{q}")
-        config = DedupPartitionConfig(dedup=DEDUP, partition=q, partitions=len(files))
-        jobs.append(_in_child(_runlib_partition, config, shards, partitions[-1]))
-    config = CurateSourceConfig(dedup=DEDUP, heldout_docs=0)
-    jobs.append(_in_child(_runlib_source, config, shards, partitions, out / "source"))
+        partition = DedupPartitionConfig(dedup=DEDUP, partition=q, partitions=len(files))
+        jobs.append(_in_child(_runlib_partition, partition, shards, partitions[-1]))
+    source = CurateSourceConfig(dedup=DEDUP, heldout_docs=0)
+    jobs.append(_in_child(_runlib_source, source, shards, partitions, out / "source"))
     with open(out / "source" / "train.jsonl", encoding="utf-8") as f:
         kept = sorted(json.loads(line)["text"] for line in f)
     return jobs, kept
@@ -183,13 +184,16 @@ def _datatrove_task(stage: str, folder: Path, files: Path, tasks: int, rank: int
         ],
     }[stage]()
     logs = folder / "logs" / stage
-    LocalPipelineExecutor(
-        pipeline, tasks=tasks, workers=1, local_tasks=1, local_rank_offset=rank, logging_dir=str(logs)
-    ).run()
+    logs.mkdir(parents=True, exist_ok=True)
+    # each task adds a log sink on sys.stderr (datatrove src/datatrove/utils/logging.py at 7024aec): into a file
+    with open(logs / f"stderr-{rank}.txt", "w", encoding="utf-8") as log, contextlib.redirect_stderr(log):
+        LocalPipelineExecutor(
+            pipeline, tasks=tasks, workers=1, local_tasks=1, local_rank_offset=rank, logging_dir=str(logs)
+        ).run()
 
 
-def run_datatrove(files: list[Path], out: Path) -> tuple[list[dict[str, float]], int]:
-    """Every task's figures, and how many documents datatrove kept."""
+def run_datatrove(files: list[Path], out: Path) -> tuple[list[dict[str, float]], list[str]]:
+    """Every task's figures, and the texts datatrove kept."""
     jobs = []
     for stage, tasks in (
         ("signatures", len(files)),
@@ -199,11 +203,11 @@ def run_datatrove(files: list[Path], out: Path) -> tuple[list[dict[str, float]],
     ):
         for rank in range(tasks):
             jobs.append(_in_child(_datatrove_task, stage, out, files[0].parent, tasks, rank))
-    kept = 0
+    kept = []
     for path in sorted((out / "kept").glob("*.jsonl*")):
         with gzip.open(path, "rt", encoding="utf-8") as f:
-            kept += sum(1 for _ in f)
-    return jobs, kept
+            kept += [json.loads(line)["text"] for line in f]
+    return jobs, sorted(kept)
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -240,8 +244,11 @@ def main(argv: list[str] | None = None) -> None:
         print(_row(scale, n, "runlib", jobs, f"kept {len(kept)}, = reference: {same}"), flush=True)
         peaks["runlib"][scale] = max(j["rss_mb"] for j in jobs)
         if not args.no_datatrove:
-            jobs, count = run_datatrove(files, folder / "datatrove")
-            print(_row(scale, n, "datatrove", jobs, f"kept {count}"), flush=True)
+            jobs, theirs = run_datatrove(files, folder / "datatrove")
+            both = len(set(theirs) & set(kept)) / max(1, len(set(theirs) | set(kept)))
+            print(
+                _row(scale, n, "datatrove", jobs, f"kept {len(theirs)}, Jaccard with runlib's {both:.3f}"), flush=True
+            )
             peaks["datatrove"][scale] = max(j["rss_mb"] for j in jobs)
     for side, by_scale in peaks.items():
         if 1 in by_scale and 4 in by_scale:

@@ -189,7 +189,6 @@ KINDS: tuple[StageKind, ...] = (
         _dedup_partition,
         "find one slice of a source's exact duplicates and near-duplicate candidates across its shards",
         Resources(threads=1, mem_mb=2000, runtime_min=30),
-        tracked=False,
     ),
     StageKind(
         "curate_source",

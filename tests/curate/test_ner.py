@@ -85,7 +85,7 @@ def test_the_model_s_files_are_in_the_key_and_checked_before_loading():
     ("make", "message"),
     [
         (lambda: Path("notner").mkdir() or Path("notner/model.bin").write_bytes(b"\0" * 64), "not a spaCy pipeline"),
-        (lambda: Path("notner").write_text("a file"), "not a spaCy pipeline"),
+        (lambda: Path("notner").write_text("a file"), "not a folder here"),
     ],
 )
 def test_a_folder_that_is_not_a_pipeline_is_refused_with_its_field(make, message):

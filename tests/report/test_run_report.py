@@ -227,15 +227,16 @@ def test_complete_run(spec_path: Path, tmp_path: Path) -> None:
     assert "| hellaswag-mini | multiple_choice | acc_norm | 100 | n/a | 0.3300 |" in md  # no chance_acc recorded
     assert md.count("| built |") >= 4
     # plan against measurement: the mesh that ran, MFU, the largest rank's peak memory against the estimate
+    gpu_hours = walls[graph.find("train_phase", phase=0).instance] * 8 / 3600  # its wall time x 8 processes
     assert (
-        "| foundation | dp_shard 4 x tp 2 | 0.0362 | 3.79 | 1.28M | 0.250 | 0.400 | 2,048 MiB (cuda_max_memory_allocated) | 3,072 MiB | 1.50 |"
-        in md
+        f"| foundation | dp_shard 4 x tp 2 | {gpu_hours:.4f} | 3.79 | 1.28M | 0.250 | 0.400 | 2,048 MiB "
+        "(cuda_max_memory_allocated) | 3,072 MiB | 1.50 |" in md
     )
     assert (
         "| enrich | dp_shard 4 x tp 2 |" in md and "| 3,072 MiB (cuda_max_memory_allocated) | 3,072 MiB | 1.00 |" in md
     )
     assert '<img src="loss.png"' in page and "<script" not in page.lower()
-    # GPU-hours on a GPU run: 16.3 s of wall time x 8 processes / 3600 s = 0.0362 (the first train stage)
+    # GPU-hours on a GPU run: the first train stage's wall time x 8 processes / 3600 s
     assert "| Phase | Mesh | GPU-hours | Planned GPU-hours |" in md and "| GPU-hours | " in md
 
 

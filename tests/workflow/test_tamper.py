@@ -26,7 +26,7 @@ from tests.conftest import ROOT
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY
 
-DATA_STAGES = ("curate_shard", "curate_source", "train_tokenizer", "tokenize")
+DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
 
 
 @pytest.fixture(scope="session")
