@@ -115,9 +115,9 @@ def _measured(call: Callable[..., Any], *args: Any) -> dict[str, float]:
     }
 
 
-def _in_child(call: Callable[..., Any], *args: Any) -> dict[str, float]:
+def _in_child(call: Callable[..., Any], *args: Any) -> dict[str, Any]:
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(_measured, call, *args).result()
+        return {"stage": call.__name__.lstrip("_"), **pool.submit(_measured, call, *args).result()}
 
 
 def _runlib_shard(config: CurateShardConfig, out: Path) -> None:
@@ -132,7 +132,7 @@ def _runlib_source(config: CurateSourceConfig, shards: list[Path], partitions: l
     curate_source(config, shards, out, "bench", partitions)
 
 
-def run_runlib(files: list[Path], out: Path) -> tuple[list[dict[str, float]], list[str]]:
+def run_runlib(files: list[Path], out: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Every job's figures, and the texts kept."""
     curate = CurateSpec(dedup=DEDUP)
     source_input = InputSpec(format="jsonl", path=str(files[0].parent / "*.jsonl"))
@@ -192,7 +192,7 @@ def _datatrove_task(stage: str, folder: Path, files: Path, tasks: int, rank: int
         ).run()
 
 
-def run_datatrove(files: list[Path], out: Path) -> tuple[list[dict[str, float]], list[str]]:
+def run_datatrove(files: list[Path], out: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Every task's figures, and the texts datatrove kept."""
     jobs = []
     for stage, tasks in (
@@ -202,7 +202,7 @@ def run_datatrove(files: list[Path], out: Path) -> tuple[list[dict[str, float]],
         ("filter", len(files)),
     ):
         for rank in range(tasks):
-            jobs.append(_in_child(_datatrove_task, stage, out, files[0].parent, tasks, rank))
+            jobs.append({**_in_child(_datatrove_task, stage, out, files[0].parent, tasks, rank), "stage": stage})
     kept = []
     for path in sorted((out / "kept").glob("*.jsonl*")):
         with gzip.open(path, "rt", encoding="utf-8") as f:
@@ -213,12 +213,16 @@ def run_datatrove(files: list[Path], out: Path) -> tuple[list[dict[str, float]],
 # ---------------------------------------------------------------------------------------------- report
 
 
-def _row(scale: int, docs: int, side: str, jobs: list[dict[str, float]], check: str) -> str:
+def _row(scale: int, docs: int, side: str, jobs: list[dict[str, Any]], check: str) -> str:
     wall, cpu = sum(j["wall"] for j in jobs), sum(j["cpu"] for j in jobs)
     peak = max(j["rss_mb"] for j in jobs)
+    by_stage: dict[str, float] = {}
+    for job in jobs:
+        by_stage[job["stage"]] = max(by_stage.get(job["stage"], 0.0), job["rss_mb"])
+    stages = ", ".join(f"{stage} {mb:.0f}" for stage, mb in by_stage.items())
     return (
         f"{scale:>5}x {docs:>7} {side:<10} {len(jobs):>5} {wall:>8.1f} {cpu:>8.1f} {docs / cpu:>10.0f} "
-        f"{peak:>9.0f}  {check}"
+        f"{peak:>9.0f}  {check}\n{'':>26}peak MB per stage: {stages}"
     )
 
 
