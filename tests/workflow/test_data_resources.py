@@ -1,0 +1,44 @@
+"""A data job's memory comes from the bytes it reads, not a fixed share: a large shard's curate_shard and
+dedup_partition jobs ask Slurm for more (runlib.workflow.resources.data_job_mem_mb), a small one keeps the
+registry's floor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from runlib.graph.build import build_graph
+from runlib.graph.registry import stage_kind
+from runlib.workflow.resources import JobResources, data_job_mem_mb
+from tests.curate import jsonl_source, make_spec
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+    Path("data").mkdir()
+    Path("data/a.jsonl").write_text('{"text": "one small document"}\n')
+    with open("data/b.jsonl", "wb") as f:  # 1.2 GB, sparse: only its size matters here
+        f.truncate(1200 * 2**20)
+
+
+def test_a_large_shard_asks_for_memory_in_proportion(files: None) -> None:
+    spec = make_spec({"web": jsonl_source(dedup={"minhash": {}})})
+    graph = build_graph(spec)
+    jobs = JobResources(spec, graph)
+    floor = stage_kind("curate_shard").resources.mem_mb  # type: ignore[union-attr]
+    mem = jobs.resources("curate_shard")["mem_mb"]
+    small, large = (n for n in graph.of("curate_shard") if n.params["source"] == "web")
+    assert callable(mem)
+    assert mem(SimpleNamespace(key=small.key)) == floor
+    assert mem(SimpleNamespace(key=large.key)) == data_job_mem_mb("curate_shard", os.path.getsize("data/b.jsonl"))
+    assert mem(SimpleNamespace(key=large.key)) > 5 * floor
+    # each of the 2 slices holds about half the source's tables
+    partition = next(n for n in graph.of("dedup_partition") if n.params["source"] == "web")
+    sliced = jobs.resources("dedup_partition")["mem_mb"](SimpleNamespace(key=partition.key))  # type: ignore[operator]
+    assert sliced == data_job_mem_mb("dedup_partition", (1200 * 2**20 + 31) // 2) > floor
+    assert jobs.resources("curate_source")["mem_mb"] == stage_kind("curate_source").resources.mem_mb  # type: ignore[union-attr]
