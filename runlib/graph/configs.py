@@ -126,8 +126,23 @@ def shard_plan(name: str, source: SourceSpec) -> list[list[InputFile]]:
     if source.input.format == "builtin":
         return [[] for _ in range(source.input.shards or BUILTIN_DEFAULT_SHARDS)]
     files = source_files(name, source)
+    if source.input.shard_bytes is not None:
+        return shards_by_bytes(files, source.input.shard_bytes)
     n = min(source.input.shards or len(files), len(files))
     return [files[i::n] for i in range(n)]
+
+
+def shards_by_bytes(files: list[InputFile], shard_bytes: int) -> list[list[InputFile]]:
+    """The files, in order, in consecutive groups of at most shard_bytes (a larger file alone)."""
+    shards: list[list[InputFile]] = []
+    size = 0
+    for file in files:
+        if not shards or size + file.bytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(file)
+        size += file.bytes
+    return shards
 
 
 def curate_shard_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, list[CurateShardConfig]]:

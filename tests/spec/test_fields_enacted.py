@@ -162,6 +162,7 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
         ({"format": "jsonl", "path": files["a"]}, {"format": "text", "path": files["dir"]}),
     ],
     "data.sources.*.input.path": lambda cur, data, files: [(_jsonl_input(files), {"path": files["b"]})],
+    "data.sources.*.input.shard_bytes": lambda cur, data, files: [(_jsonl_input(files), {"shard_bytes": 64})],
     "data.sources.*.input.text_field": lambda cur, data, files: [(_jsonl_input(files), {"text_field": "body"})],
     "data.sources.*.input.name": lambda cur, data, files: [
         ({"format": "builtin"}, {"name": n}) for n in ("python_docs", "python_code", "arithmetic") if n != cur

@@ -49,7 +49,7 @@ class TokenizerSpec(SpecModel):
 
 
 class InputSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"extract"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"extract", "shard_bytes"})
 
     format: Literal["jsonl", "parquet", "text", "warc", "builtin"]
     """jsonl (plain or .gz) | parquet | text (a directory of plain-text files) | warc (.warc or .warc.gz: the
@@ -70,10 +70,23 @@ class InputSpec(KeyedWhenSet):
     shards: int | None = Field(None, ge=1, le=100_000)
     """Curation jobs for this source; default: one per input file (builtin sources: 2)."""
 
+    shard_bytes: Count | None = Field(None, ge=1)
+    """Curation jobs of about this many bytes of input each, instead of a count: the files, in order, are
+    grouped into shards of at most this size (a larger file is a shard of its own: files are not split), so
+    a source 4x larger makes 4x the shards and the same memory per job. Not with shards, nor builtin."""
+
     extract: Literal["resiliparse", "trafilatura"] | None = None
     """How a warc source's pages become text (warc only): resiliparse's main-content extraction (the
     default, as DCLM) or trafilatura's (as FineWeb). Navigation, headers, footers and sidebars go;
     paragraphs, lists, code blocks and tables stay."""
+
+    @model_validator(mode="after")
+    def _one_shard_rule(self) -> InputSpec:
+        if self.shards is not None and self.shard_bytes is not None:
+            raise ValueError("give one of shards and shard_bytes; fix: remove one")
+        if self.shard_bytes is not None and self.format == "builtin":
+            raise ValueError("shard_bytes groups input files, and a builtin source has none; fix: use shards")
+        return self
 
 
 class MinhashSpec(SpecModel):
