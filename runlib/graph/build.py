@@ -10,7 +10,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from runlib.curate.config import CurateShardConfig
+from runlib.curate.config import CurateShardConfig, DedupPartitionConfig
 from runlib.errors import UserError
 from runlib.graph.nodes import GraphContext
 from runlib.graph.registry import STAGES, versions
@@ -40,6 +40,15 @@ class StageGraph:
             if all(n.params.get(k) == v for k, v in params.items()):
                 return n
         raise UserError(f"no {stage} stage with {params} in this spec")
+
+    def bytes_read(self, node: StageNode) -> int:
+        """The input bytes a curate_shard job reads (its files), or a dedup_partition holds (a slice of
+        its source's shards: their bytes over the slices); 0 for a builtin source's."""
+        if node.stage == "curate_shard":
+            return sum(f.bytes for f in node.config_as(CurateShardConfig).files)
+        shards = [self.by_key("curate_shard", k) for k in node.inputs.values()]
+        total = sum(f.bytes for n in shards for f in n.config_as(CurateShardConfig).files)
+        return total // max(1, node.config_as(DedupPartitionConfig).partitions)
 
     def curated(self, source: str) -> StageNode:
         """The node whose train.jsonl and heldout.jsonl are the source's finished documents: its filter_quality

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from runlib.curate.memory import SIZED_STAGES, data_job_mem_mb
 from runlib.errors import UserError
 from runlib.graph.build import StageGraph, is_branch, is_rung
 from runlib.graph.registry import STAGES
@@ -97,7 +98,15 @@ def plan_rows(graph: StageGraph) -> list[dict[str, Any]]:
     rows = []
     for node in graph.nodes:
         built = node.manifest_path.exists()
-        row = {"stage": node.stage, "instance": node.instance, "key": node.key, "built": built, "changed": None}
+        row: dict[str, Any] = {
+            "stage": node.stage,
+            "instance": node.instance,
+            "key": node.key,
+            "built": built,
+            "changed": None,
+        }
+        if node.stage in SIZED_STAGES:
+            row["bytes_read"] = graph.bytes_read(node)
         if not built:
             before = previous_build(node)
             if before is not None:
@@ -124,6 +133,22 @@ def _heading(rows: list[dict[str, Any]], part: str, i: int) -> str | None:
     return None
 
 
+def data_job_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per data stage that grows with its input: its jobs, the most input one holds, and the memory it asks
+    (runlib.curate.memory), from the rows' `bytes_read`."""
+    lines = []
+    for stage in SIZED_STAGES:
+        sized = [r["bytes_read"] for r in rows if r["stage"] == stage and "bytes_read" in r]
+        if sized:
+            most, floor = max(sized), STAGES[stage].resources
+            asked = max(floor.mem_mb if floor is not None else 0, data_job_mem_mb(stage, most))
+            lines.append(
+                f"{stage}: {len(sized)} jobs, the largest holding {most / 2**20:,.1f} MB of input files: "
+                f"{asked:,} MB of memory asked (runlib.curate.memory)"
+            )
+    return lines
+
+
 def render(rows: list[dict[str, Any]], spec_file: str) -> str:
     lines = [f"stages of {spec_file}", f"  {'stage':<30} {'key':<16}  status"]
     for i, r in enumerate(rows):
@@ -139,6 +164,7 @@ def render(rows: list[dict[str, Any]], spec_file: str) -> str:
         lines.append(f"  {r['instance'][:30]:<30} {r['key']}  {status}")
     built = sum(r["built"] for r in rows)
     lines.append(f"{built} of {len(rows)} stages built")
+    lines += data_job_lines(rows)
     branches = sorted({r["branch"] for r in rows if r.get("part") == "branch"})
     if branches:
         shared = sum(r.get("part") == "prefix" for r in rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runlib.curate.config import CurateShardConfig, DedupPartitionConfig
+from runlib.curate.memory import SIZED_STAGES, data_job_mem_mb
 from runlib.graph.build import StageGraph
 from runlib.graph.registry import stage_kind
 from runlib.graph.train_plans import RunId, node_run, train_plans
@@ -22,18 +22,6 @@ from runlib.train.launch import phase_job_resources
 from runlib.train.phase import processes_per_node
 
 Wildcards = Any  # snakemake.io.Wildcards: its attributes are the rule's wildcards
-SIZED_STAGES = ("curate_shard", "dedup_partition")
-# peak RSS per job, measured with python -m runlib.bench.dedup_scale (jsonl documents of 150 words):
-# curate_shard 175 MB at 0.5 MB of input, 292 MB at 21.5 MB (its documents, their signatures and tables);
-# dedup_partition 64 MB at 0.25 MB of the source per slice, 122 MB at 21.5 MB. Base plus MB per input MB,
-# each with a margin of 1.5x over those figures.
-MEM_MODEL_MB = {"curate_shard": (260, 8.3), "dedup_partition": (100, 4.0)}
-
-
-def data_job_mem_mb(stage: str, input_bytes: int) -> int:
-    """The memory a data job asks for, from the bytes of input it holds (MEM_MODEL_MB)."""
-    base, per_mb = MEM_MODEL_MB[stage]
-    return int(base + per_mb * input_bytes / 2**20 + 0.5)
 
 
 class JobResources:
@@ -71,15 +59,9 @@ class JobResources:
     def data_mem_mb(self, stage: str, key: str) -> int:
         """A curate_shard or dedup_partition job's memory: its registry share, or more for a large shard."""
         node = self.graph.by_key(stage, key)
-        if stage == "curate_shard":
-            read = sum(f.bytes for f in node.config_as(CurateShardConfig).files)
-        else:  # a slice of every shard's tables: about the source's bytes over the slices
-            shards = [self.graph.by_key("curate_shard", k) for k in node.inputs.values()]
-            total = sum(f.bytes for n in shards for f in n.config_as(CurateShardConfig).files)
-            read = total // max(1, node.config_as(DedupPartitionConfig).partitions)
         fixed = stage_kind(stage).resources
         assert fixed is not None
-        return max(fixed.mem_mb, data_job_mem_mb(stage, read))
+        return max(fixed.mem_mb, data_job_mem_mb(stage, self.graph.bytes_read(node)))
 
     def _phase_resources(self, key: str) -> dict[str, int | str]:
         if key not in self._train:

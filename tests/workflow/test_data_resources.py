@@ -10,9 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from runlib.curate.memory import data_job_mem_mb
 from runlib.graph.build import build_graph
+from runlib.graph.plan_view import plan_rows, render
 from runlib.graph.registry import stage_kind
-from runlib.workflow.resources import JobResources, data_job_mem_mb
+from runlib.workflow.resources import JobResources
 from tests.curate import jsonl_source, make_spec
 
 
@@ -42,3 +44,10 @@ def test_a_large_shard_asks_for_memory_in_proportion(files: None) -> None:
     sliced = jobs.resources("dedup_partition")["mem_mb"](SimpleNamespace(key=partition.key))  # type: ignore[operator]
     assert sliced == data_job_mem_mb("dedup_partition", (1200 * 2**20 + 31) // 2) > floor
     assert jobs.resources("curate_source")["mem_mb"] == stage_kind("curate_source").resources.mem_mb  # type: ignore[union-attr]
+    # runlib plan says it: the jobs per stage, the most input one holds, the memory it asks
+    text = render(plan_rows(graph), "spec.yaml")
+    asked = data_job_mem_mb("curate_shard", 1200 * 2**20)
+    assert (
+        f"curate_shard: {len(graph.of('curate_shard'))} jobs, the largest holding 1,200.0 MB of input files: {asked:,} MB"
+        in text
+    )
