@@ -32,7 +32,7 @@ from runlib.curate.files import (
     write_json,
 )
 from runlib.curate.minhash import first_of_clusters, pair_jaccard, shingle_sets
-from runlib.curate.partition import EXACT_FILE, HASHES_FILE, PAIRS_FILE, SHARD_SHIFT, row_order, sha_words
+from runlib.curate.partition import EXACT_FILE, HASHES_FILE, PAIRS_FILE, SHARD_SHIFT, row_order
 from runlib.errors import UserError
 from runlib.spec.models import MinhashSpec
 from runlib.util.atomic import atomic_file
@@ -75,29 +75,32 @@ def _gids(shard: int, lines: NDArray[np.uint64]) -> NDArray[np.uint64]:
     return (np.uint64(shard) << np.uint64(SHARD_SHIFT)) | lines.astype(np.uint64)
 
 
-def _texts_of(shard_dirs: list[Path], ids: NDArray[np.uint64]) -> tuple[list[str], list[str]]:
-    """(texts, SHA-256 hex digests) of the documents with these sorted global ids, read shard by shard."""
+def _texts_of(shard_dirs: list[Path], ids: NDArray[np.uint64]) -> tuple[list[str], NDArray[np.uint64]]:
+    """(texts, hashes as the tables hold them: (n, 4) words) of the documents with these sorted global ids,
+    read shard by shard."""
     texts: list[str] = []
-    digests: list[str] = []
+    words: list[NDArray[np.uint64]] = []
     shards = (ids >> np.uint64(SHARD_SHIFT)).astype(np.int64)
     lines = (ids & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
     for shard, directory in enumerate(shard_dirs):
         wanted = lines[shards == shard].tolist()
         if not wanted:
             continue
+        table = np.load(directory / HASHES_FILE, allow_pickle=False)
+        by_line = np.empty((len(table), 4), dtype=np.uint64)
+        by_line[table["line"].astype(np.int64)] = table["sha"]
+        words.append(by_line[wanted])
         found = 0
         with open(directory / DOCS_FILE, encoding="utf-8") as f:
             for index, line in enumerate(f):
                 if index == wanted[found]:
-                    row = json.loads(line)
-                    texts.append(row["text"])
-                    digests.append(row["sha256"])
+                    texts.append(json.loads(line)["text"])
                     found += 1
                     if found == len(wanted):
                         break
         if found != len(wanted):
             raise ValueError(f"curate_source: {directory / DOCS_FILE} is shorter than its tables; rebuild the shards")
-    return texts, digests
+    return texts, np.concatenate(words) if words else np.empty((0, 4), dtype=np.uint64)
 
 
 def _near_duplicates(
@@ -109,13 +112,13 @@ def _near_duplicates(
     if not len(pairs):
         return np.empty(0, dtype=np.uint64), stats
     needed = np.unique(pairs)
-    texts, digests = _texts_of(shard_dirs, needed)
+    texts, words = _texts_of(shard_dirs, needed)
     index = np.searchsorted(needed, pairs)
     if minhash.threshold > 0:
         offsets, hashes = shingle_sets(texts, minhash.ngram)
         index = index[pair_jaccard(offsets, hashes, index) >= minhash.threshold]
         stats.update(verified_pairs=len(index), docs_verified=len(needed))
-    rank = row_order(sha_words(digests), needed)  # rank[r] = the document of rank r
+    rank = row_order(words, needed)  # rank[r] = the document of rank r
     position = np.empty(len(needed), dtype=np.int64)
     position[rank] = np.arange(len(needed))
     not_first = first_of_clusters(len(needed), position[index])  # by rank: the root is the lowest-ranked

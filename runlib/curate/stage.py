@@ -23,7 +23,8 @@ curate_shard reads the shard's raw documents and runs, in order:
     exact_dedup        filter     curate.dedup.exact: SHA-256 of the final text, first occurrence kept
     substring_dedup    transform  curate.dedup.substring: runs of >= min_tokens tokens repeated earlier in the
                                   shard cut out (runlib.curate.substring; reasons spans, chars_removed, docs_changed)
-    substring_empty    filter     the documents substring_dedup left without text (reason emptied)
+    substring_empty    filter     the documents substring_dedup left without text (reason emptied) or under
+                                  curate.min_chars characters (reason too_short)
 and writes docs.jsonl ({"id", "text", "sha256"} per line, input order), stats.json (what it returns),
 hashes.npy and, with curate.dedup.minhash, bands.npy (the tables dedup_partition slices: runlib.curate.partition).
 
@@ -221,15 +222,21 @@ def _c4_steps(docs: list[Doc], dropped: DroppedSample) -> tuple[list[Doc], list[
 
 
 def _substring_steps(
-    min_tokens: int, docs: list[Doc], dropped: DroppedSample
-) -> tuple[list[Doc], list[dict[str, Any]]]:
+    min_tokens: int, min_chars: int, docs: list[Doc], hashes: list[str], dropped: DroppedSample
+) -> tuple[list[Doc], list[str], list[dict[str, Any]]]:
     """substring_dedup (transform: the repeated spans cut; reasons spans, chars_removed, docs_changed), then
-    substring_empty (filter: the documents nothing is left of, reason emptied)."""
+    substring_empty (filter: the documents nothing is left of, reason emptied, or fewer than curate.min_chars
+    characters, reason too_short); with the kept documents, the hashes they had before the cuts."""
     texts, counts = remove_repeated_substrings([text for _, text in docs], min_tokens)
     edited = [(doc_id, text) for (doc_id, _), text in zip(docs, texts, strict=True)]
     transform = _row("substring_dedup", "transform", docs, edited, reasons=counts, min_tokens=min_tokens)
-    kept, row = _filter_step("substring_empty", edited, lambda text: None if text.strip() else "emptied", dropped)
-    return kept, [transform, row]
+
+    def reason(text: str) -> str | None:
+        return "emptied" if not text.strip() else "too_short" if len(text) < min_chars else None
+
+    kept, row = _filter_step("substring_empty", edited, reason, dropped)
+    before = [h for (_, text), h in zip(edited, hashes, strict=True) if reason(text) is None]
+    return kept, before, [transform, row]
 
 
 # ---------------------------------------------------------------------------------------- the stages
@@ -396,15 +403,18 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
                 dropped.add("exact_dedup", "duplicate", *doc)
         steps.append(_row("exact_dedup", "filter", docs, kept_docs))
         docs, hashes = kept_docs, kept_hashes
-    if curate.dedup.substring is not None:
-        docs, rows = _substring_steps(curate.dedup.substring.min_tokens, docs, dropped)
+    exact_hashes = hashes  # what the source-wide exact dedup compares: the texts before substring dedup's cuts,
+    if curate.dedup.substring is not None:  # which differ between the shards that hold two copies of a page
+        docs, exact_hashes, rows = _substring_steps(
+            curate.dedup.substring.min_tokens, curate.min_chars, docs, hashes, dropped
+        )
         steps.extend(rows)
         hashes = [_sha256(text) for _, text in docs]
 
     validate_counts(steps)
     minhash = curate.dedup.minhash  # signatures only: dedup_partition and curate_source compare the shards
     sigs = signatures([t for _, t in docs], minhash.ngram, minhash.bands * minhash.rows) if minhash else None
-    write_shard_tables(out_dir, hashes, [len(t) for _, t in docs], sigs, minhash)
+    write_shard_tables(out_dir, exact_hashes, [len(t) for _, t in docs], sigs, minhash)
     write_jsonl(
         out_dir / DOCS_FILE,
         (_doc_row(doc_id, text, h, meta) for (doc_id, text), h in zip(docs, hashes, strict=True)),

@@ -32,3 +32,30 @@ def test_a_repeated_footer_is_cut_after_its_first_copy(tmp_path, monkeypatch):
     assert rows["substring_dedup"]["min_tokens"] == 20
     # the other shard's copy of the footer is its first: within a shard only (the README says so)
     assert FOOTER in read_lines("out/shard1/docs.jsonl")[0]["text"]
+
+
+def test_a_page_copied_into_two_shards_is_one_page_whatever_substring_dedup_cut(tmp_path, monkeypatch):
+    # the page's footer repeats a paragraph already seen in shard a only: the two copies are cut differently,
+    # and the source-wide exact dedup still finds them the same page (it compares the texts before the cuts)
+    monkeypatch.chdir(tmp_path)
+    page = f"{PROSE}\n\n{OTHER}\n\n{FOOTER}"
+    write_jsonl("data/a.jsonl", [f"{OTHER.upper()}\n\n{FOOTER}", page])
+    write_jsonl("data/b.jsonl", [page])
+    spec = make_spec({"web": jsonl_source(dedup={"exact": True, "substring": {"min_tokens": 20}})}, heldout_docs=0)
+    _, source = run_source(spec, "web", [["data/a.jsonl"], ["data/b.jsonl"]])
+    texts = [row["text"] for row in read_lines("out/source/train.jsonl")]
+    assert read_lines("out/shard0/docs.jsonl")[1]["text"] != read_lines("out/shard1/docs.jsonl")[0]["text"]
+    assert len(texts) == 2 and page not in texts  # shard a's cut copy stays, shard b's whole one goes
+    rows = {row["step"]: row for row in source["steps"]}
+    assert rows["cross_shard_dedup"]["reasons"] == {"duplicate": 1}
+
+
+def test_a_document_cut_below_min_chars_goes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    stub = f"Short note. {FOOTER}"  # the footer repeats the first document's: what is left is 12 characters
+    write_jsonl("data/a.jsonl", [f"{PROSE}\n\n{FOOTER}", stub, OTHER])
+    spec = make_spec({"web": jsonl_source(min_chars=100, dedup={"substring": {"min_tokens": 20}})}, heldout_docs=0)
+    shards, _ = run_source(spec, "web", [["data/a.jsonl"]])
+    rows = {row["step"]: row for row in shards[0]["steps"]}
+    assert rows["substring_empty"]["reasons"] == {"too_short": 1}
+    assert [doc["text"] for doc in read_lines("out/shard0/docs.jsonl")] == [f"{PROSE}\n\n{FOOTER}", OTHER]
