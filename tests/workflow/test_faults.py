@@ -31,7 +31,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
 SEED = 8
 # train_phase: 2 instants (3 cost a minute of the suite); a kill in the middle of a phase and its bitwise resume
 # is tests/train/test_phase_training.py::test_sigkill_mid_phase_then_resume_is_bitwise_identical
-TRIALS = {"curate_shard": 2, "curate_source": 2, "train_tokenizer": 2, "tokenize": 2, "train_phase": 2, "eval_phase": 2}
+TRIALS = {
+    "curate_shard": 2,
+    "dedup_partition": 1,
+    "curate_source": 2,
+    "train_tokenizer": 2,
+    "tokenize": 2,
+    "train_phase": 2,
+    "eval_phase": 2,
+}
 # files holding measurements of the job that wrote them (throughput, memory, the tokens it trained):
 # compared by the fields that describe the result
 MEASURED = {
@@ -159,6 +167,7 @@ def test_sigkill_at_random_instants_then_rerun_equals_the_uninterrupted_build(re
 # one file per artifact kind: the file the next stage reads
 CORRUPTED_FILE = {
     "curate_shard": None,  # the largest output
+    "dedup_partition": "pairs.npy",
     "curate_source": "train.jsonl",
     "train_tokenizer": "tokenizer.json",
     "tokenize": None,
