@@ -56,7 +56,7 @@ _POLY_INVERSE = pow(_POLY, -1, 1 << 64)
 _FOLD = np.uint64(0x100000001B3)  # FNV-1a 64-bit prime, as the shingle fold multiplier
 _BATCH_BYTES = 1 << 20  # bytes of _prepared text hashed per vectorised batch
 _BLOCK = 4096  # shingles per permutation block (block x permutations x 4 bytes of working memory)
-_BUCKET_WINDOW = 32  # in an LSH bucket, each document is paired with at most this many before it
+BUCKET_WINDOW = 32  # in an LSH bucket, each document is paired with at most this many before it
 _marks_cache: dict[str, str] = {}
 _separators_cache: dict[str, str] = {}
 _WORD_BYTE = np.zeros(256, dtype=bool)  # ASCII letters (lowercase by then) and digits, and all non-ASCII bytes
@@ -113,7 +113,9 @@ def simplified_words(text: str) -> list[str]:
     return _WORD_RE.findall(_NUMBER_RE.sub("0", text.lower()))
 
 
-def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+def splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """The splitmix64 step (Steele, Lea & Flood 2014, "Fast splittable pseudorandom number generators"):
+    the increment, then the finaliser; wraps mod 2^64."""
     x = x + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -182,7 +184,7 @@ def _batch_shingles(prepared: list[bytes], ngram: int) -> tuple[np.ndarray, np.n
         prefix = np.zeros(len(data) + 1, dtype=np.uint64)
         np.cumsum(data.astype(np.uint64) * _power_table(_POLY, len(data)), dtype=np.uint64, out=prefix[1:])
         sums = (prefix[ends] - prefix[starts]) * _power_table(_POLY_INVERSE, len(data) + 1)[starts]
-        words = _splitmix64(sums + (ends - starts).astype(np.uint64))
+        words = splitmix64(sums + (ends - starts).astype(np.uint64))
         doc_of_word = np.searchsorted(ends_of_docs, starts, side="right")
         counts = np.bincount(doc_of_word, minlength=docs)
         parts_doc, parts_hash = [], []
@@ -193,7 +195,7 @@ def _batch_shingles(prepared: list[bytes], ngram: int) -> tuple[np.ndarray, np.n
                 folded = folded * _FOLD + words[k : k + count]
             inside = doc_of_word[:count] == doc_of_word[ngram - 1 :]
             parts_doc.append(doc_of_word[:count][inside])
-            parts_hash.append(_splitmix64(folded[inside]))
+            parts_hash.append(splitmix64(folded[inside]))
         short = np.flatnonzero(counts < ngram)
         if len(short):  # fewer words than ngram: one shingle of all of them (none: the hash of n = 0)
             first = np.concatenate(([0], np.cumsum(counts)))
@@ -204,7 +206,7 @@ def _batch_shingles(prepared: list[bytes], ngram: int) -> tuple[np.ndarray, np.n
                     whole = whole * _FOLD + w
                 hashes.append(whole)
             parts_doc.append(short)
-            parts_hash.append(_splitmix64(np.array(hashes, dtype=np.uint64)))
+            parts_hash.append(splitmix64(np.array(hashes, dtype=np.uint64)))
     doc = np.concatenate(parts_doc)
     order = np.argsort(doc, kind="stable")
     return doc[order], np.concatenate(parts_hash)[order]
@@ -283,8 +285,8 @@ def shingle_sets(texts: Sequence[str], ngram: int) -> tuple[np.ndarray, np.ndarr
 
 def candidate_pairs(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     """(k, 2) int64 pairs i < j of documents whose `rows` signature values agree in at least one of the
-    `bands` bands, sorted, each once. In a bucket of more than _BUCKET_WINDOW + 1 documents each one is
-    paired with the _BUCKET_WINDOW documents before it in index order only (every bucket stays connected,
+    `bands` bands, sorted, each once. In a bucket of more than BUCKET_WINDOW + 1 documents each one is
+    paired with the BUCKET_WINDOW documents before it in index order only (every bucket stays connected,
     and the pairs grow linearly with the bucket, not quadratically)."""
     n = len(sigs)
     if sigs.ndim != 2 or sigs.shape[1] != bands * rows:
@@ -301,7 +303,7 @@ def candidate_pairs(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
                 continue
             order = np.argsort(inverse, kind="stable")  # by bucket, then by document index
             bucket = inverse[order]
-            for lag in range(1, min(largest, _BUCKET_WINDOW + 1)):
+            for lag in range(1, min(largest, BUCKET_WINDOW + 1)):
                 same = bucket[lag:] == bucket[:-lag]
                 found.append(order[:-lag][same] * np.int64(n) + order[lag:][same])
     if not found:

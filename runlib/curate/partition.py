@@ -17,7 +17,7 @@ MinHash: in each band, the documents with equal values form a bucket (all of a b
 in band 0, a bucket's copies of one text (equal hashes) are the exact duplicates, all but the first
 occurrence (the whole source's exact dedup, since every document is in band 0 and copies share every
 bucket); in every band, those copies are left out and each remaining document is paired with the
-_BUCKET_WINDOW before it in rank order (its hash, then its id). Without MinHash: equal hashes in the slice
+BUCKET_WINDOW before it in rank order (its hash, then its id). Without MinHash: equal hashes in the slice
 of hashes.npy. Memory: the slice, about 1/Q of the source's tables (Q is the source's shard count, so about
 one shard's tables per job); the candidate pairs it writes grow with the duplicates.
 
@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from runlib.curate.config import DedupPartitionConfig
 from runlib.curate.files import save_npy, write_json
-from runlib.curate.minhash import _BUCKET_WINDOW
+from runlib.curate.minhash import BUCKET_WINDOW, splitmix64
 from runlib.spec.models import MinhashSpec
 
 HASHES_FILE = "hashes.npy"
@@ -46,7 +46,7 @@ EXACT_FILE = "exact_duplicates.npy"  # a partition's exact duplicates: sorted gl
 PAIRS_FILE = "pairs.npy"  # a partition's candidate pairs: (k, 2) global ids, the lower-ranked first
 SHARD_SHIFT = 40  # a global id: shard << 40 | line (2^40 lines per shard, 2^24 shards)
 HASH_DTYPE = np.dtype([("sha", "<u8", (4,)), ("line", "<u8"), ("chars", "<u8")])
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment (Steele et al. 2014), the band mix's multiplier
+_MIX = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: the band mix's multiplier before each value
 
 
 def band_dtype(rows: int) -> np.dtype[Any]:
@@ -59,20 +59,12 @@ def sha_words(hex_digests: list[str]) -> NDArray[np.uint64]:
     return np.frombuffer(raw, dtype=">u8").astype(np.uint64).reshape(-1, 4)
 
 
-def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """The splitmix64 finaliser (Steele, Lea & Flood 2014, "Fast splittable pseudorandom number generators")."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def band_mix(values: NDArray[np.uint64]) -> NDArray[np.uint64]:
     """A 64-bit mix of each row of (n, rows) values, spread evenly over the 64-bit range (the slice key)."""
     mix = np.zeros(len(values), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for column in values.T:
-            mix = _splitmix64(mix * _MIX + column.astype(np.uint64) + np.uint64(1))
+            mix = splitmix64(mix * _MIX + column.astype(np.uint64))
     return mix
 
 
@@ -143,13 +135,15 @@ def _load(path: Path, source_name: str) -> NDArray[Any]:
     return table
 
 
+def global_ids(shard: int, lines: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """The global ids of these lines of shard `shard`: (shard << SHARD_SHIFT) | line."""
+    return (np.uint64(shard) << np.uint64(SHARD_SHIFT)) | lines.astype(np.uint64)
+
+
 def _gathered(parts: list[tuple[int, NDArray[Any]]]) -> tuple[NDArray[Any], NDArray[np.uint64]]:
     """The rows of every shard's slice, concatenated, and their global ids."""
     rows = [np.array(part) for _, part in parts]
-    ids = [
-        (np.uint64(shard) << np.uint64(SHARD_SHIFT)) | part["line"]
-        for (shard, _), part in zip(parts, rows, strict=True)
-    ]
+    ids = [global_ids(shard, part["line"]) for (shard, _), part in zip(parts, rows, strict=True)]
     if not rows:
         return np.empty(0), np.empty(0, dtype=np.uint64)
     return np.concatenate(rows), np.concatenate(ids).astype(np.uint64)
@@ -172,6 +166,14 @@ def _window_pairs(ids: NDArray[np.uint64], same_bucket_at: list[NDArray[np.bool_
     return found
 
 
+def _same_bucket(rows: NDArray[Any]) -> NDArray[np.bool_]:
+    """For rows sorted by mix then values: True where a row is in its predecessor's bucket."""
+    same: NDArray[np.bool_] = (rows["mix"][1:] == rows["mix"][:-1]) & np.all(
+        rows["key"][1:] == rows["key"][:-1], axis=1
+    )
+    return same
+
+
 def minhash_partition(
     tables: list[NDArray[Any]], lo: int, hi: int, exact: bool
 ) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
@@ -185,16 +187,16 @@ def minhash_partition(
             continue
         order = row_order(rows["mix"], rows["key"], rows["sha"], ids)
         rows, ids = rows[order], ids[order]
-        same = (rows["mix"][1:] == rows["mix"][:-1]) & np.all(rows["key"][1:] == rows["key"][:-1], axis=1)
+        same = _same_bucket(rows)
         if exact:
             copies = _copies(rows["sha"], same)
             if band == 0:
                 duplicates = np.sort(ids[copies])
             keep = ~copies
             rows, ids = rows[keep], ids[keep]
-            same = (rows["mix"][1:] == rows["mix"][:-1]) & np.all(rows["key"][1:] == rows["key"][:-1], axis=1)
+            same = _same_bucket(rows)
         bucket = np.concatenate(([0], np.cumsum(~same))) if len(ids) else np.empty(0, dtype=np.int64)
-        lags = [bucket[lag:] == bucket[:-lag] for lag in range(1, min(_BUCKET_WINDOW, len(ids) - 1) + 1)]
+        lags = [bucket[lag:] == bucket[:-lag] for lag in range(1, min(BUCKET_WINDOW, len(ids) - 1) + 1)]
         found.extend(_window_pairs(ids, lags))
     pairs = np.unique(np.concatenate(found), axis=0) if found else np.empty((0, 2), dtype=np.uint64)
     return duplicates, pairs.astype(np.uint64)

@@ -32,7 +32,7 @@ from runlib.curate.files import (
     write_json,
 )
 from runlib.curate.minhash import first_of_clusters, pair_jaccard, shingle_sets
-from runlib.curate.partition import EXACT_FILE, HASHES_FILE, PAIRS_FILE, SHARD_SHIFT, row_order
+from runlib.curate.partition import EXACT_FILE, HASHES_FILE, PAIRS_FILE, SHARD_SHIFT, global_ids, row_order
 from runlib.errors import UserError
 from runlib.spec.models import MinhashSpec
 from runlib.util.atomic import atomic_file
@@ -69,10 +69,6 @@ def _shard_stats(shard_dirs: list[Path]) -> list[dict[str, Any]]:
                 f"{directory / STATS_FILE}: not a curate_shard output (run curate_shard first)"
             ) from None
     return out
-
-
-def _gids(shard: int, lines: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    return (np.uint64(shard) << np.uint64(SHARD_SHIFT)) | lines.astype(np.uint64)
 
 
 def _texts_of(shard_dirs: list[Path], ids: NDArray[np.uint64]) -> tuple[list[str], NDArray[np.uint64]]:
@@ -136,7 +132,7 @@ def _heldout(shard_dirs: list[Path], dropped: set[int], heldout_docs: int) -> tu
         taken = 0
         for start in range(0, len(table), max(4 * heldout_docs, 4096)):
             chunk = np.array(table[start : start + max(4 * heldout_docs, 4096)])
-            gids = _gids(shard, chunk["line"])
+            gids = global_ids(shard, chunk["line"])
             keep = np.fromiter((int(g) not in dropped for g in gids), dtype=bool, count=len(gids))
             chunk, gids = chunk[keep][: heldout_docs - taken], gids[keep][: heldout_docs - taken]
             shas.append(chunk["sha"])

@@ -12,7 +12,7 @@ from typing import Any
 
 from runlib.curate.config import CurateShardConfig, DedupPartitionConfig
 from runlib.errors import UserError
-from runlib.graph.nodes import GraphContext
+from runlib.graph.nodes import GraphContext, curated_node
 from runlib.graph.registry import STAGES, versions
 from runlib.plan import derive
 from runlib.spec.branches import without_branches
@@ -51,10 +51,7 @@ class StageGraph:
         return total // max(1, node.config_as(DedupPartitionConfig).partitions)
 
     def curated(self, source: str) -> StageNode:
-        """The node whose train.jsonl and heldout.jsonl are the source's finished documents: its filter_quality
-        when it has a quality filter, else its curate_source (what tokenize reads: runlib.graph.nodes)."""
-        filtered = [n for n in self.of("filter_quality") if n.params.get("source") == source]
-        return filtered[0] if filtered else self.find("curate_source", source=source)
+        return curated_node(self.nodes, source)
 
     def phase_node(self, stage: str, phase: int) -> StageNode | None:
         """The spec's own train_phase / eval_phase node of phase `phase` (not a ladder rung's); None when the

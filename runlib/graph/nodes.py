@@ -8,7 +8,7 @@ hashes that config, the kind's code version and the input keys (runlib.store.key
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -76,10 +76,7 @@ class GraphContext:
         return next(n for n in self.of(stage) if all(n.params.get(k) == v for k, v in params.items()))
 
     def curated(self, source: str) -> StageNode:
-        """The node whose train.jsonl and heldout.jsonl are the source's finished documents: its filter_quality
-        when it has a quality filter, else its curate_source."""
-        filtered = [n for n in self.of("filter_quality") if n.params["source"] == source]
-        return filtered[0] if filtered else self.one("curate_source", source=source)
+        return curated_node(self.nodes, source)
 
     @cached_property
     def trains(self) -> bool:
@@ -104,6 +101,17 @@ class GraphContext:
 
     def tokenized(self) -> dict[str, StageNode]:
         return {n.params["source"]: n for n in self.of("tokenize")}
+
+
+def curated_node(nodes: Sequence[StageNode], source: str) -> StageNode:
+    """The node whose train.jsonl and heldout.jsonl are the source's finished documents (what tokenize and
+    train_tokenizer read, `runlib docs` streams and the report's funnel ends at): its filter_quality when it
+    has a quality filter, else its curate_source."""
+    for stage in ("filter_quality", "curate_source"):
+        for node in nodes:
+            if node.stage == stage and node.params.get("source") == source:
+                return node
+    raise UserError(f"no curate_source stage for source {source!r} in this spec")
 
 
 NodeBuilder = Callable[[GraphContext], list[StageNode]]

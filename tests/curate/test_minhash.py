@@ -119,7 +119,7 @@ def test_candidate_pairs_are_the_band_collisions():
 
 
 def test_a_large_bucket_pairs_each_document_with_a_window_before_it(monkeypatch):
-    monkeypatch.setattr(minhash, "_BUCKET_WINDOW", 3)
+    monkeypatch.setattr(minhash, "BUCKET_WINDOW", 3)
     sigs = np.zeros((10, 2), dtype=np.uint64)  # one bucket of 10 documents
     pairs = {tuple(p) for p in minhash.candidate_pairs(sigs, 2, 1).tolist()}
     assert pairs == {(i, j) for i in range(10) for j in range(i + 1, min(i + 4, 10))}
