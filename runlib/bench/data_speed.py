@@ -7,7 +7,7 @@ site-packages: ~700 files, ~11 MB) and the pydoc_data topics, written as one cur
 A byte-level BPE of --vocab learned tokens is trained on it (runlib.tokenizer.train), then, interleaved,
 --repeats times each (median reported):
     raw       tokenizer.encode_batch(all texts) on texts already in memory (the ids are not even read)
-    runlib    runlib.data.tokenize.tokenize_source: read the JSONL, encode, write the shards
+    runlib    runlib.data.tokenize.tokenize_part: read the JSONL, encode, write the shards
 Goal: runlib >= 0.9x raw. Curation: runlib.curate.stage.curate_shard over the same documents as one
 jsonl shard with the demo's `code` settings, docs/s (skipped, with a note, when the stage fails).
 """
@@ -24,9 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from runlib.curate.parts import write_one_part
 from runlib.curate.stage import curate_shard
 from runlib.data.config import TokenizeConfig
-from runlib.data.tokenize import tokenize_source
+from runlib.data.tokenize import tokenize_part
 from runlib.graph.configs import curate_shard_configs
 from runlib.spec.loader import load_spec, validate_data
 from runlib.spec.models import TokenizerSpec
@@ -59,6 +60,7 @@ def write_curated(texts: list[str], out: Path, heldout_every: int = 20) -> None:
         for i, text in enumerate(texts):
             row = {"id": f"doc{i}", "text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
             (held if i % heldout_every == 0 else train).write(json.dumps(row) + "\n")
+    write_one_part(out)
 
 
 def _tokenizer_config(vocab: int, train_bytes: int) -> TokenizerConfig:
@@ -72,7 +74,7 @@ def _tokenizer_config(vocab: int, train_bytes: int) -> TokenizerConfig:
 def bench_tokenize(texts: list[str], work: Path, repeats: int, vocab: int) -> None:
     curated = work / "curated" / "code"
     write_curated(texts, curated)
-    config = TokenizeConfig(token_dtype="auto")
+    config = TokenizeConfig(token_dtype="auto", part=0)
     start = time.perf_counter()
     summary = train_tokenizer(_tokenizer_config(vocab, 4 << 20), {"code": curated}, work / "tokenizer")
     print(
@@ -96,15 +98,15 @@ def bench_tokenize(texts: list[str], work: Path, repeats: int, vocab: int) -> No
         tok.encode_batch_fast(all_texts)
         fast.append(time.perf_counter() - start)
         start = time.perf_counter()
-        result = tokenize_source(config, curated, work / "tokenizer", work / f"tokens{i}")
+        result = tokenize_part(config, curated, work / "tokenizer", work / f"tokens{i}")
         ours.append(time.perf_counter() - start)
     raw_rate, fast_rate, our_rate = (mb / statistics.median(x) for x in (raw, fast, ours))
     tokens = result["counts"]["tokens_train"] + result["counts"]["tokens_heldout"]
     print(f"corpus: {len(all_texts)} documents, {mb:.1f} MB, {tokens / 1e6:.2f} M tokens ({result['dtype']})")
     print(f"raw encode_batch        {raw_rate:6.2f} MB/s (median of {repeats})")
-    print(f"raw encode_batch_fast   {fast_rate:6.2f} MB/s (no offsets; what tokenize_source calls)")
-    print(f"runlib tokenize_source  {our_rate:6.2f} MB/s (JSONL in, shards out)")
-    print(f"ratio tokenize_source / raw encode_batch: {our_rate / raw_rate:.2f} (goal >= 0.90)")
+    print(f"raw encode_batch_fast   {fast_rate:6.2f} MB/s (no offsets; what tokenize_part calls)")
+    print(f"runlib tokenize_part  {our_rate:6.2f} MB/s (JSONL in, shards out)")
+    print(f"ratio tokenize_part / raw encode_batch: {our_rate / raw_rate:.2f} (goal >= 0.90)")
 
 
 def bench_curate(texts: list[str], work: Path, repeats: int) -> None:

@@ -31,8 +31,9 @@ from runlib.curate.classifier import load_classifier, score_texts, train_classif
 from runlib.curate.config import FilterQualityConfig, TrainClassifierConfig, TrainNgramLmConfig
 from runlib.curate.counts import validate_counts
 from runlib.curate.dropped import DroppedSample
-from runlib.curate.files import HELDOUT_FILE, STATS_FILE, TRAIN_FILE, write_dropped, write_json, write_jsonl
+from runlib.curate.files import HELDOUT_FILE, STATS_FILE, TRAIN_FILE, write_dropped, write_json
 from runlib.curate.ngram_lm import load_ngram_lm, perplexities, save_ngram_lm, train_ngram_lm
+from runlib.curate.parts import PartRanges, part_of_rows, read_parts, write_jsonl_parts, write_parts
 from runlib.errors import UserError
 
 CLASSIFIER_FILE = "model.bin"
@@ -235,8 +236,17 @@ def filter_quality(
         if not keep[i]:
             extra = {k: v for k, v in row.items() if k not in ("id", "text", "sha256")}
             dropped.add(*why[str(i)], row["id"], row["text"], extra)
-    write_jsonl(out_dir / TRAIN_FILE, (row for i, row in enumerate(rows[:train_docs]) if keep[i]))
-    write_jsonl(out_dir / HELDOUT_FILE, (row for i, row in enumerate(rows) if i >= train_docs and keep[i]))
+    parts = read_parts(dirs["curated"])
+    part = part_of_rows(parts, "train") + part_of_rows(parts, "heldout")
+    if len(part) != len(rows):
+        raise ValueError(f"{dirs['curated']}: parts.json counts {len(part)} documents, the files {len(rows)}")
+    ranges = {split: PartRanges(len(parts["train"])) for split in ("train", "heldout")}
+    write_jsonl_parts(
+        out_dir / TRAIN_FILE, ((part[i], row) for i, row in enumerate(rows[:train_docs]) if keep[i]), ranges["train"]
+    )
+    heldout = ((part[i], row) for i, row in enumerate(rows) if i >= train_docs and keep[i])
+    write_jsonl_parts(out_dir / HELDOUT_FILE, heldout, ranges["heldout"])
+    write_parts(out_dir, ranges["train"], ranges["heldout"])
     write_dropped(out_dir, dropped)
     result = {
         "counts": {

@@ -33,6 +33,7 @@ from runlib.curate.files import (
 )
 from runlib.curate.minhash import first_of_clusters, pair_jaccard, shingle_sets
 from runlib.curate.partition import EXACT_FILE, HASHES_FILE, PAIRS_FILE, SHARD_SHIFT, global_ids, row_order
+from runlib.curate.parts import PartRanges, write_parts
 from runlib.errors import UserError
 from runlib.spec.models import MinhashSpec
 from runlib.util.atomic import atomic_file
@@ -188,18 +189,23 @@ class _Fates:
 
 def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped: DroppedSample) -> None:
     """Copy the shards' lines into train.jsonl / heldout.jsonl (or drop them, sampled into `dropped`), in
-    order, counting documents and characters by fate; one shard's hash table in memory at a time."""
+    order, counting documents and characters by fate; one shard's hash table in memory at a time. Each
+    shard's lines are one part of each file (parts.json: runlib.curate.parts)."""
+    train_parts, heldout_parts = PartRanges(len(shard_dirs)), PartRanges(len(shard_dirs))
     with (
         atomic_file(out_dir / TRAIN_FILE) as train_tmp,
         atomic_file(out_dir / HELDOUT_FILE) as heldout_tmp,
-        open(train_tmp, "w", encoding="utf-8", newline="\n") as train,
-        open(heldout_tmp, "w", encoding="utf-8", newline="\n") as held,
+        open(train_tmp, "wb") as train,
+        open(heldout_tmp, "wb") as held,
     ):
         for shard, directory in enumerate(shard_dirs):
             table = np.load(directory / HASHES_FILE, allow_pickle=False)
             by_line = np.empty_like(table)
             by_line[table["line"].astype(np.int64)] = table
-            with open(directory / DOCS_FILE, encoding="utf-8") as f:
+            train_parts.advance(shard)
+            heldout_parts.advance(shard)
+            line_no = -1
+            with open(directory / DOCS_FILE, "rb") as f:
                 for line_no, line in enumerate(f):
                     gid = (shard << SHARD_SHIFT) | line_no
                     chars = int(by_line["chars"][line_no])
@@ -208,6 +214,7 @@ def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped:
                         fates.docs["heldout"] += 1
                         fates.chars["heldout"] += chars
                         held.write(line)
+                        heldout_parts.add(len(line))
                         continue
                     if (
                         fate is None
@@ -219,6 +226,7 @@ def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped:
                         fates.docs["train"] += 1
                         fates.chars["train"] += chars
                         train.write(line)
+                        train_parts.add(len(line))
                         continue
                     fates.docs[fate[0]] += 1
                     fates.chars[fate[0]] += chars
@@ -226,10 +234,11 @@ def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped:
                         row = json.loads(line)
                         row.pop("sha256", None)
                         dropped.add(*fate, row.pop("id"), row.pop("text"), row)
-            if len(by_line) and line_no + 1 != len(by_line):
+            if line_no + 1 != len(by_line):
                 raise ValueError(
                     f"curate_source: {directory / DOCS_FILE} does not match its tables; rebuild the shards"
                 )
+    write_parts(out_dir, train_parts, heldout_parts)
 
 
 def _join_rows(config: CurateSourceConfig, fates: _Fates, verification: dict[str, int]) -> list[dict[str, Any]]:

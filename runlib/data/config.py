@@ -1,4 +1,4 @@
-"""The config of the tokenize stage: exactly what `tokenize_source` reads besides its inputs."""
+"""The config of the tokenize stage: exactly what `tokenize_part` reads besides its inputs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from runlib.store.stageconfig import StageConfig
 
 
 class TokenizeConfig(StageConfig):
-    """How a curated source's token ids are stored (the tokenizer and the documents are inputs)."""
+    """Which part of a curated source is tokenized and how its token ids are stored (the tokenizer and the documents are inputs)."""
 
     token_dtype: Literal["auto", "uint16", "uint32"]
     """Storage of token ids on disk; auto: the smallest that holds the tokenizer's largest id."""
+
+    part: int
+    """Which part of the curated source this job encodes (its curate shard: runlib.curate.parts), 0 .. the
+    source's shards - 1."""

@@ -41,7 +41,6 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,7 +48,7 @@ import torch
 
 from runlib.data.loader_config import LoaderConfig
 from runlib.data.mixture import Mixture, Segment, phase_mixture, stream_starts  # noqa: F401 (re-exported)
-from runlib.data.shards import TokenShard
+from runlib.data.shards import SourceShard, TokenDirs, TokenShard, open_split
 from runlib.tokenizer import special
 
 IGNORE_INDEX = -100
@@ -180,7 +179,7 @@ class SourceStream:
     def __init__(
         self,
         name: str,
-        shard: TokenShard,
+        shard: TokenShard | SourceShard,
         seed: int,
         eos_id: int,
         fim_rate: float = 0.0,
@@ -337,7 +336,7 @@ def normalise_special_ids(ids: Mapping[str, int]) -> dict[str, int]:
 class PhaseLoader:
     """Sequences of one training phase; every method is a pure function of (seed, phase, step)."""
 
-    def __init__(self, config: LoaderConfig, token_dirs: Mapping[str, Path], special_ids: Mapping[str, int]):
+    def __init__(self, config: LoaderConfig, token_dirs: Mapping[str, TokenDirs], special_ids: Mapping[str, int]):
         self.config, self.phase_index = config, config.phase_index
         self.seed = int(config.seed)
         self.seq_len = int(config.seq_len)
@@ -361,7 +360,7 @@ class PhaseLoader:
                 if missing:
                     raise ValueError(f"source {name!r} uses FIM, but the tokenizer lacks {', '.join(missing)}")
                 fim_ids = (special_ids["fim_prefix"], special_ids["fim_middle"], special_ids["fim_suffix"])
-            shard = TokenShard(Path(token_dirs[name]), "train")
+            shard = open_split(token_dirs[name], "train")
             self.streams.append(
                 SourceStream(
                     name, shard, self.seed, self.eos_id, fim.rate if fim else 0.0, fim.spm_rate if fim else 0.0, fim_ids

@@ -185,3 +185,97 @@ class TokenShard:
 
     def doc_lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+
+TokenDirs = Path | Sequence[Path]
+"""A source's token shards: one tokenize artifact's folder, or its parts' folders in part order."""
+
+
+class _PartTokens:
+    """The parts' token memory maps as one array for integer-array indexing (what the loader gathers)."""
+
+    def __init__(self, parts: list[TokenShard]):
+        self.parts = parts
+        self.starts = np.cumsum([0] + [p.n_tokens for p in parts], dtype=np.int64)
+        self.dtype = parts[0].dtype
+        self.shape = (int(self.starts[-1]),)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> NDArray[Any]:
+        whole = np.concatenate([np.asarray(p.tokens) for p in self.parts])
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __getitem__(self, index: Any) -> NDArray[np.unsignedinteger[Any]]:
+        if isinstance(index, slice):
+            return self[np.arange(*index.indices(len(self)), dtype=np.int64)]
+        positions = np.asarray(index, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= len(self)):
+            raise IndexError(f"token position out of range (0 .. {len(self) - 1})")
+        part = np.searchsorted(self.starts, positions, side="right") - 1
+        out = np.empty(positions.shape, dtype=self.dtype)
+        for p in np.unique(part).tolist():
+            sel = part == p
+            out[sel] = self.parts[p].tokens[positions[sel] - self.starts[p]]
+        return out
+
+
+class SourceShard:
+    """A source's split over its parts, as one TokenShard: the parts' documents in part order (offsets and
+    tokens renumbered into one stream), so what reads it is the same whether the source was tokenized in
+    one part or many."""
+
+    def __init__(self, dirs: Sequence[Path], split: str):
+        if not dirs:
+            raise ValueError(f"no token shard folders for the {split} split")
+        parts = [TokenShard(Path(d), split) for d in dirs]
+        dtypes = {p.dtype for p in parts if p.n_tokens}
+        if len(dtypes) > 1:
+            raise ValueError(f"the parts of {dirs[0]} store tokens as {sorted(map(str, dtypes))}: rebuild them alike")
+        self.path = parts[0].path
+        with_tokens = [p for p in parts if p.n_tokens] or parts[:1]
+        self.dtype = with_tokens[0].dtype
+        self.n_tokens = sum(p.n_tokens for p in parts)
+        starts = np.cumsum([0] + [p.n_tokens for p in parts[:-1]], dtype=np.int64)
+        self.offsets: NDArray[np.int64] = np.concatenate(
+            [np.zeros(1, dtype=np.int64)] + [np.asarray(p.offsets[1:]) + s for p, s in zip(parts, starts, strict=True)]
+        )
+        self.tokens = _PartTokens(with_tokens) if len(with_tokens) > 1 else with_tokens[0].tokens
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    def doc(self, i: int) -> np.ndarray:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"document {i} out of range (shard of {n})")
+        return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+    def doc_lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def open_split(dirs: TokenDirs, split: str) -> TokenShard | SourceShard:
+    """One source's split: its only tokenize folder as a TokenShard, or its parts' folders as one SourceShard."""
+    if isinstance(dirs, (str, Path)):
+        return TokenShard(Path(dirs), split)
+    dirs = list(dirs)
+    return TokenShard(Path(dirs[0]), split) if len(dirs) == 1 else SourceShard(dirs, split)
+
+
+def token_inputs(inputs: dict[str, Path]) -> dict[str, list[Path]]:
+    """Source -> its token folders in part order, from a stage's input roles `tokens:<source>/<part>`."""
+    parts: dict[str, dict[int, Path]] = {}
+    for role, directory in inputs.items():
+        if role.startswith("tokens:"):
+            source, _, part = role.removeprefix("tokens:").rpartition("/")
+            parts.setdefault(source, {})[int(part)] = Path(directory)
+    out = {}
+    for source, by_part in parts.items():
+        if sorted(by_part) != list(range(len(by_part))):
+            raise ValueError(f"source {source!r}: token parts {sorted(by_part)}, not 0 .. {len(by_part) - 1}")
+        out[source] = [by_part[i] for i in range(len(by_part))]
+    return out

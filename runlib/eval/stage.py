@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runlib.curate.inputs import check_unchanged
+from runlib.data.shards import TokenDirs
 from runlib.eval.config import EvalConfig
 from runlib.eval.harness.run import run_lm_eval_tasks
 from runlib.eval.tasks import heldout_tasks, load_tasks, score_answer_loglik, score_multiple_choice
@@ -42,7 +43,7 @@ NOT_COUNTED = frozenset({"chance_acc", "examples_requested"})
 
 
 def evaluate_phase(
-    config: EvalConfig, model_dir: Path, tokenizer_dir: Path, token_dirs: dict[str, Path], out_dir: Path
+    config: EvalConfig, model_dir: Path, tokenizer_dir: Path, token_dirs: dict[str, TokenDirs], out_dir: Path
 ) -> dict[str, Any]:
     # the task files must be what the key was computed from: checked before anything loads
     for name, files in config.task_files.items():
@@ -72,10 +73,11 @@ def evaluate_phase(
 
     heldout = {}
     for source, token_dir in sorted(token_dirs.items()):
-        counts = read_manifest(token_dir).counts
-        bytes_per_token = counts["bytes_heldout"] / max(counts["tokens_heldout"], 1)
+        parts = [token_dir] if isinstance(token_dir, (str, Path)) else list(token_dir)
+        manifests = [read_manifest(part).counts for part in parts]
+        nbytes, ntokens = (sum(c[k] for c in manifests) for k in ("bytes_heldout", "tokens_heldout"))
         heldout[source] = heldout_metrics(
-            model, Path(token_dir), seq_len, eos, bytes_per_token, max_tokens=config.heldout_tokens
+            model, token_dir, seq_len, eos, nbytes / max(ntokens, 1), max_tokens=config.heldout_tokens
         )
 
     harness: dict[str, dict[str, Any]] = {}
@@ -113,13 +115,13 @@ def evaluate_phase(
 
 
 def _score_task(
-    task: EvalTaskSpec, model: torch.nn.Module, tokenizer: Tokenizer, token_dirs: dict[str, Path], seq_len: int
+    task: EvalTaskSpec, model: torch.nn.Module, tokenizer: Tokenizer, token_dirs: dict[str, TokenDirs], seq_len: int
 ) -> dict[str, Any]:
     """eval.json's entry of a multiple_choice or answer_loglik task: its items from its file, or built from a
     source's held-out documents (with the examples asked for and why fewer were made)."""
     extra: dict[str, Any] = {}
     if task.from_heldout is not None:
-        built = heldout_tasks(Path(token_dirs[task.from_heldout]), tokenizer, task.examples, TASK_SEED)
+        built = heldout_tasks(token_dirs[task.from_heldout], tokenizer, task.examples, TASK_SEED)
         extra = {"examples_requested": task.examples, "examples_cap": built.cap_note}
         choices, answers = built.multiple_choice, built.answers
     else:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
-from runlib.data.shards import TokenShard
+from runlib.data.shards import TokenDirs, open_split
 from runlib.errors import UserError
 from runlib.tokenizer.train import decode, eos_id
 from runlib.util.userfile import open_regular
@@ -365,14 +365,14 @@ class HeldoutTasks:
 
 
 def build_heldout_tasks(
-    token_dir: str | Path, tokenizer: Tokenizer, n_examples: int, seed: int
+    token_dir: TokenDirs, tokenizer: Tokenizer, n_examples: int, seed: int
 ) -> tuple[list[MultipleChoice], list[AnswerExample]]:
     """(multiple_choice, answers) of `heldout_tasks`."""
     tasks = heldout_tasks(token_dir, tokenizer, n_examples, seed)
     return tasks.multiple_choice, tasks.answers
 
 
-def heldout_tasks(token_dir: str | Path, tokenizer: Tokenizer, n_examples: int, seed: int) -> HeldoutTasks:
+def heldout_tasks(token_dir: TokenDirs, tokenizer: Tokenizer, n_examples: int, seed: int) -> HeldoutTasks:
     """A multiple-choice and an answer-loglik task from the held-out documents of token_dir (deterministic by seed).
 
     Each example takes a document: context = its first half (at most 200 characters), the true
@@ -380,7 +380,7 @@ def heldout_tasks(token_dir: str | Path, tokenizer: Tokenizer, n_examples: int, 
     documents; the true one's position among the 4 is drawn. Documents shorter than 40 characters
     are skipped. Fewer than 2 usable documents: a UserError.
     """
-    shard = TokenShard(Path(token_dir), "heldout")
+    shard = open_split(token_dir, "heldout")
     eos = eos_id(tokenizer)
     parts = []
     for i in range(len(shard)):

@@ -264,8 +264,8 @@ def tokenizer_config(spec: RunSpec, plan: Plan | None = None) -> TokenizerConfig
 
 
 def tokenize_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, TokenizeConfig]:
-    """Source name -> the config of its tokenize stage."""
-    return {name: TokenizeConfig(token_dtype=spec.data.token_dtype) for name in spec.data.sources}
+    """Source name -> the config of its first tokenize job (part 0; runlib.graph.nodes makes one per part)."""
+    return {name: TokenizeConfig(token_dtype=spec.data.token_dtype, part=0) for name in spec.data.sources}
 
 
 # ------------------------------------------------------------------------------------ training, eval

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +53,14 @@ def measured_tokens(spec: RunSpec, graph: Any = None) -> dict[str, int]:
             return {}
     from runlib.store.manifest import find_manifest
 
-    out = {}
+    parts = Counter(node.params["source"] for node in graph.of("tokenize"))
+    built: dict[str, list[int]] = defaultdict(list)
     for node in graph.of("tokenize"):
         manifest = find_manifest(node.dir)
-        if manifest is not None:
-            counts = manifest.counts
-            if "tokens_train" in counts:
-                out[node.params["source"]] = int(counts["tokens_train"])
-    return out
+        if manifest is not None and "tokens_train" in manifest.counts:
+            built[node.params["source"]].append(int(manifest.counts["tokens_train"]))
+    # a source is measured once all its parts are built
+    return {name: sum(tokens) for name, tokens in built.items() if len(tokens) == parts[name]}
 
 
 def ladder_prediction(spec: RunSpec, graph: Any = None) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from runlib.curate.config import CurateShardConfig, TrainNgramLmConfig
+from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.graph import configs
 from runlib.ladder.rungs import Ladder, ladder_rungs
@@ -99,8 +100,19 @@ class GraphContext:
             runs += [TrainingRun(r.spec, r.plan, {"rung": r.name}, f"{r.name}/") for r in self.ladder.rungs]
         return runs
 
-    def tokenized(self) -> dict[str, StageNode]:
-        return {n.params["source"]: n for n in self.of("tokenize")}
+    def tokenized(self) -> dict[str, list[StageNode]]:
+        """Source -> its tokenize nodes, in part order."""
+        out: dict[str, list[StageNode]] = {}
+        for node in self.of("tokenize"):
+            out.setdefault(node.params["source"], []).append(node)
+        return out
+
+    def token_inputs(self, sources: list[str]) -> dict[str, str]:
+        """The input roles of these sources' token parts: tokens:<source>/<part> -> key."""
+        tokenized = self.tokenized()
+        return {
+            f"tokens:{name}/{node.params['part']}": node.key for name in sources for node in tokenized.get(name, [])
+        }
 
 
 def curated_node(nodes: Sequence[StageNode], source: str) -> StageNode:
@@ -204,25 +216,28 @@ def train_tokenizer_nodes(g: GraphContext) -> list[StageNode]:
 
 
 def tokenize_nodes(g: GraphContext) -> list[StageNode]:
+    """Per source, one tokenize job per part of its curated documents: per curate shard."""
     tokenizer = g.one("train_tokenizer")
     out = []
     for name, config in configs.tokenize_configs(g.spec, g.plan).items():
         inputs = {"curated": g.curated(name).key, "tokenizer": tokenizer.key}
-        out.append(g.make("tokenize", f"tokenize {name}", config, inputs, source=name))
+        for part in range(len(_shard_inputs(g, name))):
+            part_config = TokenizeConfig(token_dtype=config.token_dtype, part=part)
+            out.append(g.make("tokenize", f"tokenize {name}/{part}", part_config, inputs, source=name, part=part))
     return out
 
 
 def train_phase_nodes(g: GraphContext) -> list[StageNode]:
     """Per run, a train_phase per phase, each from the previous phase's end (a branch's from the end of the
     spec's own phase before it); a branch that trains exactly as another phase is an error."""
-    tokenizer, tokenized = g.one("train_tokenizer"), g.tokenized()
+    tokenizer = g.one("train_tokenizer")
     out: list[StageNode] = []
     for run in g.runs:
         trained = configs.train_phase_configs(run.spec, run.plan)
         for i in run.phases:
             inputs = {"tokenizer": tokenizer.key}
             mixture = run.plan.phases[i].settings.phase.mixture
-            inputs |= {f"tokens:{n}": tokenized[n].key for n, w in sorted(mixture.items()) if w > 0 and n in tokenized}
+            inputs |= g.token_inputs([n for n, w in sorted(mixture.items()) if w > 0])
             previous = _trained(out, run.tag if "rung" in run.tag else {}, i - 1)
             if previous is not None:
                 inputs["previous"] = previous.key
@@ -251,8 +266,8 @@ def _trained(nodes: list[StageNode], tag: dict[str, str], phase: int) -> StageNo
 
 def eval_phase_nodes(g: GraphContext) -> list[StageNode]:
     """Per run, an eval_phase after each phase it evaluates (eval.after_each_phase) or after the last."""
-    tokenizer, tokenized = g.one("train_tokenizer"), g.tokenized()
-    tokens = {f"tokens:{n}": t.key for n, t in sorted(tokenized.items())}
+    tokenizer = g.one("train_tokenizer")
+    tokens = g.token_inputs(sorted(g.tokenized()))
     out = []
     for run in g.runs:
         for i, config in configs.eval_configs(run.spec, run.plan).items():

@@ -141,10 +141,10 @@ def _train_tokenizer(graph: StageGraph, node: StageNode, out: Path) -> dict[str,
 
 
 def _tokenize(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
-    from runlib.data.tokenize import tokenize_source
+    from runlib.data.tokenize import tokenize_part
 
     dirs = input_dirs(graph, node)
-    return tokenize_source(node.config_as(TokenizeConfig), dirs["curated"], dirs["tokenizer"], out)
+    return tokenize_part(node.config_as(TokenizeConfig), dirs["curated"], dirs["tokenizer"], out)
 
 
 def _train_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
@@ -154,11 +154,12 @@ def _train_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any
 
 
 def _eval_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.data.shards import token_inputs
     from runlib.eval.stage import evaluate_phase
 
     dirs = input_dirs(graph, node)
-    token_dirs = {role.removeprefix("tokens:"): d for role, d in dirs.items() if role.startswith("tokens:")}
-    return evaluate_phase(node.config_as(EvalConfig), dirs["model"], dirs["tokenizer"], token_dirs, out)
+    token_dirs = token_inputs(dirs)
+    return evaluate_phase(node.config_as(EvalConfig), dirs["model"], dirs["tokenizer"], dict(token_dirs), out)
 
 
 def _fit_ladder(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
@@ -192,7 +193,7 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "curate_source",
-        6,
+        7,
         CurateSourceConfig,
         nodes.curate_source_nodes,
         _curate_source,
@@ -219,7 +220,7 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "filter_quality",
-        1,
+        2,
         FilterQualityConfig,
         nodes.filter_quality_nodes,
         _filter_quality,
@@ -238,11 +239,11 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "tokenize",
-        4,
+        5,
         TokenizeConfig,
         nodes.tokenize_nodes,
         _tokenize,
-        "tokenize one curated source into token shards (train and held-out)",
+        "tokenize one part (curate shard) of a curated source into token shards (train and held-out)",
         Resources(threads=1, mem_mb=4000, runtime_min=60),
     ),
     StageKind(

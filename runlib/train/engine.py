@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import resource
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch.distributed as dist
 from accelerate import Accelerator
 
 from runlib.data.loader import Batch
-from runlib.data.shards import TokenShard
+from runlib.data.shards import TokenDirs, open_split
 from runlib.model.parallelize import (
     build_mesh,
     clip_grad_norm_,
@@ -178,11 +179,11 @@ class Engine:
 
     # ---- evaluation and measurements
 
-    def heldout_losses(self, dirs: dict[str, Path], eos_id: int, max_tokens: int) -> dict[str, float]:
+    def heldout_losses(self, dirs: Mapping[str, TokenDirs], eos_id: int, max_tokens: int) -> dict[str, float]:
         out: dict[str, float] = {}
         length = self.cfg.seq_len
         for name in sorted(dirs):
-            available = min(max_tokens, len(TokenShard(dirs[name], "heldout").tokens))
+            available = min(max_tokens, open_split(dirs[name], "heldout").n_tokens)
             # whole windows only: sequence parallelism splits every window's length over the tp ranks
             usable = (available - 1) // length * length + 1
             if usable <= length:

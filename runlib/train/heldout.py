@@ -26,14 +26,13 @@ fixed, so the result is deterministic for given weights.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from runlib.data.shards import TokenShard
+from runlib.data.shards import TokenDirs, open_split
 
 
 def document_layout(input_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +77,7 @@ def score_windows(model: torch.nn.Module, windows: np.ndarray, eos_id: int) -> t
 
 def heldout_metrics(
     model: torch.nn.Module,
-    token_dir: Path,
+    token_dir: TokenDirs,
     seq_len: int,
     eos_id: int,
     bytes_per_token: float,
@@ -86,7 +85,7 @@ def heldout_metrics(
     max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Loss, perplexity and bits per byte on the held-out shard of token_dir (at most max_tokens of it)."""
-    shard = TokenShard(Path(token_dir), "heldout")
+    shard = open_split(token_dir, "heldout")
     tokens = np.asarray(shard.tokens[:max_tokens] if max_tokens is not None else shard.tokens)
     body, tail = _windows(tokens, seq_len)
     nats = 0.0

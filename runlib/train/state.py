@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runlib.data.loader import PhaseLoader
+from runlib.data.shards import TokenDirs
 from runlib.train.config import TrainPhaseConfig
 
 
@@ -26,7 +27,7 @@ class PhaseRun:
     out_dir: Path  # the artifact being built (rank 0 writes final.pt, metrics.jsonl, spikes.json, run.json)
     scratch_dir: Path  # this phase's resumable checkpoints (they survive a killed job)
     init_checkpoint: Path | None  # the previous phase's final state
-    heldout_dirs: dict[str, Path]  # source -> token directory (held-out split) for monitor.eval_every
+    heldout_dirs: Mapping[str, TokenDirs]  # source -> token directories (held-out split) for monitor.eval_every
     stop_after_steps: int | None = None  # tests: stop early, as if killed
 
 

@@ -70,13 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     from accelerate import Accelerator
 
     from runlib.data.loader import PhaseLoader
+    from runlib.data.shards import token_inputs
     from runlib.train.config import TrainPhaseConfig
     from runlib.train.loop import PhaseRun, train_phase_loop
     from runlib.train.spikes import SpikeLimitExceeded
 
     config = TrainPhaseConfig.model_validate_json(args.config.read_text())
     inputs = parse_inputs(args.input)
-    token_dirs = {role.removeprefix("tokens:"): d for role, d in inputs.items() if role.startswith("tokens:")}
+    token_dirs = token_inputs(inputs)
     on_cpu = config.accelerator == "cpu" or not torch.cuda.is_available()
     # Accelerate's part in precision is the fp16 GradScaler; runlib.model.parallelize casts (FSDP2's
     # MixedPrecisionPolicy, or autocast where no FSDP2 policy applies)

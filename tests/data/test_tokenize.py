@@ -8,7 +8,7 @@ import pytest
 from runlib.data import tokenize
 from runlib.data.config import TokenizeConfig
 from runlib.data.shards import TokenShard
-from runlib.data.tokenize import tokenize_source
+from runlib.data.tokenize import tokenize_part
 from runlib.errors import UserError
 from runlib.graph.configs import tokenize_configs, tokenizer_config
 from runlib.spec.loader import load_spec, validate_data
@@ -16,7 +16,7 @@ from runlib.tokenizer.train import iter_texts, load_tokenizer, train_tokenizer
 from tests.conftest import ROOT
 from tests.tokenizer.test_train import SAMPLES, make_config, make_curated
 
-AUTO = TokenizeConfig(token_dtype="auto")
+AUTO = TokenizeConfig(token_dtype="auto", part=0)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def expected_docs(tok, path) -> list[list[int]]:
 @pytest.mark.parametrize("source", ["code", "prose"])
 def test_documents_come_back_exactly(setup, tmp_path, source):
     curated, tok_dir = setup
-    summary = tokenize_source(AUTO, curated[source], tok_dir, tmp_path)
+    summary = tokenize_part(AUTO, curated[source], tok_dir, tmp_path)
     tok = load_tokenizer(tok_dir / "tokenizer.json")
     for split in ("train", "heldout"):
         shard = TokenShard(tmp_path, split)
@@ -54,7 +54,7 @@ def test_documents_come_back_exactly(setup, tmp_path, source):
 
 def test_special_strings_stay_text(setup, tmp_path):
     curated, tok_dir = setup
-    tokenize_source(AUTO, curated["code"], tok_dir, tmp_path)
+    tokenize_part(AUTO, curated["code"], tok_dir, tmp_path)
     shard = TokenShard(tmp_path, "heldout")
     texts = list(iter_texts(curated["code"] / "heldout.jsonl"))
     i = texts.index(SAMPLES["special"])
@@ -65,16 +65,16 @@ def test_special_strings_stay_text(setup, tmp_path):
 
 def test_many_small_batches_keep_order(setup, tmp_path, monkeypatch):
     curated, tok_dir = setup
-    tokenize_source(AUTO, curated["prose"], tok_dir, tmp_path / "one")
+    tokenize_part(AUTO, curated["prose"], tok_dir, tmp_path / "one")
     monkeypatch.setattr(tokenize, "BATCH_BYTES", 500)
-    tokenize_source(AUTO, curated["prose"], tok_dir, tmp_path / "many")
+    tokenize_part(AUTO, curated["prose"], tok_dir, tmp_path / "many")
     for name in ("train.bin", "train.idx.npy", "heldout.bin", "heldout.idx.npy"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes()
 
 
 def test_token_dtype_uint32(setup, tmp_path):
     curated, tok_dir = setup
-    summary = tokenize_source(TokenizeConfig(token_dtype="uint32"), curated["prose"], tok_dir, tmp_path)
+    summary = tokenize_part(TokenizeConfig(token_dtype="uint32", part=0), curated["prose"], tok_dir, tmp_path)
     assert summary["dtype"] == "uint32"
     assert TokenShard(tmp_path, "train").dtype == np.uint32
     assert (tmp_path / "train.bin").stat().st_size == 4 * summary["counts"]["tokens_train"]
@@ -88,7 +88,7 @@ def test_uint16_overflow_is_a_user_error(tmp_path):
     (tmp_path / "tok").mkdir()
     tok.save(str(tmp_path / "tok" / "tokenizer.json"))
     with pytest.raises(UserError, match="data.token_dtype"):
-        tokenize_source(TokenizeConfig(token_dtype="uint16"), tmp_path, tmp_path / "tok", tmp_path / "out")
+        tokenize_part(TokenizeConfig(token_dtype="uint16", part=0), tmp_path, tmp_path / "tok", tmp_path / "out")
 
 
 def test_with_a_real_run_spec(setup, tmp_path):
@@ -98,5 +98,5 @@ def test_with_a_real_run_spec(setup, tmp_path):
     spec = validate_data(data).spec
     summary = train_tokenizer(tokenizer_config(spec), {"docs": curated["prose"]}, tmp_path / "tok")
     assert summary["train_bytes_per_source"] == {"docs": 50_000}
-    result = tokenize_source(tokenize_configs(spec)["docs"], curated["prose"], tmp_path / "tok", tmp_path / "out")
+    result = tokenize_part(tokenize_configs(spec)["docs"], curated["prose"], tmp_path / "tok", tmp_path / "out")
     assert result["counts"]["docs_train"] == len(TokenShard(tmp_path / "out", "train"))

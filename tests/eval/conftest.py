@@ -10,7 +10,7 @@ import torch
 
 from runlib.audit.cases import case_data
 from runlib.data.config import TokenizeConfig
-from runlib.data.tokenize import tokenize_source
+from runlib.data.tokenize import tokenize_part
 from runlib.graph.configs import tokenizer_config
 from runlib.model.transformer import Transformer
 from runlib.spec.loader import validate_data
@@ -54,8 +54,8 @@ def source(tmp_path_factory) -> SimpleNamespace:
         )
     ).spec
     train_tokenizer(tokenizer_config(spec), {"web": curated}, root / "tokenizer")
-    tokens = TokenizeConfig(token_dtype=spec.data.token_dtype)
-    summary = tokenize_source(tokens, curated, root / "tokenizer", root / "tokens" / "web")
+    tokens = TokenizeConfig(token_dtype=spec.data.token_dtype, part=0)
+    summary = tokenize_part(tokens, curated, root / "tokenizer", root / "tokens" / "web")
     tok = load_tokenizer(root / "tokenizer" / TOKENIZER_FILE)
     return SimpleNamespace(
         tokenizer=tok,

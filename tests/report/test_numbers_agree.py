@@ -56,10 +56,13 @@ class Case:
 def write_measured(path: Path, fractions: dict[str, float]) -> None:
     """A tokenize manifest for each source, with tokens_train = the declared tokens x its fraction."""
     result = audit_spec_file(path)
-    for node in build_graph(result.spec).of("tokenize"):
+    nodes = build_graph(result.spec).of("tokenize")
+    for node in nodes:  # the source's tokens split over its parts, the remainder in part 0
         source = node.params["source"]
-        declared = result.spec.data.sources[source].tokens
-        write_fake_manifest(node.dir, node, counts={"tokens_train": int(declared * fractions[source])})
+        parts = sum(n.params["source"] == source for n in nodes)
+        measured = int(result.spec.data.sources[source].tokens * fractions[source])
+        tokens = measured // parts + (measured % parts if node.params["part"] == 0 else 0)
+        write_fake_manifest(node.dir, node, counts={"tokens_train": tokens})
 
 
 @pytest.fixture(params=["demo", "variant"])

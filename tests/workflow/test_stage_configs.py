@@ -214,11 +214,11 @@ def fake_build(node) -> None:
 
 def test_plan_stage_prints_config_key_and_inputs(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     graph = build_graph(load_spec(DEMO).spec)
-    assert main(["plan", str(DEMO), "--stage", "tokenize code"]) == 0
+    assert main(["plan", str(DEMO), "--stage", "tokenize code/0"]) == 0
     shown = json.loads(capsys.readouterr().out)
     node = graph.find("tokenize", source="code")
     assert shown["key"] == node.key and shown["stage"] == "tokenize" and shown["built"] is False
-    assert shown["config"] == {"token_dtype": "auto"}
+    assert shown["config"] == {"token_dtype": "auto", "part": 0}
     assert shown["inputs"] == {
         "curated": {"instance": "curate_source code", "key": graph.find("curate_source", source="code").key},
         "tokenizer": {"instance": "train_tokenizer", "key": graph.of("train_tokenizer")[0].key},
@@ -228,10 +228,10 @@ def test_plan_stage_prints_config_key_and_inputs(work: Path, capsys: pytest.Capt
     assert shown["config"]["seq_len"] == 512 and shown["config"]["phase"] == "long"
     # a key names the instance as well
     assert main(["plan", str(DEMO), "--stage", node.key]) == 0
-    assert json.loads(capsys.readouterr().out)["instance"] == "tokenize code"
+    assert json.loads(capsys.readouterr().out)["instance"] == "tokenize code/0"
     # a typo: exit 2 and a suggestion
-    assert main(["plan", str(DEMO), "--stage", "tokenise code"]) == 2
-    assert "did you mean 'tokenize code'" in capsys.readouterr().err
+    assert main(["plan", str(DEMO), "--stage", "tokenise code/0"]) == 2
+    assert "did you mean 'tokenize code/0'" in capsys.readouterr().err
 
 
 def test_plan_names_the_config_fields_changed_since_the_last_build(
@@ -249,7 +249,7 @@ def test_plan_names_the_config_fields_changed_since_the_last_build(
     rows = {r["instance"]: r for r in json.loads(capsys.readouterr().out)["stages"]}
     assert rows["curate_source docs"]["built"] and rows["curate_source docs"]["changed"] is None
     assert rows["train_tokenizer"]["changed"] == ["train_bytes", "vocab_size"]
-    assert rows["tokenize code"]["changed"] == ["input tokenizer"]
+    assert rows["tokenize code/0"]["changed"] == ["input tokenizer"]
     assert rows["train_phase foundation"]["changed"] is None  # never built: nothing to compare with
     assert main(["plan", str(edited)]) == 0
     out = capsys.readouterr().out

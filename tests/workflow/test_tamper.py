@@ -86,12 +86,12 @@ def test_a_resealed_token_shard_without_the_key_is_refused_by_every_read(work, g
     with pytest.raises(UserError, match=f"its {MAC_FIELD} does not match the manifest key") as err:
         read_manifest(tokens.dir)
     assert str(tokens.manifest_path) in str(err.value) and f"rm -r {tokens.dir}" in str(err.value)
-    with pytest.raises(UserError, match=rf"artifact tokenize/{tokens.key} \(tokenize code\): manifest\.json: its"):
+    with pytest.raises(UserError, match=rf"artifact tokenize/{tokens.key} \(tokenize code/0\): manifest\.json: its"):
         run_stage("train_phase", str(TINY), second.key)
     assert not second.dir.exists()
     assert main(["verify", str(TINY)]) == 2
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  FAILED")]
-    assert len(failed) == 2 and "tokenize code" in failed[0] and "train_phase foundation" in failed[1]
+    assert len(failed) == 2 and "tokenize code/0" in failed[0] and "train_phase foundation" in failed[1]
 
 
 def test_a_resealed_token_shard_with_the_key_is_refused_by_the_chain(work, graph, capsys):
@@ -106,11 +106,11 @@ def test_a_resealed_token_shard_with_the_key_is_refused_by_the_chain(work, graph
     assert verify_artifact(tokens.dir).ok  # the artifact alone cannot tell
     problems = verify_artifact(first.dir).problems
     assert len(problems) == 1 and problems[0].startswith(
-        f"input tokens:code (tokenize/{tokens.key}): not what this artifact was built from (train.bin: digest now "
+        f"input tokens:code/0 (tokenize/{tokens.key}): not what this artifact was built from (train.bin: digest now "
     )
     with pytest.raises(UserError) as err:
         run_stage("train_phase", str(TINY), second.key)
-    assert str(err.value).startswith(f"artifact train_phase/{first.key} (train_phase foundation): input tokens:code")
+    assert str(err.value).startswith(f"artifact train_phase/{first.key} (train_phase foundation): input tokens:code/0")
     assert f"rm -r {tokens.dir}" in str(err.value) and not second.dir.exists()
     assert main(["verify", str(TINY)]) == 2
     out = capsys.readouterr().out

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from runlib.data.shards import TokenDirs
 from runlib.errors import UserError
 from runlib.eval.config import EvalConfig
 from runlib.eval.harness.gate import harness_refusals
@@ -130,7 +131,7 @@ def run_lm_eval_tasks(
     state: dict[str, torch.Tensor],
     tokenizer: Tokenizer,
     tokenizer_dir: Path,
-    token_dirs: dict[str, Path],
+    token_dirs: dict[str, TokenDirs],
     work: Path,
     seed: int,
 ) -> dict[str, dict[str, Any]]:
@@ -173,7 +174,7 @@ def _lm_eval_task(
     lm: HFLM,
     task: EvalTaskSpec,
     tokenizer: Tokenizer,
-    token_dirs: dict[str, Path],
+    token_dirs: dict[str, TokenDirs],
     work: Path,
     cache: Path,
     seed: int,
@@ -189,7 +190,7 @@ def _lm_eval_task(
         if own == "heldout":
             source = task.from_heldout
             assert source is not None  # runlib's held-out tasks name their source (EvalTaskSpec)
-            built = heldout_tasks(Path(token_dirs[source]), tokenizer, task.examples, seed)
+            built = heldout_tasks(token_dirs[source], tokenizer, task.examples, seed)
             items: Sequence[MultipleChoice | AnswerExample] = (
                 built.multiple_choice if kind == "multiple_choice" else built.answers
             )
