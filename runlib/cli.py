@@ -94,7 +94,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from runlib.graph.plan_view import find_instance, plan_rows, render, stage_view
     from runlib.spec import load_spec
 
-    graph = build_graph(load_spec(args.spec).spec)
+    loaded = load_spec(args.spec)
+    if args.input_bytes:  # on paper: the spec's files need not exist, so no graph
+        from runlib.graph.scale import render_scale, source_scale
+        from runlib.spec.units import parse_count
+
+        for item in args.input_bytes:
+            name, _, size = item.partition("=")
+            try:
+                nbytes = parse_count(size)
+            except ValueError as exc:
+                raise UserError(f"--input-bytes {item}: {exc}; e.g. --input-bytes web=100T") from None
+            if nbytes < 1:
+                raise UserError(f"--input-bytes {item}: the size must be at least 1 byte")
+            sys.stdout.write(render_scale(source_scale(loaded.spec, name, nbytes)))
+        return 0
+    graph = build_graph(loaded.spec)
     if args.stage:  # one stage's config (JSON whatever --format says: it is the config itself)
         print(json.dumps(stage_view(graph, find_instance(graph, args.stage)), indent=2))
         return 0
@@ -320,6 +335,14 @@ def _add_spec_commands(sub: Subcommands) -> None:
         metavar="INSTANCE",
         help="print this stage's config, key and input keys as JSON (an instance name such as "
         "'train_phase long' or 'curate_shard code/0', or a key)",
+    )
+    p.add_argument(
+        "--input-bytes",
+        metavar="SOURCE=SIZE",
+        action="append",
+        default=[],
+        help="plan this source's data jobs on paper as if its input held SIZE bytes (e.g. web=100T; its files "
+        "need not exist): jobs, memory and CPU-hours per stage from measured rates; repeat for more sources",
     )
     p.set_defaults(func=_cmd_plan)
 

@@ -254,3 +254,21 @@ def test_extract_compare_prints_both_extractors_and_their_agreement(capsys):
         assert float(row[1]) > 0 and int(row[3].replace(",", "")) > 0 and int(row[4]) == 0  # the chrome is gone
     median = float(out.split("word-set Jaccard per page: median ")[1].split(",")[0])
     assert 0.3 < median <= 1.0 and "pages >= 0.9:" in out
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "warc"])
+def test_data_scale_writes_a_source_and_a_spec_the_gate_accepts(tmp_path, fmt):
+    """runlib.bench.data_scale's corpus and spec (the full run builds them with Snakemake: `python -m
+    runlib.bench.data_scale`): about the MB asked, and a spec that loads, audits without error and shards
+    by input.shard_bytes."""
+    from runlib.audit import audit_loaded
+    from runlib.bench.data_scale import write_crawl, write_source, write_spec
+    from runlib.spec import load_spec
+
+    written = write_crawl(tmp_path / "in", 2) if fmt == "warc" else write_source(tmp_path / "in", 2, seed=0)
+    assert 2 * 2**20 <= written < 3 * 2**20
+    write_spec(tmp_path / "spec.yaml", str(tmp_path / "in" / "*"), 1, fmt)
+    loaded = load_spec(tmp_path / "spec.yaml")
+    web = loaded.spec.data.sources["web"]
+    assert web.input.format == fmt and web.input.shard_bytes == 2**20
+    assert not [f for f in audit_loaded(loaded).findings if f.severity == "error"]

@@ -122,7 +122,9 @@ def _near_duplicates(
     return needed[rank[not_first]], stats
 
 
-def _heldout(shard_dirs: list[Path], dropped: set[int], heldout_docs: int) -> tuple[NDArray[np.uint64], set[bytes]]:
+def _heldout(
+    shard_dirs: list[Path], dropped: NDArray[np.uint64], heldout_docs: int
+) -> tuple[NDArray[np.uint64], set[bytes]]:
     """(ids, digests) of the heldout_docs kept documents with the smallest SHA-256 (then id): each shard's
     smallest ones from its sorted hashes.npy, merged; a function of the texts only."""
     if not heldout_docs:
@@ -134,7 +136,7 @@ def _heldout(shard_dirs: list[Path], dropped: set[int], heldout_docs: int) -> tu
         for start in range(0, len(table), max(4 * heldout_docs, 4096)):
             chunk = np.array(table[start : start + max(4 * heldout_docs, 4096)])
             gids = global_ids(shard, chunk["line"])
-            keep = np.fromiter((int(g) not in dropped for g in gids), dtype=bool, count=len(gids))
+            keep = ~_member(gids, dropped)
             chunk, gids = chunk[keep][: heldout_docs - taken], gids[keep][: heldout_docs - taken]
             shas.append(chunk["sha"])
             ids.append(gids)
@@ -176,15 +178,46 @@ def _check_enough(
         )
 
 
+def _member(ids: NDArray[np.uint64], sorted_ids: NDArray[np.uint64]) -> NDArray[np.bool_]:
+    """Whether each of ids is in sorted_ids."""
+    at = np.searchsorted(sorted_ids, ids)
+    return (
+        (at < len(sorted_ids)) & (sorted_ids[np.minimum(at, len(sorted_ids) - 1)] == ids)
+        if len(sorted_ids)
+        else np.zeros(len(ids), dtype=bool)
+    )
+
+
+EXACT, NEAR, HELDOUT = 1, 2, 3
+"""A document's fate codes in the join (0: trained on)."""
+DROPPED_AS = {EXACT: ("cross_shard_dedup", "duplicate"), NEAR: ("minhash_dedup", "near_duplicate")}
+COPY_OF_HELDOUT = ("heldout_split", "copy_of_heldout")
+
+
 @dataclass
 class _Fates:
-    """What the join decided for each dropped or held-out document, by global id, and the sizes it counts."""
+    """What the join decided for the dropped and held-out documents, as sorted global ids and a code each (9
+    bytes per duplicate, never a Python object per document), and the sizes it counts."""
 
-    why: dict[int, tuple[str, str]]  # a dropped document -> (step, reason)
-    heldout: set[int]
+    ids: NDArray[np.uint64]  # sorted: the dropped and the held-out documents
+    codes: NDArray[np.uint8]  # EXACT, NEAR or HELDOUT, per id
     heldout_digests: set[bytes]  # the held-out texts' hashes: with exact dedup off, their training copies go
     chars: Counter[str] = field(default_factory=Counter)  # characters by fate: exact, near, heldout, copy, train
     docs: Counter[str] = field(default_factory=Counter)
+
+    def shard_codes(self, shard: int, lines: int) -> NDArray[np.uint8]:
+        """The fate code of each line of one shard."""
+        lo, hi = np.searchsorted(
+            self.ids, [np.uint64(shard) << np.uint64(SHARD_SHIFT), np.uint64(shard + 1) << np.uint64(SHARD_SHIFT)]
+        )
+        out = np.zeros(lines, dtype=np.uint8)
+        local = (self.ids[lo:hi] & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
+        if len(local) and local.max() >= lines:
+            raise ValueError(
+                f"curate_source: shard {shard} has {lines} documents, its tables name line {local.max()}; rebuild the shards"
+            )
+        out[local] = self.codes[lo:hi]
+        return out
 
 
 def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped: DroppedSample) -> None:
@@ -204,24 +237,28 @@ def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped:
             by_line[table["line"].astype(np.int64)] = table
             train_parts.advance(shard)
             heldout_parts.advance(shard)
-            line_no = -1
+            codes = fates.shard_codes(shard, len(by_line)).tolist()
+            lines_read = 0
             with open(directory / DOCS_FILE, "rb") as f:
                 for line_no, line in enumerate(f):
-                    gid = (shard << SHARD_SHIFT) | line_no
+                    lines_read += 1
+                    if line_no >= len(codes):
+                        break  # more lines than the tables: named below
                     chars = int(by_line["chars"][line_no])
-                    fate = fates.why.get(gid)
-                    if fate is None and gid in fates.heldout:
+                    code = codes[line_no]
+                    if code == HELDOUT:
                         fates.docs["heldout"] += 1
                         fates.chars["heldout"] += chars
                         held.write(line)
                         heldout_parts.add(len(line))
                         continue
+                    fate = DROPPED_AS.get(code)
                     if (
                         fate is None
                         and fates.heldout_digests
                         and by_line["sha"][line_no].tobytes() in fates.heldout_digests
                     ):
-                        fate = fates.why[gid] = ("heldout_split", "copy_of_heldout")
+                        fate = COPY_OF_HELDOUT
                     if fate is None:
                         fates.docs["train"] += 1
                         fates.chars["train"] += chars
@@ -234,7 +271,7 @@ def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped:
                         row = json.loads(line)
                         row.pop("sha256", None)
                         dropped.add(*fate, row.pop("id"), row.pop("text"), row)
-            if line_no + 1 != len(by_line):
+            if lines_read != len(by_line):
                 raise ValueError(
                     f"curate_source: {directory / DOCS_FILE} does not match its tables; rebuild the shards"
                 )
@@ -306,16 +343,23 @@ def curate_source(
         raise ValueError(f"curate_source {source_name}: dedup across shards needs the dedup_partition outputs")
 
     exact, pairs = _partition_results(partition_dirs)
-    why: dict[int, tuple[str, str]] = dict.fromkeys(map(int, exact), ("cross_shard_dedup", "duplicate"))
     verification: dict[str, int] = {}
+    near = np.empty(0, dtype=np.uint64)
     if config.dedup.minhash is not None:
         near, verification = _near_duplicates(config.dedup.minhash, shard_dirs, pairs)
-        why |= dict.fromkeys(map(int, near), ("minhash_dedup", "near_duplicate"))
+        near = np.unique(near)
+    exact = np.setdiff1d(exact, near)  # a document both is counted as a near-duplicate
+    dropped_ids = np.concatenate([exact, near])
     total = sum(int(stats["counts"]["docs"]) for stats in shard_stats)
-    kept = total - len(why)
+    kept = total - len(dropped_ids)
     _check_enough(source_name, kept, heldout_docs, shard_stats, steps)
-    heldout, digests = _heldout(shard_dirs, set(why), heldout_docs)
-    fates = _Fates(why, set(map(int, heldout)), digests if not config.dedup.exact else set())
+    heldout, digests = _heldout(shard_dirs, np.sort(dropped_ids), heldout_docs)
+    ids = np.concatenate([dropped_ids, heldout.astype(np.uint64)])
+    codes = np.concatenate(
+        [np.full(len(exact), EXACT), np.full(len(near), NEAR), np.full(len(heldout), HELDOUT)]
+    ).astype(np.uint8)
+    order = np.argsort(ids, kind="stable")
+    fates = _Fates(ids[order], codes[order], digests if not config.dedup.exact else set())
 
     # the one pass over the texts: copy the lines into train.jsonl / heldout.jsonl, in order
     dropped = DroppedSample(config.keep_dropped)

@@ -12,6 +12,7 @@ from typing import Any
 from runlib.curate.memory import SIZED_STAGES, data_job_mem_mb
 from runlib.graph.build import StageGraph
 from runlib.graph.registry import stage_kind
+from runlib.graph.scale import TIMED_STAGES, curated_estimate, job_runtime_min, job_seconds
 from runlib.graph.train_plans import RunId, node_run, train_plans
 from runlib.plan import Plan
 from runlib.plan.derive import PhasePlan
@@ -48,8 +49,12 @@ class JobResources:
         """The rule's `resources:` (mem_mb, runtime, and for training the Slurm layout of the phase); a data
         job's memory from the bytes it reads (data_job_mem_mb)."""
         fixed = stage_kind(stage).resources
-        if fixed is not None and stage in SIZED_STAGES:
-            return {**fixed.slurm(), "mem_mb": lambda wildcards: self.data_mem_mb(stage, wildcards.key)}
+        if fixed is not None and stage in TIMED_STAGES:
+            out: dict[str, int | Callable[[Wildcards], int | str]] = dict(fixed.slurm())
+            out["runtime"] = lambda wildcards: self.data_runtime_min(stage, wildcards.key)
+            if stage in SIZED_STAGES:
+                out["mem_mb"] = lambda wildcards: self.data_mem_mb(stage, wildcards.key)
+            return out
         if fixed is not None:
             return dict(fixed.slurm())
         phases = self.graph.of(stage)
@@ -62,6 +67,23 @@ class JobResources:
         fixed = stage_kind(stage).resources
         assert fixed is not None
         return max(fixed.mem_mb, data_job_mem_mb(stage, self.graph.bytes_read(node)))
+
+    def data_runtime_min(self, stage: str, key: str) -> int:
+        """A data job's time limit from its work at this machine's measured rates (runlib.graph.scale): a shard's
+        input, a slice of the source's, or what curation is expected to keep (the declared tokens' bytes)."""
+        node = self.graph.by_key(stage, key)
+        name = node.params["source"]
+        source = self.spec.data.sources[name]
+        shards = [n for n in self.graph.of("curate_shard") if n.params["source"] == name]
+        if stage in SIZED_STAGES:
+            work = self.graph.bytes_read(node)
+        else:
+            total = sum(self.graph.bytes_read(n) for n in shards)
+            work = curated_estimate(self.spec, name, total) // (len(shards) if stage == "tokenize" else 1)
+        fixed = stage_kind(stage).resources
+        assert fixed is not None
+        seconds = job_seconds(stage, work, source.input.format, source.input.extract)
+        return job_runtime_min(seconds, fixed.runtime_min)
 
     def _phase_resources(self, key: str) -> dict[str, int | str]:
         if key not in self._train:

@@ -14,6 +14,7 @@ import pytest
 
 from runlib.curate.builtin import builtin_documents
 from runlib.curate.config import FilterQualityConfig, TrainClassifierConfig, TrainNgramLmConfig
+from runlib.curate.parts import PartRanges, read_parts, write_jsonl_parts, write_parts
 from runlib.curate.quality import filter_quality, train_classifier_stage, train_ngram_lm_stage
 from runlib.errors import UserError
 from runlib.spec.models import ClassifierSpec, PerplexitySpec
@@ -33,13 +34,17 @@ def _spam(seed: int, n: int) -> list[str]:
     ]
 
 
-def write_curated(directory: Path, texts: list[str], heldout: int = 0) -> Path:
-    """A curate_source-like folder: train.jsonl, heldout.jsonl and stats.json with one row per split."""
+def write_curated(directory: Path, texts: list[str], heldout: int = 0, parts: int = 1) -> Path:
+    """A curate_source-like folder: train.jsonl, heldout.jsonl, stats.json with one row per split, and
+    parts.json (the training documents dealt into `parts` consecutive parts, the held-out ones in the last)."""
     directory.mkdir(parents=True)
     rows = [{"id": f"doc{i}", "text": t, "sha256": hashlib.sha256(t.encode()).hexdigest()} for i, t in enumerate(texts)]
     split = len(rows) - heldout
-    for name, part in (("train.jsonl", rows[:split]), ("heldout.jsonl", rows[split:])):
-        (directory / name).write_text("".join(json.dumps(r) + "\n" for r in part))
+    ranges = {"train": PartRanges(parts), "heldout": PartRanges(parts)}
+    train = [(i * parts // max(split, 1), row) for i, row in enumerate(rows[:split])]
+    write_jsonl_parts(directory / "train.jsonl", train, ranges["train"])
+    write_jsonl_parts(directory / "heldout.jsonl", [(parts - 1, row) for row in rows[split:]], ranges["heldout"])
+    write_parts(directory, ranges["train"], ranges["heldout"])
     chars = sum(len(t) for t in texts)
     step = {"step": "heldout_split", "kind": "filter", "docs_in": len(rows), "docs_out": len(rows)}
     (directory / "stats.json").write_text(json.dumps({"steps": [step | {"chars_in": chars, "chars_out": chars}]}))
@@ -60,7 +65,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     mixed = [t for pair in zip(good, bad, strict=True) for t in pair]
     dirs = {
         "anchor": write_curated(root / "anchor", DOCS[60:]),
-        "web": write_curated(root / "web", mixed, heldout=8),
+        "web": write_curated(root / "web", mixed, heldout=8, parts=3),
         "classifier": root / "classifier",
         "lm": root / "lm",
     }
@@ -94,6 +99,11 @@ def test_top_fraction_keeps_the_documentation(web: dict[str, Path], tmp_path: Pa
     result = filter_quality(config, {"curated": web["web"], "classifier": web["classifier"]}, tmp_path / "out")
     kept = _read(tmp_path / "out" / "train.jsonl") + _read(tmp_path / "out" / "heldout.jsonl")
     assert len(kept) == math.ceil(0.5 * 120)  # exactly the top half, train and held-out together
+    # each kept document stays in its part (its curate shard's): the parts' counts are those of its ids
+    parts = read_parts(tmp_path / "out")
+    train_ids = [int(row["id"].removeprefix("doc")) for row in _read(tmp_path / "out" / "train.jsonl")]
+    assert [r[2] for r in parts["train"]] == [sum(i * 3 // 112 == p for i in train_ids) for p in range(3)]
+    assert [r[2] for r in parts["heldout"]][:2] == [0, 0] and parts["heldout"][2][2] == len(kept) - len(train_ids)
     assert sum(row["text"] in DOCS for row in kept) >= 55  # the documentation, not the soup
     assert all(0 <= row["quality_score"] <= 1 for row in kept)
     row = result["steps"][-1]

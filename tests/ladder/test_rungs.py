@@ -9,6 +9,7 @@ from runlib.plan import derive
 from runlib.spec import load_spec
 from runlib.spec.models import LadderSpec
 from tests.conftest import ROOT
+from tests.helpers import DATA_STAGES
 
 DEMO = ROOT / "specs" / "demo.yaml"
 
@@ -48,9 +49,8 @@ def test_graph_shares_the_targets_data_stages_and_fits_every_rung():
     spec = _demo(widths=[32, 64, 96], tokens_per_param=[10, 20], min_steps=10)
     plain = build_graph(load_spec(DEMO).spec)
     graph = build_graph(spec)
-    data = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
-    assert {(n.stage, n.key) for n in graph.nodes if n.stage in data} == {
-        (n.stage, n.key) for n in plain.nodes if n.stage in data
+    assert {(n.stage, n.key) for n in graph.nodes if n.stage in DATA_STAGES} == {
+        (n.stage, n.key) for n in plain.nodes if n.stage in DATA_STAGES
     }
     assert not [n for n in graph.nodes if n.stage == "train_phase" and not is_rung(n)]  # train_target: false
     (fit,) = graph.of("fit_ladder")

@@ -23,10 +23,9 @@ from runlib.store.command import snakemake_command
 from runlib.store.manifest import read_manifest
 from runlib.store.settings import built_marker, done_stamp
 from tests.conftest import ROOT
+from tests.helpers import DATA_STAGES
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY
-
-DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +92,9 @@ def test_a_zeroed_token_shard_stops_training(work, graph):
     with open(shard, "r+b") as f:
         f.write(bytes(zeroed))
     assert shard.stat().st_size == size
-    with pytest.raises(UserError, match=rf"artifact tokenize/{tokens.key} \(tokenize code/0\): train\.bin: its content"):
+    with pytest.raises(
+        UserError, match=rf"artifact tokenize/{tokens.key} \(tokenize code/0\): train\.bin: its content"
+    ):
         run_stage("train_phase", str(TINY), graph.find("train_phase", phase=0).key)
 
 

@@ -111,7 +111,7 @@ def test_plan_view_shows_the_prefix_then_the_branches(graph):
         "anneal@long-decay",
         "anneal@long-decay",
     ]
-    assert lines[-1] == "2 branches (code-heavy, long-decay) share 25 prefix stages"
+    assert lines[-1] == "2 branches (code-heavy, long-decay) share 28 prefix stages"
     unbranched = plan_rows(build_graph(load_spec(DEMO).spec))
     assert all("part" not in r for r in unbranched)  # the JSON rows of a spec without branches are unchanged
 
@@ -122,7 +122,7 @@ def test_dry_run_trains_the_prefix_once_and_each_branch_once(tmp_path, graph):
     text = out.stdout + out.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", text, re.M))
     assert counts["train_phase"] == "6" and counts["eval_phase"] == "6"  # 4 phases + 2 branches
-    assert counts["tokenize"] == "3" and counts["train_tokenizer"] == "1"
+    assert counts["tokenize"] == "6" and counts["train_tokenizer"] == "1"
     jobs = re.findall(r"rule train_phase:.*?wildcards: key=(\w+)", text, re.S)
     assert sorted(jobs) == sorted(n.key for n in graph.of("train_phase"))  # each once
 

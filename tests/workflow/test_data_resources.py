@@ -4,6 +4,7 @@ registry's floor."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ from runlib.curate.memory import data_job_mem_mb
 from runlib.graph.build import build_graph
 from runlib.graph.plan_view import plan_rows, render
 from runlib.graph.registry import stage_kind
+from runlib.graph.scale import BYTES_PER_TOKEN, TIMED_STAGES, job_runtime_min, job_seconds
 from runlib.workflow.resources import JobResources
 from tests.curate import jsonl_source, make_spec
 
@@ -51,3 +53,27 @@ def test_a_large_shard_asks_for_memory_in_proportion(files: None) -> None:
         f"curate_shard: {len(graph.of('curate_shard'))} jobs, the largest holding 1,200.0 MB of input files: {asked:,} MB"
         in text
     )
+
+
+def test_a_data_job_gets_the_time_its_work_takes(files: None) -> None:
+    """Slurm's time limit of curate_shard, dedup_partition, curate_source and tokenize comes from the bytes of
+    their work at the measured rates (runlib.graph.scale): a join of 100B declared tokens' text would not fit
+    the registry's 30 minutes; a small shard keeps them."""
+    source = jsonl_source(dedup={"minhash": {}}) | {"tokens": "100B"}
+    spec = make_spec({"web": source})
+    graph = build_graph(spec)
+    jobs = JobResources(spec, graph)
+    runtime = {stage: jobs.resources(stage)["runtime"] for stage in TIMED_STAGES}
+    assert all(callable(r) for r in runtime.values())
+    small, large = (n for n in graph.of("curate_shard") if n.params["source"] == "web")
+    floor = stage_kind("curate_shard").resources.runtime_min  # type: ignore[union-attr]
+    assert runtime["curate_shard"](SimpleNamespace(key=small.key)) == floor  # type: ignore[operator]
+    assert runtime["curate_shard"](SimpleNamespace(key=large.key)) == job_runtime_min(  # type: ignore[operator]
+        job_seconds("curate_shard", os.path.getsize("data/b.jsonl")), floor
+    )
+    join = graph.of("curate_source")[0]
+    seconds = job_seconds("curate_source", 100 * 10**9 * BYTES_PER_TOKEN)
+    assert runtime["curate_source"](SimpleNamespace(key=join.key)) == math.ceil(seconds * 1.5 / 60) + 10 > 60  # type: ignore[operator]
+    part = graph.of("tokenize")[0]
+    seconds = job_seconds("tokenize", 100 * 10**9 * BYTES_PER_TOKEN // 2)  # 2 parts: one per shard
+    assert runtime["tokenize"](SimpleNamespace(key=part.key)) == math.ceil(seconds * 1.5 / 60) + 10  # type: ignore[operator]

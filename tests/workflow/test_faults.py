@@ -23,6 +23,7 @@ from runlib.spec import load_spec
 from runlib.store.artifacts import verify_artifact
 from runlib.store.manifest import read_manifest
 from tests.conftest import ROOT
+from tests.helpers import DATA_STAGES
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY
 
@@ -118,12 +119,7 @@ def reference(tmp_path_factory):
     spec = fault_spec(tmp)
     graph = build_graph(load_spec(spec).spec)
     work = tmp / "reference"
-    wanted = {
-        "curate_shard": graph.of("curate_shard"),
-        "dedup_partition": graph.of("dedup_partition"),
-        "curate_source": graph.of("curate_source"),
-        "train_tokenizer": graph.of("train_tokenizer"),
-        "tokenize": graph.of("tokenize"),
+    wanted = {stage: graph.of(stage) for stage in DATA_STAGES} | {
         "train_phase": [graph.find("train_phase", phase=0)],
         "eval_phase": [graph.find("eval_phase", phase=0)],
     }

@@ -31,11 +31,10 @@ from runlib.spec.units import BatchSize, Duration
 from runlib.store.manifest import read_manifest
 from tests.annotations import strip_optional
 from tests.conftest import ROOT
-from tests.helpers import fake_manifest, write_fake_manifest
+from tests.helpers import DATA_STAGES, fake_manifest, write_fake_manifest
 from tests.workflow.conftest import TINY
 
 DEMO = ROOT / "specs" / "demo.yaml"
-DATA_STAGES = {"curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize"}
 NOTHING_READS = ("name", "description", "tracking", "audit")  # no stage config may hold these
 SKIP = object()
 

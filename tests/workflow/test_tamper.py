@@ -23,10 +23,9 @@ from runlib.store.manifest import CHECKSUM_FIELD, MAC_FIELD, _canonical, read_ma
 from runlib.util.hashing import bytes_digest, file_digest, hmac_sha256
 from runlib.util.mac_key import KEY_FILE_ENV, read_key
 from tests.conftest import ROOT
+from tests.helpers import DATA_STAGES
 from tests.limits import HANG_GUARD_S
 from tests.workflow.conftest import TINY
-
-DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
 
 
 @pytest.fixture(scope="session")
