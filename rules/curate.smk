@@ -64,8 +64,25 @@ rule train_ngram_lm:
         WF.command("train_ngram_lm")
 
 
+rule score_quality:
+    """Score one part of a source's curated documents by its classifier and perplexity."""
+    input:
+        WF.inputs("score_quality"),
+    output:
+        **WF.outputs("score_quality"),
+    log:
+        WF.log("score_quality"),
+    benchmark:
+        WF.benchmark("score_quality")
+    threads: WF.threads("score_quality")
+    resources:
+        **WF.resources("score_quality"),
+    shell:
+        WF.command("score_quality")
+
+
 rule filter_quality:
-    """Score a source's curated documents by classifier and perplexity; keep those the spec says."""
+    """Keep a source's curated documents by their scores, the cut set over the whole source."""
     input:
         WF.inputs("filter_quality"),
     output:

@@ -149,9 +149,23 @@ class TrainNgramLmConfig(StageConfig):
     """n of the n-gram model."""
 
 
+class ScoreQualityConfig(StageConfig):
+    """One part (curate shard) of a source's curated documents scored by its quality models (input roles
+    curated, classifier, ngram_lm): what they keep is filter_quality's, so a changed keep rule rescores none."""
+
+    classifier: bool
+    """Score with the source's classifier (curate.classifier is set)."""
+
+    perplexity: bool
+    """Score with its reference sources' n-gram model (curate.perplexity is set)."""
+
+    part: int
+    """Which part of the curated source this job scores (runlib.curate.parts), 0 .. the source's shards - 1."""
+
+
 class FilterQualityConfig(StageConfig):
-    """One source's curated documents scored by its classifier and/or n-gram model (input roles curated,
-    classifier, ngram_lm) and kept by the spec's rules; scores written beside each document."""
+    """One source's curated documents kept by the spec's rules on the scores of its score_quality parts
+    (input roles curated, scores0, scores1, ...); the scores written beside each document."""
 
     classifier: ClassifierSpec | None
     """curate.classifier: which documents to keep by score (keep_top_fraction or keep_threshold)."""

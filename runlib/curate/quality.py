@@ -3,7 +3,8 @@
     train_classifier  fastText on the anchors' curated train splits (positives) against a sample of the source's
                       own curated train split (negatives): model.bin, and its held-out precision and recall
     train_ngram_lm    an n-gram language model on the reference sources' curated train splits: ngram_lm.bin
-    filter_quality    the source's curated documents (train and held-out) scored and kept:
+    score_quality     one part of the source's curated documents scored (runlib.curate.scoring)
+    filter_quality    the source's curated documents (train and held-out) kept by their parts' scores:
                         perplexity  filter  keep_percentiles of the source's own perplexities, or keep_range
                         classifier  filter  keep_top_fraction of the source's documents by score, or keep_threshold
                       each document keeps its scores beside its text ("perplexity", "quality_score")
@@ -12,7 +13,7 @@ They run after the source's dedup, as DCLM applies its fastText filter to dedupl
 2024, arXiv 2406.11794, section 4) and CCNet scores deduplicated paragraphs (Wenzek et al. 2020, section 3):
 scoring a duplicate would only be thrown away. Percentiles and the top fraction are over the source's curated
 documents as a whole (train and held-out together), so the cut does not depend on how the source is sharded.
-The documents of a source are held in memory in this stage (text and scores).
+filter_quality holds about 50 bytes per document (scores, length, fate); the texts stream through.
 """
 
 from __future__ import annotations
@@ -27,17 +28,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from runlib.curate.classifier import load_classifier, score_texts, train_classifier
+from runlib.curate.classifier import train_classifier
 from runlib.curate.config import FilterQualityConfig, TrainClassifierConfig, TrainNgramLmConfig
 from runlib.curate.counts import validate_counts
 from runlib.curate.dropped import DroppedSample
-from runlib.curate.files import HELDOUT_FILE, STATS_FILE, TRAIN_FILE, write_dropped, write_json
-from runlib.curate.ngram_lm import load_ngram_lm, perplexities, save_ngram_lm, train_ngram_lm
-from runlib.curate.parts import PartRanges, part_of_rows, read_parts, write_jsonl_parts, write_parts
+from runlib.curate.files import HELDOUT_FILE, STATS_FILE, TRAIN_FILE, jsonl_line, write_dropped, write_json
+from runlib.curate.ngram_lm import save_ngram_lm, train_ngram_lm
+from runlib.curate.parts import SPLITS, PartRanges, part_lines, read_parts, write_parts
+from runlib.curate.scoring import CLASSIFIER_FILE, NGRAM_LM_FILE, SCORE_DTYPE, SCORES_FILE
 from runlib.errors import UserError
+from runlib.util.atomic import atomic_file
 
-CLASSIFIER_FILE = "model.bin"
-NGRAM_LM_FILE = "ngram_lm.bin"
 DEFAULT_TOP_FRACTION = 0.1  # DCLM keeps the top 10% by fastText score
 DEFAULT_PERCENTILES = (0.0, 66.7)  # CCNet's head and middle thirds
 HISTOGRAM_BINS = 20
@@ -125,8 +126,9 @@ def _histogram(values: NDArray[np.float64], log: bool = False) -> dict[str, list
     return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
 
 
-def _step_row(step: str, texts: list[str], before: NDArray[np.bool_], after: NDArray[np.bool_]) -> dict[str, Any]:
-    chars = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+def _step_row(
+    step: str, chars: NDArray[np.int64], before: NDArray[np.bool_], after: NDArray[np.bool_]
+) -> dict[str, Any]:
     return {
         "step": step,
         "kind": "filter",
@@ -137,15 +139,26 @@ def _step_row(step: str, texts: list[str], before: NDArray[np.bool_], after: NDA
     }
 
 
+PERPLEXITY_LOW, PERPLEXITY_HIGH, LOW_SCORE = 1, 2, 3
+"""A dropped document's reason code; DROPPED_AS names its step and reason."""
+DROPPED_AS = {
+    PERPLEXITY_LOW: ("perplexity", "perplexity_low"),
+    PERPLEXITY_HIGH: ("perplexity", "perplexity_high"),
+    LOW_SCORE: ("classifier", "low_score"),
+}
+
+
 def _perplexity_step(
-    config: FilterQualityConfig, model_path: Path, texts: list[str], keep: NDArray[np.bool_]
-) -> tuple[NDArray[np.float64], dict[str, Any], dict[str, str]]:
-    """(perplexity per document, the step's row, the reason of each document it drops by index)."""
+    config: FilterQualityConfig,
+    values: NDArray[np.float64],
+    chars: NDArray[np.int64],
+    keep: NDArray[np.bool_],
+    why: NDArray[np.uint8],
+) -> dict[str, Any]:
+    """Keep the documents in keep_range, or in keep_percentiles of the source's own perplexities; the step's row."""
     spec = config.perplexity
     assert spec is not None
-    values = np.full(len(texts), np.nan)  # nan: not scored (dropped before); inf: a document without words
-    alive = np.flatnonzero(keep)
-    values[alive] = perplexities(load_ngram_lm(model_path), (texts[i] for i in alive))
+    alive = keep.copy()
     finite = values[alive][np.isfinite(values[alive])]
     if spec.keep_range is not None:
         low, high = spec.keep_range
@@ -154,25 +167,34 @@ def _perplexity_step(
     else:
         low, high = math.inf, math.inf
     new = keep & (values >= low) & (values <= high)
-    reasons = {int(i): ("perplexity_low" if values[i] < low else "perplexity_high") for i in alive if not new[i]}
-    row = _step_row("perplexity", texts, keep, new) | {
-        "reasons": {r: sum(1 for v in reasons.values() if v == r) for r in ("perplexity_low", "perplexity_high")},
+    dropped = alive & ~new
+    why[dropped & (values < low)] = PERPLEXITY_LOW
+    why[dropped & ~(values < low)] = PERPLEXITY_HIGH
+    row = _step_row("perplexity", chars, alive, new) | {
+        "reasons": {
+            "perplexity_low": int((dropped & (values < low)).sum()),
+            "perplexity_high": int((dropped & ~(values < low)).sum()),
+        },
         "keep_range": [low, high],
         "histogram": _histogram(values[alive], log=True),
     }
     keep[:] = new
-    return values, row, {str(i): r for i, r in reasons.items()}
+    return row
 
 
 def _classifier_step(
-    config: FilterQualityConfig, model_path: Path, texts: list[str], keep: NDArray[np.bool_]
-) -> tuple[NDArray[np.float64], dict[str, Any], dict[str, str]]:
-    """(score per document, the step's row, the reason of each document it drops by index)."""
+    config: FilterQualityConfig,
+    scores: NDArray[np.float64],
+    chars: NDArray[np.int64],
+    keep: NDArray[np.bool_],
+    why: NDArray[np.uint8],
+) -> dict[str, Any]:
+    """Keep the documents at keep_threshold or above, or the top fraction of those still kept; the step's row.
+    The scores of the documents dropped before become nan (they were not scored for this step)."""
     spec = config.classifier
     assert spec is not None
-    scores = np.full(len(texts), np.nan)
+    scores[~keep] = np.nan
     alive = np.flatnonzero(keep)
-    scores[alive] = score_texts(load_classifier(model_path), [texts[i] for i in alive])
     if spec.keep_threshold is not None:
         threshold = spec.keep_threshold
         new = keep & (scores >= threshold)
@@ -180,77 +202,104 @@ def _classifier_step(
         fraction = spec.keep_top_fraction or DEFAULT_TOP_FRACTION
         ranked = alive[np.argsort(-scores[alive], kind="stable")]
         top = ranked[: math.ceil(fraction * len(alive))]
-        new = np.zeros(len(texts), dtype=bool)
+        new = np.zeros(len(scores), dtype=bool)
         new[top] = True
         threshold = float(scores[top].min()) if len(top) else math.inf
-    dropped = [int(i) for i in alive if not new[i]]
-    row = _step_row("classifier", texts, keep, new) | {
-        "reasons": {"low_score": len(dropped)},
+    dropped = keep & ~new
+    why[dropped] = LOW_SCORE
+    row = _step_row("classifier", chars, keep, new) | {
+        "reasons": {"low_score": int(dropped.sum())},
         "threshold": threshold,
         "histogram": _histogram(scores[alive]),
     }
     keep[:] = new
-    return scores, row, dict.fromkeys(map(str, dropped), "low_score")
+    return row
 
 
-def _read_curated(directory: Path) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
-    """(rows of train.jsonl then heldout.jsonl, how many are train, the curate_source steps)."""
-    with open(directory / TRAIN_FILE, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    train = len(rows)
-    with open(directory / HELDOUT_FILE, encoding="utf-8") as f:
-        rows.extend(json.loads(line) for line in f)
-    steps = json.loads((directory / STATS_FILE).read_text(encoding="utf-8"))["steps"]
-    return rows, train, steps
+def _read_scores(dirs: dict[str, Path]) -> tuple[NDArray[np.void], int, dict[str, list[list[int]]]]:
+    """(the scores of every document, train.jsonl's then heldout.jsonl's in file order; how many are train;
+    the curated source's parts), from the score_quality parts (roles scores0, scores1, ...)."""
+    parts = read_parts(dirs["curated"])
+    score_dirs = _roles(dirs, "scores")
+    if len(score_dirs) != len(parts["train"]):
+        raise ValueError(f"filter_quality: {len(score_dirs)} score parts for {len(parts['train'])} curated parts")
+    train, heldout = [], []
+    for i, directory in enumerate(score_dirs):
+        scores = np.load(directory / SCORES_FILE, allow_pickle=False)
+        n_train, n_heldout = parts["train"][i][2], parts["heldout"][i][2]
+        if scores.dtype != SCORE_DTYPE or len(scores) != n_train + n_heldout:
+            raise ValueError(
+                f"{directory / SCORES_FILE}: {len(scores)} rows of {scores.dtype}, not the {n_train + n_heldout} "
+                f"documents of part {i}; rebuild it"
+            )
+        train.append(scores[:n_train])
+        heldout.append(scores[n_train:])
+    together = np.concatenate(train + heldout) if score_dirs else np.zeros(0, dtype=SCORE_DTYPE)
+    return together, sum(len(t) for t in train), parts
+
+
+def _write_kept(
+    curated: Path,
+    out_dir: Path,
+    parts: dict[str, list[list[int]]],
+    columns: dict[str, NDArray[np.float64]],
+    keep: NDArray[np.bool_],
+    why: NDArray[np.uint8],
+    dropped: DroppedSample,
+) -> None:
+    """Stream the curated files into out_dir's, the kept documents with their scores, in order and part by
+    part (parts.json); the dropped ones sampled into `dropped`."""
+    ranges = {split: PartRanges(len(parts[split])) for split in SPLITS}
+    index = 0
+    for split, name in (("train", TRAIN_FILE), ("heldout", HELDOUT_FILE)):
+        with atomic_file(out_dir / name) as tmp, open(tmp, "wb") as out:
+            for part, (start, end, _) in enumerate(parts[split]):
+                ranges[split].advance(part)
+                for _, line in part_lines(curated / name, start, end):
+                    i, index = index, index + 1
+                    if not keep[i] and not dropped.wants(*DROPPED_AS[int(why[i])]):
+                        continue
+                    row = json.loads(line)
+                    for column, values in columns.items():  # JSON has no inf: a document without words: null
+                        if not math.isnan(values[i]):
+                            row[column] = float(values[i]) if math.isfinite(values[i]) else None
+                    if keep[i]:
+                        data = jsonl_line(row).encode("utf-8")
+                        out.write(data)
+                        ranges[split].add(len(data))
+                    else:
+                        extra = {k: v for k, v in row.items() if k not in ("id", "text", "sha256")}
+                        dropped.add(*DROPPED_AS[int(why[i])], row["id"], row["text"], extra)
+    write_parts(out_dir, ranges["train"], ranges["heldout"])
 
 
 def filter_quality(
     config: FilterQualityConfig, dirs: dict[str, Path], out_dir: Path, source_name: str = "source"
 ) -> dict[str, Any]:
     """out_dir/train.jsonl and heldout.jsonl: the curated documents kept, each with its scores; stats.json with
-    the curate_source steps, then this stage's; dropped.jsonl with curate.keep_dropped of each reason."""
+    the curate_source steps, then this stage's; dropped.jsonl with curate.keep_dropped of each reason. It
+    holds about 50 bytes per document (its scores, length and fate), never the texts."""
     out_dir = Path(out_dir)
-    rows, train_docs, steps = _read_curated(dirs["curated"])
-    texts = [row["text"] for row in rows]
-    keep = np.ones(len(rows), dtype=bool)
-    why: dict[str, tuple[str, str]] = {}
-    scored: dict[str, NDArray[np.float64]] = {}
+    scores, train_docs, parts = _read_scores(dirs)
+    steps = json.loads((dirs["curated"] / STATS_FILE).read_text(encoding="utf-8"))["steps"]
+    chars = scores["chars"]
+    keep = np.ones(len(scores), dtype=bool)
+    why = np.zeros(len(scores), dtype=np.uint8)
+    columns: dict[str, NDArray[np.float64]] = {}
     if config.perplexity is not None:
-        scored["perplexity"], row, reasons = _perplexity_step(config, dirs["ngram_lm"] / NGRAM_LM_FILE, texts, keep)
-        steps.append(row)
-        why |= {i: ("perplexity", r) for i, r in reasons.items()}
+        columns["perplexity"] = scores["perplexity"].copy()
+        steps.append(_perplexity_step(config, columns["perplexity"], chars, keep, why))
     if config.classifier is not None:
-        scored["quality_score"], row, reasons = _classifier_step(
-            config, dirs["classifier"] / CLASSIFIER_FILE, texts, keep
-        )
-        steps.append(row)
-        why |= {i: ("classifier", r) for i, r in reasons.items()}
-    _check_kept(source_name, keep, train_docs, len(rows))
+        columns["quality_score"] = scores["quality_score"].copy()
+        steps.append(_classifier_step(config, columns["quality_score"], chars, keep, why))
+    _check_kept(source_name, keep, train_docs, len(scores))
     validate_counts(steps)
-    for name, values in scored.items():  # JSON has no inf: a document without words has perplexity null
-        for i, row in enumerate(rows):
-            if not math.isnan(values[i]):
-                row[name] = float(values[i]) if math.isfinite(values[i]) else None
     dropped = DroppedSample(config.keep_dropped)
-    for i, row in enumerate(rows):
-        if not keep[i]:
-            extra = {k: v for k, v in row.items() if k not in ("id", "text", "sha256")}
-            dropped.add(*why[str(i)], row["id"], row["text"], extra)
-    parts = read_parts(dirs["curated"])
-    part = part_of_rows(parts, "train") + part_of_rows(parts, "heldout")
-    if len(part) != len(rows):
-        raise ValueError(f"{dirs['curated']}: parts.json counts {len(part)} documents, the files {len(rows)}")
-    ranges = {split: PartRanges(len(parts["train"])) for split in ("train", "heldout")}
-    write_jsonl_parts(
-        out_dir / TRAIN_FILE, ((part[i], row) for i, row in enumerate(rows[:train_docs]) if keep[i]), ranges["train"]
-    )
-    heldout = ((part[i], row) for i, row in enumerate(rows) if i >= train_docs and keep[i])
-    write_jsonl_parts(out_dir / HELDOUT_FILE, heldout, ranges["heldout"])
-    write_parts(out_dir, ranges["train"], ranges["heldout"])
+    _write_kept(dirs["curated"], out_dir, parts, columns, keep, why, dropped)
     write_dropped(out_dir, dropped)
     result = {
         "counts": {
-            "docs_in": len(rows),
+            "docs_in": len(scores),
             "docs_train": int(keep[:train_docs].sum()),
             "docs_heldout": int(keep[train_docs:].sum()),
         },

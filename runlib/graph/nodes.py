@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from runlib.curate.config import CurateShardConfig, TrainNgramLmConfig
+from runlib.curate.config import CurateShardConfig, ScoreQualityConfig, TrainNgramLmConfig
 from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.graph import configs
@@ -195,8 +195,9 @@ def train_ngram_lm_nodes(g: GraphContext) -> list[StageNode]:
     return list(out.values())
 
 
-def filter_quality_nodes(g: GraphContext) -> list[StageNode]:
-    """Per source with a classifier or a perplexity filter: its curated documents scored and kept."""
+def score_quality_nodes(g: GraphContext) -> list[StageNode]:
+    """Per source with a classifier or a perplexity filter, one job per part (curate shard) of its curated
+    documents: their scores by its models."""
     out = []
     lm_configs = configs.train_ngram_lm_configs(g.spec)
     for name, config in configs.filter_quality_configs(g.spec).items():
@@ -205,6 +206,21 @@ def filter_quality_nodes(g: GraphContext) -> list[StageNode]:
             inputs["classifier"] = g.one("train_classifier", source=name).key
         if config.perplexity is not None:
             inputs["ngram_lm"] = _ngram_lm_node(g, name, lm_configs[name]).key
+        for part in range(len(_shard_inputs(g, name))):
+            scored = ScoreQualityConfig(
+                classifier=config.classifier is not None, perplexity=config.perplexity is not None, part=part
+            )
+            out.append(g.make("score_quality", f"score_quality {name}/{part}", scored, inputs, source=name, part=part))
+    return out
+
+
+def filter_quality_nodes(g: GraphContext) -> list[StageNode]:
+    """Per source with a classifier or a perplexity filter: its curated documents kept by their scores."""
+    out = []
+    for name, config in configs.filter_quality_configs(g.spec).items():
+        inputs = {"curated": g.one("curate_source", source=name).key}
+        parts = [n for n in g.of("score_quality") if n.params["source"] == name]
+        inputs |= {f"scores{i}": n.key for i, n in enumerate(parts)}
         out.append(g.make("filter_quality", f"filter_quality {name}", config, inputs, source=name))
     return out
 

@@ -31,6 +31,7 @@ from runlib.curate.config import (
     CurateSourceConfig,
     DedupPartitionConfig,
     FilterQualityConfig,
+    ScoreQualityConfig,
     TrainClassifierConfig,
     TrainNgramLmConfig,
 )
@@ -126,6 +127,12 @@ def _train_ngram_lm(graph: StageGraph, node: StageNode, out: Path) -> dict[str, 
     return train_ngram_lm_stage(config, input_dirs(graph, node), out, source_name=node.params["source"])
 
 
+def _score_quality(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.curate.scoring import score_quality
+
+    return score_quality(node.config_as(ScoreQualityConfig), input_dirs(graph, node), out)
+
+
 def _filter_quality(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.curate.quality import filter_quality
 
@@ -219,12 +226,21 @@ KINDS: tuple[StageKind, ...] = (
         Resources(threads=1, mem_mb=4000, runtime_min=60),
     ),
     StageKind(
+        "score_quality",
+        1,
+        ScoreQualityConfig,
+        nodes.score_quality_nodes,
+        _score_quality,
+        "score one part (curate shard) of a source's curated documents by its classifier and perplexity",
+        Resources(threads=1, mem_mb=4000, runtime_min=60),
+    ),
+    StageKind(
         "filter_quality",
-        2,
+        3,
         FilterQualityConfig,
         nodes.filter_quality_nodes,
         _filter_quality,
-        "score a source's curated documents by classifier and perplexity, and keep those the spec says",
+        "keep a source's curated documents by their scores, the cut set over the whole source",
         Resources(threads=1, mem_mb=4000, runtime_min=60),
     ),
     StageKind(

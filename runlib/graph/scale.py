@@ -77,6 +77,8 @@ class SourceScale:
     curated_bytes: int
     curated_from: str
     stages: list[StageScale]
+    not_estimated: str = ""
+    """The source's stages this plan leaves out, and why ('' for none)."""
 
     @property
     def cpu_hours(self) -> float:
@@ -179,7 +181,12 @@ def source_scale(spec: RunSpec, name: str, input_bytes: int) -> SourceScale:
     stages.append(
         StageScale("tokenize", shards, curated // shards, _floor_mb("tokenize"), _hours(curated, RATES["tokenize"]))
     )
-    return SourceScale(name, input_bytes, curated, curated_from, stages)
+    unmeasured = (
+        "score_quality and filter_quality (its quality filters): no rate measured"
+        if (source.curate.classifier is not None or source.curate.perplexity is not None)
+        else ""
+    )
+    return SourceScale(name, input_bytes, curated, curated_from, stages, unmeasured)
 
 
 def _size(nbytes: float) -> str:
@@ -202,6 +209,8 @@ def render_scale(scale: SourceScale) -> str:
             f"{s.mem_mb:>8,} MB {s.cpu_hours:>10,.1f}" + (f"  {s.note}" if s.note else "")
         )
     lines.append(f"  {'total':<16} {sum(s.jobs for s in scale.stages):>8,} {'':>11} {'':>11} {scale.cpu_hours:>10,.1f}")
+    if scale.not_estimated:
+        lines.append(f"  not estimated: {scale.not_estimated}")
     lines.append("  rates (MB of work per CPU second, this machine's cores):")
     for key, rate in RATES.items():
         lines.append(f"    {key:<30} {rate.mb_per_cpu_s:6.2f}  {rate.measured}")

@@ -8,14 +8,16 @@ import hashlib
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import pytest
 
 from runlib.curate.builtin import builtin_documents
-from runlib.curate.config import FilterQualityConfig, TrainClassifierConfig, TrainNgramLmConfig
-from runlib.curate.parts import PartRanges, read_parts, write_jsonl_parts, write_parts
+from runlib.curate.config import FilterQualityConfig, ScoreQualityConfig, TrainClassifierConfig, TrainNgramLmConfig
+from runlib.curate.parts import PartRanges, read_parts, write_jsonl_parts, write_one_part, write_parts
 from runlib.curate.quality import filter_quality, train_classifier_stage, train_ngram_lm_stage
+from runlib.curate.scoring import score_quality
 from runlib.errors import UserError
 from runlib.spec.models import ClassifierSpec, PerplexitySpec
 
@@ -76,6 +78,19 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return dirs
 
 
+def scored_filter(config: FilterQualityConfig, dirs: dict[str, Path], out: Path, name: str = "source") -> dict:
+    """filter_quality over the score_quality of every part of dirs["curated"], as the workflow runs them."""
+    parts = len(read_parts(dirs["curated"])["train"])
+    score = ScoreQualityConfig(
+        classifier=config.classifier is not None, perplexity=config.perplexity is not None, part=0
+    )
+    inputs = dict(dirs)
+    for part in range(parts):
+        score_quality(score.model_copy(update={"part": part}), dirs, out.parent / f"{out.name}-scores{part}")
+        inputs[f"scores{part}"] = out.parent / f"{out.name}-scores{part}"
+    return filter_quality(config, inputs, out, name)
+
+
 def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.open()]
 
@@ -96,7 +111,7 @@ def test_top_fraction_keeps_the_documentation(web: dict[str, Path], tmp_path: Pa
     config = FilterQualityConfig(
         classifier=ClassifierSpec(positives=["anchor"], keep_top_fraction=0.5), perplexity=None, keep_dropped=2
     )
-    result = filter_quality(config, {"curated": web["web"], "classifier": web["classifier"]}, tmp_path / "out")
+    result = scored_filter(config, {"curated": web["web"], "classifier": web["classifier"]}, tmp_path / "out")
     kept = _read(tmp_path / "out" / "train.jsonl") + _read(tmp_path / "out" / "heldout.jsonl")
     assert len(kept) == math.ceil(0.5 * 120)  # exactly the top half, train and held-out together
     # each kept document stays in its part (its curate shard's): the parts' counts are those of its ids
@@ -120,7 +135,7 @@ def test_perplexity_keeps_what_the_reference_predicts(web: dict[str, Path], tmp_
     config = FilterQualityConfig(
         classifier=None, perplexity=PerplexitySpec(reference=["anchor"], keep_percentiles=(0, 50)), keep_dropped=0
     )
-    result = filter_quality(config, {"curated": web["web"], "ngram_lm": web["lm"]}, tmp_path / "out")
+    result = scored_filter(config, {"curated": web["web"], "ngram_lm": web["lm"]}, tmp_path / "out")
     kept = _read(tmp_path / "out" / "train.jsonl") + _read(tmp_path / "out" / "heldout.jsonl")
     assert 55 <= len(kept) <= 65 and sum(row["text"] in DOCS for row in kept) >= 55
     low, high = result["steps"][-1]["keep_range"]
@@ -128,12 +143,39 @@ def test_perplexity_keeps_what_the_reference_predicts(web: dict[str, Path], tmp_
     assert not (tmp_path / "out" / "dropped.jsonl").exists()
 
 
+def test_the_kept_documents_do_not_depend_on_the_parts(web: dict[str, Path], tmp_path: Path) -> None:
+    """Both filters over the source in 3 parts (3 scoring jobs) and in 1: the same files, byte for byte; the cut
+    is set over the whole source."""
+    whole = tmp_path / "whole"
+    shutil.copytree(web["web"], whole)
+    write_one_part(whole)
+    config = FilterQualityConfig(
+        classifier=ClassifierSpec(positives=["anchor"], keep_top_fraction=0.6),
+        perplexity=PerplexitySpec(reference=["anchor"], keep_percentiles=(0, 80)),
+        keep_dropped=3,
+    )
+    models = {"classifier": web["classifier"], "ngram_lm": web["lm"]}
+    parted = scored_filter(config, {"curated": web["web"], **models}, tmp_path / "parted")
+    single = scored_filter(config, {"curated": whole, **models}, tmp_path / "single")
+    assert parted["steps"] == single["steps"] and parted["counts"] == single["counts"]
+    for name in ("train.jsonl", "heldout.jsonl", "dropped.jsonl"):
+        assert (tmp_path / "parted" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
+    assert [r[2] for r in read_parts(tmp_path / "parted")["train"]] != [
+        r[2] for r in read_parts(tmp_path / "single")["train"]
+    ]
+    # a score part that does not match its curated part is named
+    (tmp_path / "parted-scores1" / "scores.npy").write_bytes((tmp_path / "parted-scores0" / "scores.npy").read_bytes())
+    inputs = {"curated": web["web"], **{f"scores{i}": tmp_path / f"parted-scores{i}" for i in range(3)}}
+    with pytest.raises(ValueError, match="scores.npy: .* not the .* documents of part 1"):
+        filter_quality(config, inputs, tmp_path / "again")
+
+
 def test_a_threshold_nothing_passes_is_a_clear_error(web: dict[str, Path], tmp_path: Path) -> None:
     config = FilterQualityConfig(
         classifier=ClassifierSpec(positives=["anchor"], keep_threshold=1.0), perplexity=None, keep_dropped=0
     )
     with pytest.raises(UserError, match="kept none of the source's 112 training documents"):
-        filter_quality(config, {"curated": web["web"], "classifier": web["classifier"]}, tmp_path / "out", "web")
+        scored_filter(config, {"curated": web["web"], "classifier": web["classifier"]}, tmp_path / "out", "web")
     assert not (tmp_path / "out" / "train.jsonl").exists()
 
 

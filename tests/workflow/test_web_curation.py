@@ -116,13 +116,17 @@ def test_quality_filters_train_in_the_dag_and_score_every_document(workdir):
     spec.write_text(text.replace(anchor, QUALITY_SOURCE + anchor, 1))
     graph = build_graph(load_spec(str(spec)).spec)
     node = graph.find("filter_quality", source="web")
-    assert set(node.inputs) == {"curated", "classifier", "ngram_lm"}
+    scoring = [n for n in graph.of("score_quality") if n.params["source"] == "web"]  # one job per curate shard
+    assert len(scoring) == len([n for n in graph.of("curate_shard") if n.params["source"] == "web"]) >= 2
+    assert set(scoring[0].inputs) == {"curated", "classifier", "ngram_lm"}
+    assert set(node.inputs) == {"curated"} | {f"scores{i}" for i in range(len(scoring))}
     assert graph.find("tokenize", source="web").inputs["curated"] == node.key  # training reads the filtered data
     proc = snakemake(workdir, spec, "--cores", "2", str(done_stamp("filter_quality", node.key)))
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     artifacts = workdir / "work" / "artifacts"
-    classifier = json.loads((artifacts / "train_classifier" / node.inputs["classifier"] / "stats.json").read_text())
+    classifier_key = scoring[0].inputs["classifier"]
+    classifier = json.loads((artifacts / "train_classifier" / classifier_key / "stats.json").read_text())
     assert {"precision", "recall", "f1"} <= set(classifier["counts"])
     stats = json.loads((artifacts / "filter_quality" / node.key / "stats.json").read_text())
     perplexity, scored = stats["steps"][-2:]
