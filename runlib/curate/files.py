@@ -15,6 +15,7 @@ from runlib.curate.dropped import DroppedSample
 from runlib.util.atomic import atomic_file, write_text_atomic
 
 DOCS_FILE = "docs.jsonl"
+OFFSETS_FILE = "offsets.npy"  # docs.jsonl's line offsets and size: int64, docs + 1 (write_jsonl_indexed)
 STATS_FILE = "stats.json"
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
@@ -37,6 +38,32 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
         for row in rows:
             f.write(jsonl_line(row))
+
+
+def write_jsonl_indexed(path: Path, rows: Iterable[dict[str, Any]]) -> np.ndarray:
+    """write_jsonl, returning the byte offset of each line and the file's size (n + 1 int64): where a reader
+    seeks to read one document (OFFSETS_FILE)."""
+    offsets = [0]
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        for row in rows:
+            line = jsonl_line(row).encode("utf-8")
+            f.write(line)
+            offsets.append(offsets[-1] + len(line))
+    return np.asarray(offsets, dtype=np.int64)
+
+
+def read_lines_at(path: Path, offsets: np.ndarray, lines: np.ndarray) -> list[bytes]:
+    """Lines `lines` (sorted) of a JSONL file whose line offsets are `offsets`, by seeking to each."""
+    out = []
+    with open(path, "rb") as f:
+        for line in lines.tolist():
+            start, end = int(offsets[line]), int(offsets[line + 1])
+            f.seek(start)
+            data = f.read(end - start)
+            if len(data) != end - start or not data.endswith(b"\n"):
+                raise ValueError(f"{path}: line {line} is not where its offsets say (bytes {start}..{end}); rebuild")
+            out.append(data)
+    return out
 
 
 def save_npy(path: Path, array: np.ndarray) -> None:

@@ -18,8 +18,10 @@ in band 0, a bucket's copies of one text (equal hashes) are the exact duplicates
 occurrence (the whole source's exact dedup, since every document is in band 0 and copies share every
 bucket); in every band, those copies are left out and each remaining document is paired with the
 BUCKET_WINDOW before it in rank order (its hash, then its id). Without MinHash: equal hashes in the slice
-of hashes.npy. Memory: the slice, about 1/Q of the source's tables (Q is the source's shard count, so about
-one shard's tables per job); the candidate pairs it writes grow with the duplicates.
+of hashes.npy. The candidates' texts are then read (by seeking: each shard's offsets.npy) for the exact
+shingle Jaccard check, and the pairs at or above the threshold written with their documents' hashes.
+Memory: the slice, about 1/Q of the source's tables (Q is the source's shard count, so about one shard's
+tables per job), and the texts of the slice's candidates, which grow with the duplicates.
 
 The rank order (hash, then id) rather than the input order makes the documents kept a function of the texts:
 the same whatever the number of shards or the order of the files (runlib.curate.source: the verified pairs'
@@ -29,6 +31,7 @@ single-process reference (runlib.curate.minhash's functions on all documents at 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +39,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from runlib.curate.config import DedupPartitionConfig
-from runlib.curate.files import save_npy, write_json
-from runlib.curate.minhash import BUCKET_WINDOW, splitmix64
+from runlib.curate.files import DOCS_FILE, OFFSETS_FILE, read_lines_at, save_npy, write_json
+from runlib.curate.minhash import BUCKET_WINDOW, pair_jaccard, shingle_sets, splitmix64
 from runlib.spec.models import MinhashSpec
 
 HASHES_FILE = "hashes.npy"
 BANDS_FILE = "bands.npy"
 EXACT_FILE = "exact_duplicates.npy"  # a partition's exact duplicates: sorted global ids (uint64)
 PAIRS_FILE = "pairs.npy"  # a partition's candidate pairs: (k, 2) global ids, the lower-ranked first
+VERIFIED_FILE = "verified.npy"  # those of them at or above the Jaccard threshold (all of them at threshold 0)
+PAIR_DOCS_FILE = "pair_docs.npy"  # the verified pairs' documents: PAIR_DOC_DTYPE rows, sorted by id
 SHARD_SHIFT = 40  # a global id: shard << 40 | line (2^40 lines per shard, 2^24 shards)
 HASH_DTYPE = np.dtype([("sha", "<u8", (4,)), ("line", "<u8"), ("chars", "<u8")])
+PAIR_DOC_DTYPE = np.dtype([("id", "<u8"), ("sha", "<u8", (4,))])
 _MIX = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: the band mix's multiplier before each value
 
 
@@ -176,11 +182,13 @@ def _same_bucket(rows: NDArray[Any]) -> NDArray[np.bool_]:
 
 def minhash_partition(
     tables: list[NDArray[Any]], lo: int, hi: int, exact: bool
-) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
-    """(exact duplicates, candidate pairs) of the buckets whose mix is in [lo, hi), over the shards' band tables."""
+) -> tuple[NDArray[np.uint64], NDArray[np.uint64], NDArray[Any]]:
+    """(exact duplicates, candidate pairs, the pairs' documents as PAIR_DOC_DTYPE rows sorted by id) of the
+    buckets whose mix is in [lo, hi), over the shards' band tables."""
     bands = tables[0].shape[0] if tables else 0
     duplicates: NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
     found: list[NDArray[np.uint64]] = []
+    docs: list[NDArray[Any]] = []
     for band in range(bands):
         rows, ids = _gathered([(s, t[band][_slice(t[band]["mix"], lo, hi)]) for s, t in enumerate(tables)])
         if not len(ids):
@@ -198,8 +206,54 @@ def minhash_partition(
         bucket = np.concatenate(([0], np.cumsum(~same))) if len(ids) else np.empty(0, dtype=np.int64)
         lags = [bucket[lag:] == bucket[:-lag] for lag in range(1, min(BUCKET_WINDOW, len(ids) - 1) + 1)]
         found.extend(_window_pairs(ids, lags))
+        paired = np.zeros(len(ids), dtype=bool)
+        for lag, same in enumerate(lags, start=1):
+            paired[:-lag] |= same
+            paired[lag:] |= same
+        docs.append(_pair_docs(ids[paired], rows["sha"][paired]))
     pairs = np.unique(np.concatenate(found), axis=0) if found else np.empty((0, 2), dtype=np.uint64)
-    return duplicates, pairs.astype(np.uint64)
+    table = np.concatenate(docs) if docs else np.empty(0, dtype=PAIR_DOC_DTYPE)
+    _, first = np.unique(table["id"], return_index=True)
+    return duplicates, pairs.astype(np.uint64), table[first]
+
+
+def _pair_docs(ids: NDArray[np.uint64], sha: NDArray[np.uint64]) -> NDArray[Any]:
+    out = np.empty(len(ids), dtype=PAIR_DOC_DTYPE)
+    out["id"], out["sha"] = ids, sha
+    return out
+
+
+def _texts(shard_dirs: list[Path], ids: NDArray[np.uint64], source_name: str) -> list[str]:
+    """The texts of the documents with these sorted global ids, each read by seeking to its line (offsets.npy)."""
+    texts: list[str] = []
+    shards = (ids >> np.uint64(SHARD_SHIFT)).astype(np.int64)
+    lines = (ids & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
+    for shard in np.unique(shards).tolist():
+        directory = Path(shard_dirs[shard])
+        offsets = _load(directory / OFFSETS_FILE, source_name)
+        wanted = lines[shards == shard]
+        if len(wanted) and int(wanted.max()) + 1 >= len(offsets):
+            raise ValueError(
+                f"dedup_partition {source_name}: {directory / OFFSETS_FILE} is shorter than its tables; rebuild"
+            )
+        texts += [json.loads(line)["text"] for line in read_lines_at(directory / DOCS_FILE, offsets, wanted)]
+    return texts
+
+
+def verify_pairs(
+    minhash: MinhashSpec, shard_dirs: list[Path], pairs: NDArray[np.uint64], docs: NDArray[Any], source_name: str
+) -> tuple[NDArray[np.uint64], NDArray[Any], dict[str, int]]:
+    """(the pairs whose exact shingle Jaccard is at least minhash.threshold, their documents, the figures):
+    the texts of the candidates only are read, so memory grows with the duplicates of this slice."""
+    stats = {"candidate_pairs": len(pairs), "verified_pairs": len(pairs), "docs_verified": 0}
+    if minhash.threshold > 0 and len(pairs):
+        needed = docs["id"]
+        offsets, hashes = shingle_sets(_texts(shard_dirs, needed, source_name), minhash.ngram)
+        index = np.searchsorted(needed, pairs)
+        pairs = pairs[pair_jaccard(offsets, hashes, index) >= minhash.threshold]
+        stats.update(verified_pairs=len(pairs), docs_verified=len(needed))
+    docs = docs[np.isin(docs["id"], pairs)] if len(pairs) else docs[:0]
+    return pairs, docs, stats
 
 
 def exact_partition(tables: list[NDArray[Any]], lo: int, hi: int) -> NDArray[np.uint64]:
@@ -229,14 +283,19 @@ def dedup_partition(
                     f"dedup_partition {source_name}: {Path(path) / BANDS_FILE} does not hold {minhash.bands} bands "
                     f"of {minhash.rows} rows; rebuild the shards"
                 )
-        duplicates, pairs = minhash_partition(tables, lo, hi, config.dedup.exact)
+        duplicates, pairs, docs = minhash_partition(tables, lo, hi, config.dedup.exact)
+        verified, docs, verification = verify_pairs(minhash, shard_dirs, pairs, docs, source_name)
     else:
         tables = [_load(Path(d) / HASHES_FILE, source_name) for d in shard_dirs]
         duplicates, pairs = exact_partition(tables, lo, hi), np.empty((0, 2), dtype=np.uint64)
+        verified, docs = pairs, np.empty(0, dtype=PAIR_DOC_DTYPE)
+        verification = {"candidate_pairs": 0, "verified_pairs": 0, "docs_verified": 0}
     save_npy(out_dir / EXACT_FILE, duplicates)
     save_npy(out_dir / PAIRS_FILE, pairs)
+    save_npy(out_dir / VERIFIED_FILE, verified)
+    save_npy(out_dir / PAIR_DOCS_FILE, docs)
     result = {
-        "counts": {"exact_duplicates": len(duplicates), "candidate_pairs": len(pairs)},
+        "counts": {"exact_duplicates": len(duplicates), **verification},
         "partition": config.partition,
         "partitions": config.partitions,
     }

@@ -1,12 +1,12 @@
 """The stage curate_source: the join of one source's shards (runlib.curate.stage writes them).
 
 curate_source reads the source's dedup_partition outputs (runlib.curate.partition: the exact duplicates
-across shards and the MinHash candidate pairs, each found in its slice of the hash space), verifies the
-pairs (their exact shingle Jaccard >= curate.dedup.minhash.threshold), clusters them (union-find; each
-cluster keeps its lowest-ranked document: hash, then id), picks the data.heldout_docs kept documents with the
+across shards and the MinHash pairs verified at curate.dedup.minhash.threshold, each found in its slice of
+the hash space, with their documents' hashes), clusters the pairs (union-find; each cluster keeps its
+lowest-ranked document: hash, then id), picks the data.heldout_docs kept documents with the
 smallest SHA-256 from each shard's sorted hashes (heldout_split), and copies the shards' lines, in order, into
-heldout.jsonl and train.jsonl (docs.jsonl's line format). It holds the duplicates and the held-out choice,
-never a row per document: memory grows with the duplicates.
+heldout.jsonl and train.jsonl (docs.jsonl's line format). It holds the duplicates, the pairs and the
+held-out choice, never a text or a row per document: memory grows with the duplicates.
 """
 
 from __future__ import annotations
@@ -31,11 +31,18 @@ from runlib.curate.files import (
     write_dropped,
     write_json,
 )
-from runlib.curate.minhash import first_of_clusters, pair_jaccard, shingle_sets
-from runlib.curate.partition import EXACT_FILE, HASHES_FILE, PAIRS_FILE, SHARD_SHIFT, global_ids, row_order
+from runlib.curate.minhash import first_of_clusters
+from runlib.curate.partition import (
+    EXACT_FILE,
+    HASHES_FILE,
+    PAIR_DOCS_FILE,
+    SHARD_SHIFT,
+    VERIFIED_FILE,
+    global_ids,
+    row_order,
+)
 from runlib.curate.parts import PartRanges, write_parts
 from runlib.errors import UserError
-from runlib.spec.models import MinhashSpec
 from runlib.util.atomic import atomic_file
 
 
@@ -72,50 +79,29 @@ def _shard_stats(shard_dirs: list[Path]) -> list[dict[str, Any]]:
     return out
 
 
-def _texts_of(shard_dirs: list[Path], ids: NDArray[np.uint64]) -> tuple[list[str], NDArray[np.uint64]]:
-    """(texts, hashes as the tables hold them: (n, 4) words) of the documents with these sorted global ids,
-    read shard by shard."""
-    texts: list[str] = []
-    words: list[NDArray[np.uint64]] = []
-    shards = (ids >> np.uint64(SHARD_SHIFT)).astype(np.int64)
-    lines = (ids & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
-    for shard, directory in enumerate(shard_dirs):
-        wanted = lines[shards == shard].tolist()
-        if not wanted:
-            continue
-        table = np.load(directory / HASHES_FILE, allow_pickle=False)
-        by_line = np.empty((len(table), 4), dtype=np.uint64)
-        by_line[table["line"].astype(np.int64)] = table["sha"]
-        words.append(by_line[wanted])
-        found = 0
-        with open(directory / DOCS_FILE, encoding="utf-8") as f:
-            for index, line in enumerate(f):
-                if index == wanted[found]:
-                    texts.append(json.loads(line)["text"])
-                    found += 1
-                    if found == len(wanted):
-                        break
-        if found != len(wanted):
-            raise ValueError(f"curate_source: {directory / DOCS_FILE} is shorter than its tables; rebuild the shards")
-    return texts, np.concatenate(words) if words else np.empty((0, 4), dtype=np.uint64)
-
-
-def _near_duplicates(
-    minhash: MinhashSpec, shard_dirs: list[Path], pairs: NDArray[np.uint64]
-) -> tuple[NDArray[np.uint64], dict[str, int]]:
-    """The documents of the candidate pairs' verified clusters that are not their cluster's lowest-ranked
-    (hash, then id) one; the verification's figures."""
-    stats = {"candidate_pairs": len(pairs), "verified_pairs": len(pairs), "docs_verified": 0}
-    if not len(pairs):
+def _near_duplicates(partition_dirs: list[Path]) -> tuple[NDArray[np.uint64], dict[str, int]]:
+    """The documents of the partitions' verified pairs' clusters that are not their cluster's lowest-ranked
+    (hash, then id) one; the verification's figures summed over the partitions (a pair two bands find in two
+    slices counts in each)."""
+    pairs = [np.load(d / VERIFIED_FILE, allow_pickle=False) for d in partition_dirs]
+    docs = [np.load(d / PAIR_DOCS_FILE, allow_pickle=False) for d in partition_dirs]
+    stats = dict.fromkeys(("candidate_pairs", "verified_pairs", "docs_verified"), 0)
+    for directory in partition_dirs:
+        counts = json.loads((directory / STATS_FILE).read_text(encoding="utf-8"))["counts"]
+        for name in stats:
+            stats[name] += int(counts[name])
+    verified = np.unique(np.concatenate(pairs), axis=0) if pairs else np.empty((0, 2), dtype=np.uint64)
+    if not len(verified):
         return np.empty(0, dtype=np.uint64), stats
-    needed = np.unique(pairs)
-    texts, words = _texts_of(shard_dirs, needed)
-    index = np.searchsorted(needed, pairs)
-    if minhash.threshold > 0:
-        offsets, hashes = shingle_sets(texts, minhash.ngram)
-        index = index[pair_jaccard(offsets, hashes, index) >= minhash.threshold]
-        stats.update(verified_pairs=len(index), docs_verified=len(needed))
-    rank = row_order(words, needed)  # rank[r] = the document of rank r
+    table = np.concatenate(docs)
+    _, first = np.unique(table["id"], return_index=True)
+    table = table[first]
+    needed = np.unique(verified)
+    at = np.searchsorted(table["id"], needed)
+    if np.any(at >= len(table)) or np.any(table["id"][np.minimum(at, len(table) - 1)] != needed):
+        raise ValueError(f"curate_source: the partitions' {PAIR_DOCS_FILE} lack documents of their pairs; rebuild them")
+    index = np.searchsorted(needed, verified)
+    rank = row_order(table["sha"][at], needed)  # rank[r] = the document of rank r
     position = np.empty(len(needed), dtype=np.int64)
     position[rank] = np.arange(len(needed))
     not_first = first_of_clusters(len(needed), position[index])  # by rank: the root is the lowest-ranked
@@ -149,14 +135,10 @@ def _heldout(
     return gid[chosen], {row.tobytes() for row in sha[chosen]}
 
 
-def _partition_results(partition_dirs: list[Path]) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
-    """(exact duplicates, candidate pairs) of all the source's dedup_partition outputs."""
+def _exact_duplicates(partition_dirs: list[Path]) -> NDArray[np.uint64]:
+    """The exact duplicates of all the source's dedup_partition outputs."""
     exact = [np.load(d / EXACT_FILE, allow_pickle=False) for d in partition_dirs]
-    pairs = [np.load(d / PAIRS_FILE, allow_pickle=False) for d in partition_dirs]
-    return (
-        np.unique(np.concatenate(exact)) if exact else np.empty(0, dtype=np.uint64),
-        np.unique(np.concatenate(pairs), axis=0) if pairs else np.empty((0, 2), dtype=np.uint64),
-    )
+    return np.unique(np.concatenate(exact)) if exact else np.empty(0, dtype=np.uint64)
 
 
 def _check_enough(
@@ -342,11 +324,11 @@ def curate_source(
     if (config.dedup.exact or config.dedup.minhash is not None) and not partition_dirs:
         raise ValueError(f"curate_source {source_name}: dedup across shards needs the dedup_partition outputs")
 
-    exact, pairs = _partition_results(partition_dirs)
+    exact = _exact_duplicates(partition_dirs)
     verification: dict[str, int] = {}
     near = np.empty(0, dtype=np.uint64)
     if config.dedup.minhash is not None:
-        near, verification = _near_duplicates(config.dedup.minhash, shard_dirs, pairs)
+        near, verification = _near_duplicates(partition_dirs)
         near = np.unique(near)
     exact = np.setdiff1d(exact, near)  # a document both is counted as a near-duplicate
     dropped_ids = np.concatenate([exact, near])

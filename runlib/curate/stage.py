@@ -51,7 +51,15 @@ from runlib.curate.builtin import builtin_documents
 from runlib.curate.config import CurateShardConfig
 from runlib.curate.counts import validate_counts
 from runlib.curate.dropped import DroppedSample
-from runlib.curate.files import DOCS_FILE, STATS_FILE, write_dropped, write_json, write_jsonl
+from runlib.curate.files import (
+    DOCS_FILE,
+    OFFSETS_FILE,
+    STATS_FILE,
+    save_npy,
+    write_dropped,
+    write_json,
+    write_jsonl_indexed,
+)
 from runlib.curate.filters import (
     LANGUAGE_MIN_PROBABILITY,
     c4_filter,
@@ -415,10 +423,11 @@ def curate_shard(config: CurateShardConfig, out_dir: Path, source_name: str = "s
     minhash = curate.dedup.minhash  # signatures only: dedup_partition and curate_source compare the shards
     sigs = signatures([t for _, t in docs], minhash.ngram, minhash.bands * minhash.rows) if minhash else None
     write_shard_tables(out_dir, exact_hashes, [len(t) for _, t in docs], sigs, minhash)
-    write_jsonl(
+    offsets = write_jsonl_indexed(
         out_dir / DOCS_FILE,
         (_doc_row(doc_id, text, h, meta) for (doc_id, text), h in zip(docs, hashes, strict=True)),
     )
+    save_npy(out_dir / OFFSETS_FILE, offsets)
     write_dropped(out_dir, dropped)
     result = {
         "counts": {

@@ -182,7 +182,7 @@ def _fit_ladder(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]
 KINDS: tuple[StageKind, ...] = (
     StageKind(
         "curate_shard",
-        6,
+        7,
         CurateShardConfig,
         nodes.curate_shard_nodes,
         _curate_shard,
@@ -191,7 +191,7 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "dedup_partition",
-        1,
+        2,
         DedupPartitionConfig,
         nodes.dedup_partition_nodes,
         _dedup_partition,
@@ -200,7 +200,7 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "curate_source",
-        7,
+        8,
         CurateSourceConfig,
         nodes.curate_source_nodes,
         _curate_source,

@@ -30,7 +30,8 @@ def _sha(text: str) -> str:
 
 def corpus() -> list[list[str]]:
     """FILES files of documents: distinct ones, exact copies across files, near-duplicates (one word
-    changed), and one family of 45 variants whose buckets outgrow the pairing window (32)."""
+    changed), texts that share 60% of another's words (some MinHash candidates, below the threshold), and one
+    family of 45 variants whose buckets outgrow the pairing window (32)."""
     rng = random.Random(7)
     base = [" ".join(rng.choice(VOCAB) for _ in range(120)) for _ in range(60)]
     docs = list(base)
@@ -39,6 +40,9 @@ def corpus() -> list[list[str]]:
         words = base[i].split()
         words[rng.randrange(len(words))] = "changed"
         docs.append(" ".join(words))
+    for i in range(12, 30):  # candidates below the threshold: the first 60% of a text, then other words
+        words = base[i].split()
+        docs.append(" ".join(words[:72] + [rng.choice(VOCAB) for _ in range(48)]))
     family = base[50].split()
     for k in range(45):
         variant = list(family)
@@ -106,6 +110,9 @@ def test_the_sharded_join_keeps_what_one_process_keeps_for_any_shard_count(dedup
     minhash = MinhashSpec(**dedup["minhash"]) if "minhash" in dedup else None
     expected, candidates = reference(in_order, dedup.get("exact", True), minhash)
     assert len(expected[0]) < len(in_order) - HELDOUT or dedup == {"exact": False}  # something was removed
+    if minhash is not None and minhash.threshold > 0:  # the verification matters: unverified keeps fewer
+        unverified, _ = reference(in_order, dedup.get("exact", True), MinhashSpec(threshold=0.0))
+        assert len(unverified[0]) < len(expected[0])
     for shards in (1, 2, 3, 5):
         assert sharded(shards, dedup, f"out{shards}") == expected, shards
         if minhash is not None:  # the same candidates, windows of large buckets included
