@@ -52,16 +52,15 @@ def write_jsonl_indexed(path: Path, rows: Iterable[dict[str, Any]]) -> np.ndarra
     return np.asarray(offsets, dtype=np.int64)
 
 
-def read_lines_at(path: Path, offsets: np.ndarray, lines: np.ndarray) -> list[bytes]:
-    """Lines `lines` (sorted) of a JSONL file whose line offsets are `offsets`, by seeking to each."""
+def read_lines_at(path: Path, spans: list[tuple[int, int]]) -> list[bytes]:
+    """The lines of a JSONL file at these byte spans [start, end) (from its OFFSETS_FILE), by seeking to each."""
     out = []
     with open(path, "rb") as f:
-        for line in lines.tolist():
-            start, end = int(offsets[line]), int(offsets[line + 1])
+        for start, end in spans:
             f.seek(start)
             data = f.read(end - start)
             if len(data) != end - start or not data.endswith(b"\n"):
-                raise ValueError(f"{path}: line {line} is not where its offsets say (bytes {start}..{end}); rebuild")
+                raise ValueError(f"{path}: no line at bytes {start}..{end}, where its offsets say; rebuild it")
             out.append(data)
     return out
 

@@ -21,7 +21,7 @@ BUCKET_WINDOW before it in rank order (its hash, then its id). Without MinHash: 
 of hashes.npy. The candidates' texts are then read (by seeking: each shard's offsets.npy) for the exact
 shingle Jaccard check, and the pairs at or above the threshold written with their documents' hashes.
 Memory: the slice, about 1/Q of the source's tables (Q is the source's shard count, so about one shard's
-tables per job), and the texts of the slice's candidates, which grow with the duplicates.
+tables per job), and the texts of VERIFY_CHUNK_PAIRS candidate pairs at a time.
 
 The rank order (hash, then id) rather than the input order makes the documents kept a function of the texts:
 the same whatever the number of shards or the order of the files (runlib.curate.source: the verified pairs'
@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 from runlib.curate.config import DedupPartitionConfig
 from runlib.curate.files import DOCS_FILE, OFFSETS_FILE, read_lines_at, save_npy, write_json
 from runlib.curate.minhash import BUCKET_WINDOW, pair_jaccard, shingle_sets, splitmix64
+from runlib.curate.npyfile import NpyFile, sorted_range
 from runlib.spec.models import MinhashSpec
 
 HASHES_FILE = "hashes.npy"
@@ -51,6 +52,8 @@ VERIFIED_FILE = "verified.npy"  # those of them at or above the Jaccard threshol
 PAIR_DOCS_FILE = "pair_docs.npy"  # the verified pairs' documents: PAIR_DOC_DTYPE rows, sorted by id
 SHARD_SHIFT = 40  # a global id: shard << 40 | line (2^40 lines per shard, 2^24 shards)
 HASH_DTYPE = np.dtype([("sha", "<u8", (4,)), ("line", "<u8"), ("chars", "<u8")])
+VERIFY_CHUNK_PAIRS = 2048
+"""Candidate pairs verified together: their texts are what a dedup_partition job holds beyond its slice."""
 PAIR_DOC_DTYPE = np.dtype([("id", "<u8"), ("sha", "<u8", (4,))])
 _MIX = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: the band mix's multiplier before each value
 
@@ -125,20 +128,17 @@ def slice_bounds(partition: int, partitions: int) -> tuple[int, int]:
     return partition * (1 << 64) // partitions, (partition + 1) * (1 << 64) // partitions
 
 
-def _slice(column: NDArray[np.uint64], lo: int, hi: int) -> slice:
-    """The rows of a sorted uint64 column with lo <= value < hi."""
-    start = int(np.searchsorted(column, np.uint64(lo), side="left"))
-    stop = len(column) if hi >= 1 << 64 else int(np.searchsorted(column, np.uint64(hi), side="left"))
-    return slice(start, stop)
-
-
-def _load(path: Path, source_name: str) -> NDArray[Any]:
+def _load(path: Path, source_name: str) -> NpyFile:
     if not path.exists():
         raise ValueError(
             f"dedup_partition {source_name}: {path} is missing (not a current curate_shard output); rebuild"
         )
-    table: NDArray[Any] = np.load(path, mmap_mode="r", allow_pickle=False)
-    return table
+    return NpyFile(path)
+
+
+def _band_slice(table: NpyFile, band: int, field: str, lo: int, hi: int) -> NDArray[Any]:
+    """The rows of a band whose key (the first element of `field`, sorted) is in [lo, hi)."""
+    return table.rows(band, *sorted_range(table, band, field, lo, hi))
 
 
 def global_ids(shard: int, lines: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -181,7 +181,7 @@ def _same_bucket(rows: NDArray[Any]) -> NDArray[np.bool_]:
 
 
 def minhash_partition(
-    tables: list[NDArray[Any]], lo: int, hi: int, exact: bool
+    tables: list[NpyFile], lo: int, hi: int, exact: bool
 ) -> tuple[NDArray[np.uint64], NDArray[np.uint64], NDArray[Any]]:
     """(exact duplicates, candidate pairs, the pairs' documents as PAIR_DOC_DTYPE rows sorted by id) of the
     buckets whose mix is in [lo, hi), over the shards' band tables."""
@@ -190,7 +190,7 @@ def minhash_partition(
     found: list[NDArray[np.uint64]] = []
     docs: list[NDArray[Any]] = []
     for band in range(bands):
-        rows, ids = _gathered([(s, t[band][_slice(t[band]["mix"], lo, hi)]) for s, t in enumerate(tables)])
+        rows, ids = _gathered([(s, _band_slice(t, band, "mix", lo, hi)) for s, t in enumerate(tables)])
         if not len(ids):
             continue
         order = row_order(rows["mix"], rows["key"], rows["sha"], ids)
@@ -230,13 +230,14 @@ def _texts(shard_dirs: list[Path], ids: NDArray[np.uint64], source_name: str) ->
     lines = (ids & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
     for shard in np.unique(shards).tolist():
         directory = Path(shard_dirs[shard])
-        offsets = _load(directory / OFFSETS_FILE, source_name)
+        offsets_file = _load(directory / OFFSETS_FILE, source_name)
         wanted = lines[shards == shard]
-        if len(wanted) and int(wanted.max()) + 1 >= len(offsets):
+        if len(wanted) and int(wanted.max()) + 1 >= offsets_file.rows_per_band:
             raise ValueError(
                 f"dedup_partition {source_name}: {directory / OFFSETS_FILE} is shorter than its tables; rebuild"
             )
-        texts += [json.loads(line)["text"] for line in read_lines_at(directory / DOCS_FILE, offsets, wanted)]
+        spans = [tuple(offsets_file.rows(0, line, line + 2).tolist()) for line in wanted.tolist()]
+        texts += [json.loads(line)["text"] for line in read_lines_at(directory / DOCS_FILE, spans)]
     return texts
 
 
@@ -244,21 +245,27 @@ def verify_pairs(
     minhash: MinhashSpec, shard_dirs: list[Path], pairs: NDArray[np.uint64], docs: NDArray[Any], source_name: str
 ) -> tuple[NDArray[np.uint64], NDArray[Any], dict[str, int]]:
     """(the pairs whose exact shingle Jaccard is at least minhash.threshold, their documents, the figures):
-    the texts of the candidates only are read, so memory grows with the duplicates of this slice."""
+    the candidates' texts only are read, VERIFY_CHUNK_PAIRS pairs' at a time, so the texts held do not grow
+    with the source (a document in pairs of several chunks is read once per chunk: docs_verified counts
+    reads). A pair two bands make candidates in two slices is verified in each."""
     stats = {"candidate_pairs": len(pairs), "verified_pairs": len(pairs), "docs_verified": 0}
     if minhash.threshold > 0 and len(pairs):
-        needed = docs["id"]
-        offsets, hashes = shingle_sets(_texts(shard_dirs, needed, source_name), minhash.ngram)
-        index = np.searchsorted(needed, pairs)
-        pairs = pairs[pair_jaccard(offsets, hashes, index) >= minhash.threshold]
-        stats.update(verified_pairs=len(pairs), docs_verified=len(needed))
+        kept = []
+        for start in range(0, len(pairs), VERIFY_CHUNK_PAIRS):  # pairs are sorted: a chunk's documents are near
+            chunk = pairs[start : start + VERIFY_CHUNK_PAIRS]
+            needed = np.unique(chunk)
+            offsets, hashes = shingle_sets(_texts(shard_dirs, needed, source_name), minhash.ngram)
+            kept.append(chunk[pair_jaccard(offsets, hashes, np.searchsorted(needed, chunk)) >= minhash.threshold])
+            stats["docs_verified"] += len(needed)
+        pairs = np.concatenate(kept)
+        stats["verified_pairs"] = len(pairs)
     docs = docs[np.isin(docs["id"], pairs)] if len(pairs) else docs[:0]
     return pairs, docs, stats
 
 
-def exact_partition(tables: list[NDArray[Any]], lo: int, hi: int) -> NDArray[np.uint64]:
+def exact_partition(tables: list[NpyFile], lo: int, hi: int) -> NDArray[np.uint64]:
     """The exact duplicates (all copies of a text but its first occurrence) among the hashes in [lo, hi)."""
-    rows, ids = _gathered([(s, t[_slice(t["sha"][:, 0], lo, hi)]) for s, t in enumerate(tables)])
+    rows, ids = _gathered([(s, _band_slice(t, 0, "sha", lo, hi)) for s, t in enumerate(tables)])
     if not len(ids):
         return np.empty(0, dtype=np.uint64)
     order = row_order(rows["sha"], ids)

@@ -5,8 +5,8 @@ on this machine (RATES), so the core-hours are those of this machine's cores.
 
 What each stage's work is:
   curate_shard     the source's input bytes (reading, extraction for warc, the filters, the signatures)
-  dedup_partition  the bytes curate_shard kept (the rows of its hash and band tables), as curated bytes
-  curate_source    the bytes curate_shard kept (the verification of the candidates, the copy into the splits)
+  dedup_partition  the bytes curate_shard kept (its slice of the hash and band tables, the candidates' check)
+  curate_source    the bytes curate_shard kept (the clusters, the copy into the splits)
   tokenize         the curated bytes
 The curated bytes are the source's declared `tokens` x BYTES_PER_TOKEN (a source without declared tokens
 is refused: nothing on paper says what curation keeps). A warc source's rate is per byte of its .warc.gz
@@ -41,17 +41,17 @@ DATA_SCALE_WARC = (
     "of .warc.gz in 9 shards; 2026-12-03)"
 )
 RATES: dict[str, Rate] = {
-    # 5.3 MB/s: normalize, length filter, SHA-256 and MinHash signatures of 150-word documents; no quality
+    # 5.4 MB/s: normalize, length filter, SHA-256 and MinHash signatures of 150-word documents; no quality
     # rule or language identification (random-letter words: the rules would drop every one)
-    "curate_shard jsonl": Rate(5.32, DATA_SCALE),
+    "curate_shard jsonl": Rate(5.43, DATA_SCALE),
     # per MB of .warc.gz as stored: reading, resiliparse, the Gopher, C4 and FineWeb rules, MinHash
-    "curate_shard warc resiliparse": Rate(0.42, DATA_SCALE_WARC),
+    "curate_shard warc resiliparse": Rate(0.34, DATA_SCALE_WARC),
     # the resiliparse rate x 27.7 / 139.1, trafilatura's docs/s/core over resiliparse's in
     # `python -m runlib.bench.curate_web` (2026-12-03, same crawl, interleaved rounds)
-    "curate_shard warc trafilatura": Rate(0.084, DATA_SCALE_WARC + " x 27.7/139.1 (runlib.bench.curate_web)"),
-    "dedup_partition": Rate(34.4, DATA_SCALE),
-    "curate_source": Rate(70.7, DATA_SCALE),
-    "tokenize": Rate(3.23, DATA_SCALE + "; a 3,840-id BPE, one thread"),
+    "curate_shard warc trafilatura": Rate(0.068, DATA_SCALE_WARC + " x 27.7/139.1 (runlib.bench.curate_web)"),
+    "dedup_partition": Rate(9.88, DATA_SCALE),
+    "curate_source": Rate(108.4, DATA_SCALE),
+    "tokenize": Rate(3.74, DATA_SCALE + "; a 3,840-id BPE, one thread"),
 }
 BYTES_PER_TOKEN = 4.0
 """UTF-8 bytes per token of curated English web text (a 32K-128K BPE; this repository's tokenize stage
@@ -175,7 +175,7 @@ def source_scale(spec: RunSpec, name: str, input_bytes: int) -> SourceScale:
             0,
             _floor_mb("curate_source"),
             _hours(curated, RATES["curate_source"]),
-            f"one job: reads the {_size(curated)} once, holds the duplicates (9 bytes each) and the candidates' texts",
+            f"one job: reads the {_size(curated)} once; holds the duplicates (9 bytes each) and the pairs, no text",
         )
     )
     stages.append(

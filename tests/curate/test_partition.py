@@ -6,6 +6,7 @@ exact copies and near-duplicates across shards, and buckets larger than the pair
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from pathlib import Path
 
@@ -129,3 +130,23 @@ def test_every_partition_holds_only_its_slice():
     mixes = band_mix(np.arange(3000, dtype=np.uint64).reshape(-1, 3))
     counts = [np.count_nonzero((mixes >= lo) & (mixes < hi)) for lo, hi in (slice_bounds(q, 4) for q in range(4))]
     assert sum(counts) == 1000 and min(counts) > 200  # the mix spreads buckets evenly over the slices
+
+
+def test_verification_in_chunks_keeps_the_same(monkeypatch):
+    """dedup_partition verifies its candidates VERIFY_CHUNK_PAIRS at a time (the texts it holds do not grow with
+    the source): chunks of 2 pairs keep what one chunk keeps."""
+    from runlib.curate import partition
+
+    files = corpus()
+    for i, texts in enumerate(files):
+        write_jsonl(f"data/{i}.jsonl", texts)
+    whole = sharded(3, {"minhash": {}}, "whole")
+    monkeypatch.setattr(partition, "VERIFY_CHUNK_PAIRS", 2)
+    assert sharded(3, {"minhash": {}}, "chunked") == whole
+    reads = sum(
+        json.loads(p.read_text())["counts"]["docs_verified"] for p in Path("chunked").glob("partition*/stats.json")
+    )
+    once = sum(
+        json.loads(p.read_text())["counts"]["docs_verified"] for p in Path("whole").glob("partition*/stats.json")
+    )
+    assert reads > once  # the chunks really were smaller than the whole
