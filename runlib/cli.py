@@ -100,7 +100,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         from runlib.spec.units import parse_count
 
         for item in args.input_bytes:
-            name, _, size = item.partition("=")
+            name, equals, size = item.partition("=")
+            if not equals or not name:
+                raise UserError(f"--input-bytes {item}: give SOURCE=SIZE, e.g. --input-bytes web=100T")
             try:
                 nbytes = parse_count(size)
             except ValueError as exc:

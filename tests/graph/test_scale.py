@@ -56,6 +56,7 @@ def test_the_cli_plans_a_crawl_whose_files_are_not_here(capsys):
     [
         (CRAWL, "web=lots", ["--input-bytes web=lots", "not a count"]),
         (CRAWL, "web=0", ["at least 1 byte"]),
+        (CRAWL, "web", ["give SOURCE=SIZE"]),
         (CRAWL, "nosuch=1T", ["no source 'nosuch'", "web"]),
         (ROOT / "specs" / "demo.yaml", "docs=1T", ["builtin source"]),
         (ROOT / "specs" / "llama2-7b.yaml", "public_mix=1T", ["data.sources.public_mix.input", "shard_bytes"]),
