@@ -142,10 +142,8 @@ def data_job_lines(rows: list[dict[str, Any]]) -> list[str]:
         if sized:
             most, floor = max(sized), STAGES[stage].resources
             asked = max(floor.mem_mb if floor is not None else 0, data_job_mem_mb(stage, most))
-            lines.append(
-                f"{stage}: {len(sized)} jobs, the largest holding {most / 2**20:,.1f} MB of input files: "
-                f"{asked:,} MB of memory asked (runlib.curate.memory)"
-            )
+            held = f"the largest holding {most / 2**20:,.1f} MB of input files" if most else "no input files (builtin)"
+            lines.append(f"{stage}: {len(sized)} jobs, {held}: {asked:,} MB of memory asked (runlib.curate.memory)")
     return lines
 
 

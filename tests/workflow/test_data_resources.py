@@ -77,3 +77,13 @@ def test_a_data_job_gets_the_time_its_work_takes(files: None) -> None:
     part = graph.of("tokenize")[0]
     seconds = job_seconds("tokenize", 100 * 10**9 * BYTES_PER_TOKEN // 2)  # 2 parts: one per shard
     assert runtime["tokenize"](SimpleNamespace(key=part.key)) == math.ceil(seconds * 1.5 / 60) + 10  # type: ignore[operator]
+
+
+def test_a_builtin_source_has_no_input_files_to_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runlib.spec import load_spec
+    from tests.workflow.conftest import TINY
+
+    monkeypatch.setenv("RUNLIB_WORK_DIR", str(tmp_path / "work"))
+    graph = build_graph(load_spec(TINY).spec)
+    text = render(plan_rows(graph), "tiny.yaml")
+    assert f"curate_shard: {len(graph.of('curate_shard'))} jobs, no input files (builtin): 2,000 MB" in text
