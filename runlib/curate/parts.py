@@ -13,12 +13,11 @@ the source's documents in file order, so the data order does not depend on how m
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runlib.curate.files import jsonl_line, write_json
-from runlib.util.atomic import atomic_file
+from runlib.curate.files import write_json
 
 PARTS_FILE = "parts.json"
 SPLITS = ("train", "heldout")
@@ -50,21 +49,6 @@ class PartRanges:
     def finish(self) -> list[list[int]]:
         self.advance(len(self.rows) - 1)
         return self.rows
-
-
-def write_jsonl_parts(path: Path, rows: Iterable[tuple[int, dict[str, Any]]], ranges: PartRanges) -> None:
-    """A JSONL file of (part, row) in part order, its byte ranges recorded in `ranges`."""
-    with atomic_file(path) as tmp, open(tmp, "wb") as f:
-        for part, row in rows:
-            line = jsonl_line(row).encode("utf-8")
-            ranges.advance(part)
-            f.write(line)
-            ranges.add(len(line))
-
-
-def part_of_rows(parts: dict[str, list[list[int]]], split: str) -> list[int]:
-    """The part of each document of a split, in file order."""
-    return [part for part, row in enumerate(parts[split]) for _ in range(row[2])]
 
 
 def write_parts(out_dir: Path, train: PartRanges, heldout: PartRanges) -> None:

@@ -122,7 +122,7 @@ def _heldout(
         for start in range(0, len(table), max(4 * heldout_docs, 4096)):
             chunk = np.array(table[start : start + max(4 * heldout_docs, 4096)])
             gids = global_ids(shard, chunk["line"])
-            keep = ~_member(gids, dropped)
+            keep = ~np.isin(gids, dropped)
             chunk, gids = chunk[keep][: heldout_docs - taken], gids[keep][: heldout_docs - taken]
             shas.append(chunk["sha"])
             ids.append(gids)
@@ -158,16 +158,6 @@ def _check_enough(
             f"not more than data.heldout_docs = {heldout_docs}, so none would be left to train on; "
             f"lower data.heldout_docs below {kept} (or give the source more documents)"
         )
-
-
-def _member(ids: NDArray[np.uint64], sorted_ids: NDArray[np.uint64]) -> NDArray[np.bool_]:
-    """Whether each of ids is in sorted_ids."""
-    at = np.searchsorted(sorted_ids, ids)
-    return (
-        (at < len(sorted_ids)) & (sorted_ids[np.minimum(at, len(sorted_ids) - 1)] == ids)
-        if len(sorted_ids)
-        else np.zeros(len(ids), dtype=bool)
-    )
 
 
 EXACT, NEAR, HELDOUT = 1, 2, 3

@@ -148,8 +148,32 @@ def write_shard(out_dir: Path, split: str, docs_token_ids: Iterable[Sequence[int
         return writer.close()
 
 
-class TokenShard:
-    """A written shard, memory-mapped: len(shard) documents, shard.doc(i) the ids of document i."""
+class _Documents:
+    """len(), doc(i) and doc_lengths() over `offsets` (n_docs + 1) and `tokens`, for a shard or a source's parts."""
+
+    offsets: NDArray[np.int64]
+    tokens: Any
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    def doc(self, i: int) -> np.ndarray:
+        """The token ids of document i."""
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"document {i} out of range (shard of {n})")
+        ids: np.ndarray = self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
+        return ids
+
+    def doc_lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+class TokenShard(_Documents):
+    """A written shard, memory-mapped: len(shard) documents, shard.doc(i) the ids of document i (a read-only
+    view into the memory map)."""
 
     def __init__(self, out_dir: Path, split: str):
         self.path = bin_path(out_dir, split)
@@ -170,21 +194,6 @@ class TokenShard:
             raise ValueError(f"{self.path}: {size} bytes do not hold {self.n_tokens} uint16 or uint32 tokens")
         self.dtype = dtype
         self.tokens = np.memmap(self.path, dtype=dtype, mode="r", shape=(self.n_tokens,))
-
-    def __len__(self) -> int:
-        return self.offsets.size - 1
-
-    def doc(self, i: int) -> np.ndarray:
-        """The token ids of document i (a read-only view into the memory map)."""
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"document {i} out of range (shard of {n})")
-        return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
-
-    def doc_lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
 
 
 TokenDirs = Path | Sequence[Path]
@@ -221,7 +230,7 @@ class _PartTokens:
         return out
 
 
-class SourceShard:
+class SourceShard(_Documents):
     """A source's split over its parts, as one TokenShard: the parts' documents in part order (offsets and
     tokens renumbered into one stream), so what reads it is the same whether the source was tokenized in
     one part or many."""
@@ -242,20 +251,6 @@ class SourceShard:
             [np.zeros(1, dtype=np.int64)] + [np.asarray(p.offsets[1:]) + s for p, s in zip(parts, starts, strict=True)]
         )
         self.tokens = _PartTokens(with_tokens) if len(with_tokens) > 1 else with_tokens[0].tokens
-
-    def __len__(self) -> int:
-        return self.offsets.size - 1
-
-    def doc(self, i: int) -> np.ndarray:
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"document {i} out of range (shard of {n})")
-        return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
-
-    def doc_lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
 
 
 def open_split(dirs: TokenDirs, split: str) -> TokenShard | SourceShard:

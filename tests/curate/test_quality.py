@@ -15,7 +15,8 @@ import pytest
 
 from runlib.curate.builtin import builtin_documents
 from runlib.curate.config import FilterQualityConfig, ScoreQualityConfig, TrainClassifierConfig, TrainNgramLmConfig
-from runlib.curate.parts import PartRanges, read_parts, write_jsonl_parts, write_one_part, write_parts
+from runlib.curate.files import jsonl_line
+from runlib.curate.parts import PartRanges, read_parts, write_one_part, write_parts
 from runlib.curate.quality import filter_quality, train_classifier_stage, train_ngram_lm_stage
 from runlib.curate.scoring import score_quality
 from runlib.errors import UserError
@@ -34,6 +35,16 @@ def _spam(seed: int, n: int) -> list[str]:
         " ".join(rng.choice(SPAM) + rng.choice(("", " |", "!", f" {rng.randint(1, 99)}%")) for _ in range(120))
         for _ in range(n)
     ]
+
+
+def write_jsonl_parts(path: Path, rows: list[tuple[int, dict]], ranges: PartRanges) -> None:
+    """A JSONL file of (part, row) in part order, its byte ranges recorded in `ranges`."""
+    with open(path, "wb") as f:
+        for part, row in rows:
+            line = jsonl_line(row).encode("utf-8")
+            ranges.advance(part)
+            f.write(line)
+            ranges.add(len(line))
 
 
 def write_curated(directory: Path, texts: list[str], heldout: int = 0, parts: int = 1) -> Path:
