@@ -113,3 +113,20 @@ rule dedup_partition:
         **WF.resources("dedup_partition"),
     shell:
         WF.command("dedup_partition")
+
+
+rule filter_shard:
+    """Write one curate shard's documents the source trains on and holds out: the join's and the quality filters' verdicts."""
+    input:
+        WF.inputs("filter_shard"),
+    output:
+        **WF.outputs("filter_shard"),
+    log:
+        WF.log("filter_shard"),
+    benchmark:
+        WF.benchmark("filter_shard")
+    threads: WF.threads("filter_shard")
+    resources:
+        **WF.resources("filter_shard"),
+    shell:
+        WF.command("filter_shard")

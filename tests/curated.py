@@ -1,10 +1,9 @@
-"""Test helper: write a curated source directory (train.jsonl, heldout.jsonl, parts.json: one part) as the curation stage does."""
+"""Test helper: write a curated shard directory (train.jsonl, heldout.jsonl) as filter_shard does."""
 
 import hashlib
 import json
 from pathlib import Path
 
-from runlib.curate.parts import write_one_part
 
 
 def write_curated(directory: Path, train: list[str], heldout: list[str]) -> Path:
@@ -14,5 +13,4 @@ def write_curated(directory: Path, train: list[str], heldout: list[str]) -> Path
             for i, text in enumerate(texts):
                 row = {"id": f"{split}-{i}", "text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
                 f.write(json.dumps(row) + "\n")
-    write_one_part(directory)
     return directory

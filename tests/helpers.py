@@ -20,7 +20,7 @@ from runlib.store.manifest import Manifest, Timings, write_manifest
 from runlib.store.node import StageNode
 from tests.limits import HANG_GUARD_S
 
-DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
+DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "filter_shard", "train_tokenizer", "tokenize")
 """The stage kinds of the tiny and demo specs before training, in build order (no quality filter)."""
 
 EXIT_USER_ERROR = 2

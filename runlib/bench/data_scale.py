@@ -38,7 +38,7 @@ from runlib.bench.dedup_scale import documents
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
-DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "train_tokenizer", "tokenize")
+DATA_STAGES = ("curate_shard", "dedup_partition", "curate_source", "filter_shard", "train_tokenizer", "tokenize")
 DOC_BYTES = 1_000  # about: 150 words of 6 letters and a space, in a JSON line
 
 
@@ -125,13 +125,12 @@ def benchmark_rows(work: Path, graph: Any) -> dict[str, list[dict[str, float]]]:
 
 def stage_bytes(graph: Any, stage: str) -> int:
     """The bytes of a stage's work (runlib.graph.scale says which): the input files (curate_shard), the
-    documents curate_shard kept (dedup_partition, curate_source), the curated splits (tokenize)."""
+    documents curate_shard kept (dedup_partition, curate_source, filter_shard), the curated splits (tokenize)."""
     from runlib.curate.config import CurateShardConfig
 
     if stage == "tokenize":
-        curated = graph.curated("web").dir
-        return sum((curated / f"{split}.jsonl").stat().st_size for split in ("train", "heldout"))
-    if stage in ("dedup_partition", "curate_source"):
+        return sum((n.dir / f"{split}.jsonl").stat().st_size for n in graph.curated("web") for split in ("train", "heldout"))
+    if stage in ("dedup_partition", "curate_source", "filter_shard"):
         return sum((n.dir / "docs.jsonl").stat().st_size for n in graph.of("curate_shard"))
     return sum(f.bytes for n in graph.of("curate_shard") for f in n.config_as(CurateShardConfig).files)
 

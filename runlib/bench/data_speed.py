@@ -24,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from runlib.curate.parts import write_one_part
 from runlib.curate.stage import curate_shard
 from runlib.data.config import TokenizeConfig
 from runlib.data.tokenize import tokenize_part
@@ -60,7 +59,6 @@ def write_curated(texts: list[str], out: Path, heldout_every: int = 20) -> None:
         for i, text in enumerate(texts):
             row = {"id": f"doc{i}", "text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
             (held if i % heldout_every == 0 else train).write(json.dumps(row) + "\n")
-    write_one_part(out)
 
 
 def _tokenizer_config(vocab: int, train_bytes: int) -> TokenizerConfig:
@@ -74,7 +72,7 @@ def _tokenizer_config(vocab: int, train_bytes: int) -> TokenizerConfig:
 def bench_tokenize(texts: list[str], work: Path, repeats: int, vocab: int) -> None:
     curated = work / "curated" / "code"
     write_curated(texts, curated)
-    config = TokenizeConfig(token_dtype="auto", part=0)
+    config = TokenizeConfig(token_dtype="auto")
     start = time.perf_counter()
     summary = train_tokenizer(_tokenizer_config(vocab, 4 << 20), {"code": curated}, work / "tokenizer")
     print(

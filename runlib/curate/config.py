@@ -1,4 +1,4 @@
-"""The configs of the curation stages: exactly what `curate_shard` and `curate_source` read.
+"""The configs of the curation stages: exactly what each reads besides its inputs' artifacts.
 
 A source's name is not part of either: it only labels error messages (passed beside the config), so
 two specs that curate the same input the same way share the artifacts whatever they call the source.
@@ -94,8 +94,6 @@ class DedupPartitionConfig(StageConfig):
 class CurateSourceConfig(StageConfig):
     """The join of a source's shards: dedup across shards, near-duplicates, the held-out split."""
 
-    KEYED_WHEN_SET = frozenset({"keep_dropped"})
-
     dedup: DedupSpec
     """Exact dedup across shards and MinHash near-duplicate removal (the shards computed the signatures; the
     LSH candidates' texts are read again from the shards for the exact Jaccard check against threshold)."""
@@ -103,15 +101,12 @@ class CurateSourceConfig(StageConfig):
     heldout_docs: int
     """Documents kept out of training (the ones with the smallest SHA-256)."""
 
-    keep_dropped: int = 0
-    """curate.keep_dropped: documents kept per step and reason among those the join drops; 0 (and left out
-    of the key) keeps none."""
-
 
 class TrainClassifierConfig(StageConfig):
-    """A fastText quality classifier (runlib.curate.classifier): positives from the anchors' curated train
-    splits (input roles positive0, positive1, ... in curate.classifier.positives' order), negatives from the
-    filtered source's own curated train split (role negatives)."""
+    """A fastText quality classifier (runlib.curate.classifier): positives from the anchors' documents after
+    their join (input roles positive0, positive1, ... in curate.classifier.positives' order: each its
+    curate_source, with its shards as positive0/shard0, ...), negatives from the filtered source's own
+    (role negatives, its shards negatives/shard0, ...)."""
 
     sample_docs: int
     """curate.classifier.negatives_docs: negatives sampled (the smallest SHA-256 first), and positives at most."""
@@ -142,16 +137,17 @@ class TrainClassifierConfig(StageConfig):
 
 
 class TrainNgramLmConfig(StageConfig):
-    """An n-gram language model (runlib.curate.ngram_lm) on the reference sources' curated train splits (input
-    roles reference0, reference1, ... in curate.perplexity.reference's order)."""
+    """An n-gram language model (runlib.curate.ngram_lm) on the reference sources' documents after their join
+    (input roles reference0, reference1, ... in curate.perplexity.reference's order, each its curate_source,
+    with its shards as reference0/shard0, ...)."""
 
     order: int
     """n of the n-gram model."""
 
 
 class ScoreQualityConfig(StageConfig):
-    """One part (curate shard) of a source's curated documents scored by its quality models (input roles
-    curated, classifier, ngram_lm): what they keep is filter_quality's, so a changed keep rule rescores none."""
+    """One curate shard's documents after the source's join scored by its quality models (input roles shard,
+    source, classifier, ngram_lm): what they keep is filter_quality's, so a changed keep rule rescores none."""
 
     classifier: bool
     """Score with the source's classifier (curate.classifier is set)."""
@@ -159,13 +155,13 @@ class ScoreQualityConfig(StageConfig):
     perplexity: bool
     """Score with its reference sources' n-gram model (curate.perplexity is set)."""
 
-    part: int
-    """Which part of the curated source this job scores (runlib.curate.parts), 0 .. the source's shards - 1."""
+    shard: int
+    """Which shard this job scores, 0 .. the source's shards - 1 (its documents' ids in the join's fates)."""
 
 
 class FilterQualityConfig(StageConfig):
-    """One source's curated documents kept by the spec's rules on the scores of its score_quality parts
-    (input roles curated, scores0, scores1, ...); the scores written beside each document."""
+    """Which of a source's curated documents the spec's rules keep, from the scores of its score_quality
+    shards (input roles source, scores0, scores1, ...); filter_shard writes them."""
 
     classifier: ClassifierSpec | None
     """curate.classifier: which documents to keep by score (keep_top_fraction or keep_threshold)."""
@@ -173,5 +169,20 @@ class FilterQualityConfig(StageConfig):
     perplexity: PerplexitySpec | None
     """curate.perplexity: which documents to keep by perplexity (keep_percentiles or keep_range)."""
 
+
+class FilterShardConfig(StageConfig):
+    """One curate shard's documents as the source trains on them (input roles shard, source; with quality
+    filters also scores and quality): the join's verdicts and the quality filters' applied."""
+
+    shard: int
+    """Which shard, 0 .. the source's shards - 1 (its documents' ids in the join's fates)."""
+
+    perplexity: bool
+    """The source has a perplexity filter: each document kept carries its "perplexity"."""
+
+    classifier: bool
+    """The source has a classifier: each document kept carries its "quality_score"."""
+
     keep_dropped: int
-    """curate.keep_dropped: documents kept per step and reason among those dropped here."""
+    """curate.keep_dropped: documents kept per step and reason among those this shard's join and quality
+    filters drop (0: none)."""

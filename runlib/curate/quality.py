@@ -3,17 +3,18 @@
     train_classifier  fastText on the anchors' curated train splits (positives) against a sample of the source's
                       own curated train split (negatives): model.bin, and its held-out precision and recall
     train_ngram_lm    an n-gram language model on the reference sources' curated train splits: ngram_lm.bin
-    score_quality     one part of the source's curated documents scored (runlib.curate.scoring)
-    filter_quality    the source's curated documents (train and held-out) kept by their parts' scores:
+    score_quality     one shard of the source's curated documents scored (runlib.curate.scoring)
+    filter_quality    which of the source's curated documents (train and held-out) its shards' scores keep:
                         perplexity  filter  keep_percentiles of the source's own perplexities, or keep_range
                         classifier  filter  keep_top_fraction of the source's documents by score, or keep_threshold
-                      each document keeps its scores beside its text ("perplexity", "quality_score")
+                      a reason code per document (quality.npy); filter_shard writes the documents kept, each
+                      with its scores beside its text ("perplexity", "quality_score")
 
 They run after the source's dedup, as DCLM applies its fastText filter to deduplicated RefinedWeb (Li et al.
 2024, arXiv 2406.11794, section 4) and CCNet scores deduplicated paragraphs (Wenzek et al. 2020, section 3):
 scoring a duplicate would only be thrown away. Percentiles and the top fraction are over the source's curated
 documents as a whole (train and held-out together), so the cut does not depend on how the source is sharded.
-filter_quality holds about 50 bytes per document (scores, length, fate); the texts stream through.
+filter_quality holds about 50 bytes per document (scores, length, fate) and reads no text.
 """
 
 from __future__ import annotations
@@ -31,33 +32,43 @@ from numpy.typing import NDArray
 from runlib.curate.classifier import train_classifier
 from runlib.curate.config import FilterQualityConfig, TrainClassifierConfig, TrainNgramLmConfig
 from runlib.curate.counts import validate_counts
-from runlib.curate.dropped import DroppedSample
-from runlib.curate.files import HELDOUT_FILE, STATS_FILE, TRAIN_FILE, jsonl_line, write_dropped, write_json
+from runlib.curate.files import STATS_FILE, save_npy, write_json
+from runlib.curate.joined import joined_texts
 from runlib.curate.ngram_lm import save_ngram_lm, train_ngram_lm
-from runlib.curate.parts import SPLITS, PartRanges, part_lines, read_parts, write_parts
-from runlib.curate.scoring import CLASSIFIER_FILE, NGRAM_LM_FILE, SCORE_DTYPE, SCORES_FILE
+from runlib.curate.scoring import (
+    CLASSIFIER_FILE,
+    LOW_SCORE,
+    NGRAM_LM_FILE,
+    PERPLEXITY_HIGH,
+    PERPLEXITY_LOW,
+    QUALITY_FILE,
+    SCORE_DTYPE,
+    SCORES_FILE,
+)
 from runlib.errors import UserError
-from runlib.util.atomic import atomic_file
 
 DEFAULT_TOP_FRACTION = 0.1  # DCLM keeps the top 10% by fastText score
 DEFAULT_PERCENTILES = (0.0, 66.7)  # CCNet's head and middle thirds
 HISTOGRAM_BINS = 20
 
 
-def _train_lines(directory: Path) -> Iterator[dict[str, Any]]:
-    with open(directory / TRAIN_FILE, encoding="utf-8") as f:
-        for line in f:
-            yield json.loads(line)
+def _source_rows(dirs: dict[str, Path], role: str) -> Iterator[dict[str, Any]]:
+    """The rows a source trains on after its join: input role `role` is its curate_source, roles
+    `role`/shard0, `role`/shard1, ... its curate shards."""
+    shards = sum(1 for r in dirs if r.startswith(f"{role}/shard"))
+    return joined_texts(dirs[role], [dirs[f"{role}/shard{p}"] for p in range(shards)])
 
 
-def _sample(dirs: list[Path], docs: int) -> list[str]:
-    """The `docs` texts of smallest SHA-256 among the train splits of `dirs` (a choice of the texts alone)."""
-    rows = ((row["sha256"], row["text"]) for directory in dirs for row in _train_lines(directory))
+def _roles(dirs: dict[str, Path], prefix: str) -> list[str]:
+    """The roles prefix0, prefix1, ... (each a source's curate_source) in order."""
+    return [f"{prefix}{i}" for i in range(sum(1 for r in dirs if r.startswith(prefix) and "/" not in r))]
+
+
+def _sample(dirs: dict[str, Path], roles: list[str], docs: int) -> list[str]:
+    """The `docs` texts of smallest SHA-256 among the training documents of these sources (a choice of the
+    texts alone), holding `docs` texts at a time."""
+    rows = ((row["sha256"], row["text"]) for role in roles for row in _source_rows(dirs, role))
     return [text for _, text in heapq.nsmallest(docs, rows)]
-
-
-def _roles(dirs: dict[str, Path], prefix: str) -> list[Path]:
-    return [dirs[f"{prefix}{i}"] for i in range(sum(1 for role in dirs if role.startswith(prefix)))]
 
 
 def train_classifier_stage(
@@ -65,8 +76,8 @@ def train_classifier_stage(
 ) -> dict[str, Any]:
     """model.bin and stats.json (held-out precision, recall, f1, accuracy and the counts per class)."""
     field = f"data.sources.{source_name}.curate.classifier"
-    positives = _sample(_roles(dirs, "positive"), config.sample_docs)
-    negatives = _sample([dirs["negatives"]], config.sample_docs)
+    positives = _sample(dirs, _roles(dirs, "positive"), config.sample_docs)
+    negatives = _sample(dirs, ["negatives"], config.sample_docs)
     for what, docs in (("positives", positives), ("negatives_docs", negatives)):
         if len(docs) < 10:
             raise UserError(
@@ -97,7 +108,7 @@ def train_ngram_lm_stage(
     config: TrainNgramLmConfig, dirs: dict[str, Path], out_dir: Path, source_name: str = "source"
 ) -> dict[str, Any]:
     """ngram_lm.bin and stats.json (the reference's documents and the model's vocabulary)."""
-    texts = [row["text"] for directory in _roles(dirs, "reference") for row in _train_lines(directory)]
+    texts = [row["text"] for role in _roles(dirs, "reference") for row in _source_rows(dirs, role)]
     if not texts:
         raise UserError(
             f"data.sources.{source_name}.curate.perplexity.reference: the reference sources have no curated "
@@ -138,14 +149,6 @@ def _step_row(
         "chars_out": int(chars[after].sum()),
     }
 
-
-PERPLEXITY_LOW, PERPLEXITY_HIGH, LOW_SCORE = 1, 2, 3
-"""A dropped document's reason code; DROPPED_AS names its step and reason."""
-DROPPED_AS = {
-    PERPLEXITY_LOW: ("perplexity", "perplexity_low"),
-    PERPLEXITY_HIGH: ("perplexity", "perplexity_high"),
-    LOW_SCORE: ("classifier", "low_score"),
-}
 
 
 def _perplexity_step(
@@ -216,21 +219,22 @@ def _classifier_step(
     return row
 
 
-def _read_scores(dirs: dict[str, Path]) -> tuple[NDArray[np.void], int, dict[str, list[list[int]]]]:
-    """(the scores of every document, train.jsonl's then heldout.jsonl's in file order; how many are train;
-    the curated source's parts), from the score_quality parts (roles scores0, scores1, ...)."""
-    parts = read_parts(dirs["curated"])
-    score_dirs = _roles(dirs, "scores")
-    if len(score_dirs) != len(parts["train"]):
-        raise ValueError(f"filter_quality: {len(score_dirs)} score parts for {len(parts['train'])} curated parts")
+def _read_scores(dirs: dict[str, Path]) -> tuple[NDArray[np.void], int, list[list[int]]]:
+    """(the scores of every document, the trained-on ones of each shard in shard order, then the held-out
+    ones; how many are trained on; per shard [trained on, held out]), from the score_quality outputs (roles
+    scores0, scores1, ...) and the join's counts per shard (role source)."""
+    parts = json.loads((dirs["source"] / STATS_FILE).read_text(encoding="utf-8"))["parts"]
+    score_dirs = [dirs[f"scores{i}"] for i in range(sum(1 for r in dirs if r.startswith("scores")))]
+    if len(score_dirs) != len(parts):
+        raise ValueError(f"filter_quality: {len(score_dirs)} score shards for the join's {len(parts)} shards")
     train, heldout = [], []
     for i, directory in enumerate(score_dirs):
         scores = np.load(directory / SCORES_FILE, allow_pickle=False)
-        n_train, n_heldout = parts["train"][i][2], parts["heldout"][i][2]
+        n_train, n_heldout = parts[i]
         if scores.dtype != SCORE_DTYPE or len(scores) != n_train + n_heldout:
             raise ValueError(
                 f"{directory / SCORES_FILE}: {len(scores)} rows of {scores.dtype}, not the {n_train + n_heldout} "
-                f"documents of part {i}; rebuild it"
+                f"documents of shard {i}; rebuild it"
             )
         train.append(scores[:n_train])
         heldout.append(scores[n_train:])
@@ -238,65 +242,38 @@ def _read_scores(dirs: dict[str, Path]) -> tuple[NDArray[np.void], int, dict[str
     return together, sum(len(t) for t in train), parts
 
 
-def _write_kept(
-    curated: Path,
-    out_dir: Path,
-    parts: dict[str, list[list[int]]],
-    columns: dict[str, NDArray[np.float64]],
-    keep: NDArray[np.bool_],
-    why: NDArray[np.uint8],
-    dropped: DroppedSample,
-) -> None:
-    """Stream the curated files into out_dir's, the kept documents with their scores, in order and part by
-    part (parts.json); the dropped ones sampled into `dropped`."""
-    ranges = {split: PartRanges(len(parts[split])) for split in SPLITS}
-    index = 0
-    for split, name in (("train", TRAIN_FILE), ("heldout", HELDOUT_FILE)):
-        with atomic_file(out_dir / name) as tmp, open(tmp, "wb") as out:
-            for part, (start, end, _) in enumerate(parts[split]):
-                ranges[split].advance(part)
-                for _, line in part_lines(curated / name, start, end):
-                    i, index = index, index + 1
-                    if not keep[i] and not dropped.wants(*DROPPED_AS[int(why[i])]):
-                        continue
-                    row = json.loads(line)
-                    for column, values in columns.items():  # JSON has no inf: a document without words: null
-                        if not math.isnan(values[i]):
-                            row[column] = float(values[i]) if math.isfinite(values[i]) else None
-                    if keep[i]:
-                        data = jsonl_line(row).encode("utf-8")
-                        out.write(data)
-                        ranges[split].add(len(data))
-                    else:
-                        extra = {k: v for k, v in row.items() if k not in ("id", "text", "sha256")}
-                        dropped.add(*DROPPED_AS[int(why[i])], row["id"], row["text"], extra)
-    write_parts(out_dir, ranges["train"], ranges["heldout"])
+def _by_shard(why: NDArray[np.uint8], train_docs: int, parts: list[list[int]]) -> tuple[NDArray[np.uint8], list[int]]:
+    """The reason codes rearranged into the shards' scores.npy order (each shard's trained-on rows, then its
+    held-out rows), and where each shard's rows start (its offsets, and the end)."""
+    out, offsets = [], [0]
+    train_at, heldout_at = 0, train_docs
+    for n_train, n_heldout in parts:
+        out += [why[train_at : train_at + n_train], why[heldout_at : heldout_at + n_heldout]]
+        train_at, heldout_at = train_at + n_train, heldout_at + n_heldout
+        offsets.append(offsets[-1] + n_train + n_heldout)
+    return (np.concatenate(out) if out else np.zeros(0, dtype=np.uint8)), offsets
 
 
 def filter_quality(
     config: FilterQualityConfig, dirs: dict[str, Path], out_dir: Path, source_name: str = "source"
 ) -> dict[str, Any]:
-    """out_dir/train.jsonl and heldout.jsonl: the curated documents kept, each with its scores; stats.json with
-    the curate_source steps, then this stage's; dropped.jsonl with curate.keep_dropped of each reason. It
-    holds about 50 bytes per document (its scores, length and fate), never the texts."""
+    """out_dir/quality.npy: a reason code per curated document of the source (0: kept), in its shards' order;
+    stats.json with the curate_source steps, then this stage's, and each shard's offset into quality.npy. It
+    holds about 50 bytes per document (its scores, length and fate), never a text: filter_shard applies it."""
     out_dir = Path(out_dir)
     scores, train_docs, parts = _read_scores(dirs)
-    steps = json.loads((dirs["curated"] / STATS_FILE).read_text(encoding="utf-8"))["steps"]
+    steps = json.loads((dirs["source"] / STATS_FILE).read_text(encoding="utf-8"))["steps"]
     chars = scores["chars"]
     keep = np.ones(len(scores), dtype=bool)
     why = np.zeros(len(scores), dtype=np.uint8)
-    columns: dict[str, NDArray[np.float64]] = {}
     if config.perplexity is not None:
-        columns["perplexity"] = scores["perplexity"].copy()
-        steps.append(_perplexity_step(config, columns["perplexity"], chars, keep, why))
+        steps.append(_perplexity_step(config, scores["perplexity"].copy(), chars, keep, why))
     if config.classifier is not None:
-        columns["quality_score"] = scores["quality_score"].copy()
-        steps.append(_classifier_step(config, columns["quality_score"], chars, keep, why))
+        steps.append(_classifier_step(config, scores["quality_score"].copy(), chars, keep, why))
     _check_kept(source_name, keep, train_docs, len(scores))
     validate_counts(steps)
-    dropped = DroppedSample(config.keep_dropped)
-    _write_kept(dirs["curated"], out_dir, parts, columns, keep, why, dropped)
-    write_dropped(out_dir, dropped)
+    codes, offsets = _by_shard(why, train_docs, parts)
+    save_npy(out_dir / QUALITY_FILE, codes)
     result = {
         "counts": {
             "docs_in": len(scores),
@@ -304,6 +281,7 @@ def filter_quality(
             "docs_heldout": int(keep[train_docs:].sum()),
         },
         "steps": steps,
+        "offsets": offsets,
     }
     write_json(out_dir / STATS_FILE, result)
     return result

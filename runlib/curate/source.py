@@ -3,10 +3,12 @@
 curate_source reads the source's dedup_partition outputs (runlib.curate.partition: the exact duplicates
 across shards and the MinHash pairs verified at curate.dedup.minhash.threshold, each found in its slice of
 the hash space, with their documents' hashes), clusters the pairs (union-find; each cluster keeps its
-lowest-ranked document: hash, then id), picks the data.heldout_docs kept documents with the
-smallest SHA-256 from each shard's sorted hashes (heldout_split), and copies the shards' lines, in order, into
-heldout.jsonl and train.jsonl (docs.jsonl's line format). It holds the duplicates, the pairs and the
-held-out choice, never a text or a row per document: memory grows with the duplicates.
+lowest-ranked document: hash, then id), picks the data.heldout_docs kept documents with the smallest SHA-256
+from each shard's sorted hashes (heldout_split), and writes the verdicts (fates.npy) and the counts. It holds
+the duplicates, the pairs and the held-out choice, never a text or a row per document: memory grows with
+the duplicates. One filter_shard job per shard then writes that shard's documents (runlib.curate.filter_shard),
+as datatrove's MinHash dedup ends with a filter per task (huggingface/datatrove
+src/datatrove/pipeline/dedup/minhash.py MinhashDedupFilter, its stage 4).
 """
 
 from __future__ import annotations
@@ -22,15 +24,7 @@ from numpy.typing import NDArray
 
 from runlib.curate.config import CurateSourceConfig
 from runlib.curate.counts import validate_counts
-from runlib.curate.dropped import DroppedSample
-from runlib.curate.files import (
-    DOCS_FILE,
-    HELDOUT_FILE,
-    STATS_FILE,
-    TRAIN_FILE,
-    write_dropped,
-    write_json,
-)
+from runlib.curate.files import STATS_FILE, save_npy, write_json
 from runlib.curate.minhash import first_of_clusters
 from runlib.curate.partition import (
     EXACT_FILE,
@@ -41,9 +35,7 @@ from runlib.curate.partition import (
     global_ids,
     row_order,
 )
-from runlib.curate.parts import PartRanges, write_parts
 from runlib.errors import UserError
-from runlib.util.atomic import atomic_file
 
 
 def _sum_steps(source_name: str, shard_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -110,11 +102,11 @@ def _near_duplicates(partition_dirs: list[Path]) -> tuple[NDArray[np.uint64], di
 
 def _heldout(
     shard_dirs: list[Path], dropped: NDArray[np.uint64], heldout_docs: int
-) -> tuple[NDArray[np.uint64], set[bytes]]:
-    """(ids, digests) of the heldout_docs kept documents with the smallest SHA-256 (then id): each shard's
+) -> tuple[NDArray[np.uint64], NDArray[np.void]]:
+    """(ids, SHA-256 digests as 32-byte rows) of the heldout_docs kept documents with the smallest SHA-256 (then id): each shard's
     smallest ones from its sorted hashes.npy, merged; a function of the texts only."""
     if not heldout_docs:
-        return np.empty(0, dtype=np.uint64), set()
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.dtype((np.void, 32)))
     shas, ids = [], []
     for shard, directory in enumerate(shard_dirs):
         table = np.load(directory / HASHES_FILE, mmap_mode="r", allow_pickle=False)
@@ -132,7 +124,8 @@ def _heldout(
     sha = np.concatenate(shas) if shas else np.empty((0, 4), dtype=np.uint64)
     gid = np.concatenate(ids) if ids else np.empty(0, dtype=np.uint64)
     chosen = row_order(sha, gid)[:heldout_docs]
-    return gid[chosen], {row.tobytes() for row in sha[chosen]}
+    digests = np.ascontiguousarray(sha[chosen]).view(np.dtype((np.void, 32))).ravel()
+    return gid[chosen], digests
 
 
 def _exact_duplicates(partition_dirs: list[Path]) -> NDArray[np.uint64]:
@@ -160,99 +153,82 @@ def _check_enough(
         )
 
 
-EXACT, NEAR, HELDOUT = 1, 2, 3
-"""A document's fate codes in the join (0: trained on)."""
-DROPPED_AS = {EXACT: ("cross_shard_dedup", "duplicate"), NEAR: ("minhash_dedup", "near_duplicate")}
-COPY_OF_HELDOUT = ("heldout_split", "copy_of_heldout")
+EXACT, NEAR, HELDOUT, COPY_OF_HELDOUT = 1, 2, 3, 4
+"""A document's fate codes in the join (0: trained on; COPY_OF_HELDOUT: a training copy of a held-out text,
+dropped, with exact dedup off)."""
+DROPPED_AS = {
+    EXACT: ("cross_shard_dedup", "duplicate"),
+    NEAR: ("minhash_dedup", "near_duplicate"),
+    COPY_OF_HELDOUT: ("heldout_split", "copy_of_heldout"),
+}
+FATES_FILE = "fates.npy"
+"""The join's verdicts: FATE_DTYPE rows sorted by global id, one per document not trained on as it is."""
+FATE_DTYPE = np.dtype([("id", "<u8"), ("code", "u1")])
+_FATE_NAMES = {EXACT: "cross_shard_dedup", NEAR: "minhash_dedup", HELDOUT: "heldout", COPY_OF_HELDOUT: "heldout_split"}
+
+
+def _shard_codes(ids: NDArray[np.uint64], codes: NDArray[np.uint8], shard: int, lines: int) -> NDArray[np.uint8]:
+    """The fate code of each line of one shard, from the sorted (ids, codes)."""
+    lo, hi = np.searchsorted(
+        ids, [np.uint64(shard) << np.uint64(SHARD_SHIFT), np.uint64(shard + 1) << np.uint64(SHARD_SHIFT)]
+    )
+    out = np.zeros(lines, dtype=np.uint8)
+    local = (ids[lo:hi] & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
+    if len(local) and local.max() >= lines:
+        raise ValueError(
+            f"curate_source: shard {shard} has {lines} documents, its tables name line {local.max()}; rebuild the shards"
+        )
+    out[local] = codes[lo:hi]
+    return out
 
 
 @dataclass
-class _Fates:
-    """What the join decided for the dropped and held-out documents, as sorted global ids and a code each (9
-    bytes per duplicate, never a Python object per document), and the sizes it counts."""
+class _Tally:
+    """Documents and characters by fate (train, heldout, and the DROPPED_AS steps), and per shard the documents
+    trained on and held out."""
 
-    ids: NDArray[np.uint64]  # sorted: the dropped and the held-out documents
-    codes: NDArray[np.uint8]  # EXACT, NEAR or HELDOUT, per id
-    heldout_digests: set[bytes]  # the held-out texts' hashes: with exact dedup off, their training copies go
-    chars: Counter[str] = field(default_factory=Counter)  # characters by fate: exact, near, heldout, copy, train
+    chars: Counter[str] = field(default_factory=Counter)
     docs: Counter[str] = field(default_factory=Counter)
-
-    def shard_codes(self, shard: int, lines: int) -> NDArray[np.uint8]:
-        """The fate code of each line of one shard."""
-        lo, hi = np.searchsorted(
-            self.ids, [np.uint64(shard) << np.uint64(SHARD_SHIFT), np.uint64(shard + 1) << np.uint64(SHARD_SHIFT)]
-        )
-        out = np.zeros(lines, dtype=np.uint8)
-        local = (self.ids[lo:hi] & np.uint64((1 << SHARD_SHIFT) - 1)).astype(np.int64)
-        if len(local) and local.max() >= lines:
-            raise ValueError(
-                f"curate_source: shard {shard} has {lines} documents, its tables name line {local.max()}; rebuild the shards"
-            )
-        out[local] = self.codes[lo:hi]
-        return out
+    parts: list[list[int]] = field(default_factory=list)
 
 
-def _write_splits(shard_dirs: list[Path], fates: _Fates, out_dir: Path, dropped: DroppedSample) -> None:
-    """Copy the shards' lines into train.jsonl / heldout.jsonl (or drop them, sampled into `dropped`), in
-    order, counting documents and characters by fate; one shard's hash table in memory at a time. Each
-    shard's lines are one part of each file (parts.json: runlib.curate.parts)."""
-    train_parts, heldout_parts = PartRanges(len(shard_dirs)), PartRanges(len(shard_dirs))
-    with (
-        atomic_file(out_dir / TRAIN_FILE) as train_tmp,
-        atomic_file(out_dir / HELDOUT_FILE) as heldout_tmp,
-        open(train_tmp, "wb") as train,
-        open(heldout_tmp, "wb") as held,
-    ):
-        for shard, directory in enumerate(shard_dirs):
-            table = np.load(directory / HASHES_FILE, allow_pickle=False)
-            by_line = np.empty_like(table)
-            by_line[table["line"].astype(np.int64)] = table
-            train_parts.advance(shard)
-            heldout_parts.advance(shard)
-            codes = fates.shard_codes(shard, len(by_line)).tolist()
-            lines_read = 0
-            with open(directory / DOCS_FILE, "rb") as f:
-                for line_no, line in enumerate(f):
-                    lines_read += 1
-                    if line_no >= len(codes):
-                        break  # more lines than the tables: named below
-                    chars = int(by_line["chars"][line_no])
-                    code = codes[line_no]
-                    if code == HELDOUT:
-                        fates.docs["heldout"] += 1
-                        fates.chars["heldout"] += chars
-                        held.write(line)
-                        heldout_parts.add(len(line))
-                        continue
-                    fate = DROPPED_AS.get(code)
-                    if (
-                        fate is None
-                        and fates.heldout_digests
-                        and by_line["sha"][line_no].tobytes() in fates.heldout_digests
-                    ):
-                        fate = COPY_OF_HELDOUT
-                    if fate is None:
-                        fates.docs["train"] += 1
-                        fates.chars["train"] += chars
-                        train.write(line)
-                        train_parts.add(len(line))
-                        continue
-                    fates.docs[fate[0]] += 1
-                    fates.chars[fate[0]] += chars
-                    if dropped.wants(*fate):
-                        row = json.loads(line)
-                        row.pop("sha256", None)
-                        dropped.add(*fate, row.pop("id"), row.pop("text"), row)
-            if lines_read != len(by_line):
-                raise ValueError(
-                    f"curate_source: {directory / DOCS_FILE} does not match its tables; rebuild the shards"
-                )
-    write_parts(out_dir, train_parts, heldout_parts)
+def _tally(
+    shard_dirs: list[Path], ids: NDArray[np.uint64], codes: NDArray[np.uint8], heldout_digests: NDArray[np.void] | None
+) -> tuple[NDArray[np.uint64], NDArray[np.uint8], _Tally]:
+    """Count each shard's documents by fate from its hashes.npy (one shard's table in memory at a time, never a
+    text), marking the training copies of a held-out text (heldout_digests: their SHA-256 as 32-byte rows;
+    None with exact dedup on, which already dropped them); returns the fates with those copies added."""
+    tally = _Tally()
+    copies: list[NDArray[np.uint64]] = []
+    for shard, directory in enumerate(shard_dirs):
+        table = np.load(directory / HASHES_FILE, allow_pickle=False)
+        by_line = np.empty_like(table)
+        by_line[table["line"].astype(np.int64)] = table
+        shard_codes = _shard_codes(ids, codes, shard, len(by_line))
+        if heldout_digests is not None and len(heldout_digests):
+            digests = np.ascontiguousarray(by_line["sha"]).view(np.dtype((np.void, 32))).ravel()
+            copy = (shard_codes == 0) & np.isin(digests, heldout_digests)
+            shard_codes[copy] = COPY_OF_HELDOUT
+            copies.append(global_ids(shard, np.flatnonzero(copy).astype(np.uint64)))
+        chars = by_line["chars"].astype(np.int64)
+        for code in np.unique(shard_codes):
+            name = "train" if code == 0 else _FATE_NAMES[int(code)]
+            chosen = shard_codes == code
+            tally.docs[name] += int(chosen.sum())
+            tally.chars[name] += int(chars[chosen].sum())
+        tally.parts.append([int((shard_codes == 0).sum()), int((shard_codes == HELDOUT).sum())])
+    if copies:
+        extra = np.concatenate(copies)
+        ids = np.concatenate([ids, extra])
+        codes = np.concatenate([codes, np.full(len(extra), COPY_OF_HELDOUT, dtype=np.uint8)])
+        order = np.argsort(ids, kind="stable")
+        ids, codes = ids[order], codes[order]
+    return ids, codes, tally
 
 
-def _join_rows(config: CurateSourceConfig, fates: _Fates, verification: dict[str, int]) -> list[dict[str, Any]]:
+def _join_rows(config: CurateSourceConfig, tally: _Tally, verification: dict[str, int]) -> list[dict[str, Any]]:
     """The join's step rows (cross_shard_dedup, minhash_dedup, heldout_split) from what it counted."""
-    docs, chars = fates.docs, fates.chars
+    docs, chars = tally.docs, tally.chars
     total, chars_all = sum(docs.values()), sum(chars.values())
     rows = []
     docs_in, chars_in = total - docs["cross_shard_dedup"], chars_all - chars["cross_shard_dedup"]
@@ -294,15 +270,18 @@ def curate_source(
     source_name: str = "source",
     partition_dirs: list[Path] | None = None,
 ) -> dict[str, Any]:
-    """Join the shards of one source (in order) into out_dir/train.jsonl and out_dir/heldout.jsonl.
+    """The join of one source's shards (in order): out_dir/fates.npy, the verdict on every document that is
+    not trained on as it stands, and stats.json; filter_shard (runlib.curate.filter_shard) applies them to
+    each shard's texts.
 
-    The exact duplicates across shards (all copies of a text but its first occurrence) and the candidate
-    pairs of near-duplicates come from the source's dedup_partition outputs (`partition_dirs`:
-    runlib.curate.partition); the pairs are verified here and each cluster keeps its lowest-ranked document
-    (hash, then id). The heldout_docs kept documents with the smallest SHA-256 are held out (a choice that
-    depends on the texts only, so it is stable across reruns and shard counts); with exact dedup off,
-    training copies of a held-out text are dropped too. Memory grows with the duplicates, not the documents.
-    Returns {"counts", "steps", ...} (also in stats.json). `source_name` only labels error messages.
+    The exact duplicates across shards (all copies of a text but its first occurrence) and the verified pairs
+    of near-duplicates come from the source's dedup_partition outputs (`partition_dirs`:
+    runlib.curate.partition); each cluster of pairs keeps its lowest-ranked document (hash, then id). The
+    heldout_docs kept documents with the smallest SHA-256 are held out (a choice that depends on the texts
+    only, so it is stable across reruns and shard counts); with exact dedup off, training copies of a held-out
+    text are dropped too. It reads the shards' tables, never a text: memory grows with the duplicates and
+    one shard's table. Returns {"counts", "steps", "parts", ...} (also in stats.json). `source_name` only
+    labels error messages.
     """
     heldout_docs = config.heldout_docs
     out_dir = Path(out_dir)
@@ -331,15 +310,13 @@ def curate_source(
         [np.full(len(exact), EXACT), np.full(len(near), NEAR), np.full(len(heldout), HELDOUT)]
     ).astype(np.uint8)
     order = np.argsort(ids, kind="stable")
-    fates = _Fates(ids[order], codes[order], digests if not config.dedup.exact else set())
+    ids, codes, tally = _tally(shard_dirs, ids[order], codes[order], None if config.dedup.exact else digests)
+    fates = np.empty(len(ids), dtype=FATE_DTYPE)
+    fates["id"], fates["code"] = ids, codes
+    save_npy(out_dir / FATES_FILE, fates)
 
-    # the one pass over the texts: copy the lines into train.jsonl / heldout.jsonl, in order
-    dropped = DroppedSample(config.keep_dropped)
-    _write_splits(shard_dirs, fates, out_dir, dropped)
-    write_dropped(out_dir, dropped)
-
-    steps += _join_rows(config, fates, verification)
-    docs, chars = fates.docs, fates.chars
+    steps += _join_rows(config, tally, verification)
+    docs, chars = tally.docs, tally.chars
     validate_counts(steps)
 
     first = steps[0] if steps else {"docs_in": 0, "chars_in": 0}
@@ -354,6 +331,7 @@ def curate_source(
             "docs_repaired": sum(stats.get("counts", {}).get("docs_repaired", 0) for stats in shard_stats),
         },
         "steps": steps,
+        "parts": tally.parts,
         "provenance": [stats.get("provenance") for stats in shard_stats],
         "shards": len(shard_dirs),
     }

@@ -8,11 +8,7 @@ from runlib.store.stageconfig import StageConfig
 
 
 class TokenizeConfig(StageConfig):
-    """Which part of a curated source is tokenized and how its token ids are stored (the tokenizer and the documents are inputs)."""
+    """How a curated shard's token ids are stored (the tokenizer and the documents are inputs)."""
 
     token_dtype: Literal["auto", "uint16", "uint32"]
     """Storage of token ids on disk; auto: the smallest that holds the tokenizer's largest id."""
-
-    part: int
-    """Which part of the curated source this job encodes (its curate shard: runlib.curate.parts), 0 .. the
-    source's shards - 1."""

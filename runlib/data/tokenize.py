@@ -1,10 +1,10 @@
-"""The tokenize stage: one part of a curated source's documents -> token shards "train" and "heldout".
+"""The tokenize stage: one curated shard's documents -> token shards "train" and "heldout".
 
     tokenize_part(config, curated_dir, tokenizer_dir, out_dir) -> summary
 
-A source is tokenized by one job per part (its curate shards: the byte ranges of parts.json,
-runlib.curate.parts); the loader reads the parts in order as one stream (runlib.data.shards.open_split).
-Each document of the part's range of curated_dir/{train,heldout}.jsonl is encoded with the run's tokenizer (special-token
+A source is tokenized by one job per curated shard (its filter_shard outputs, runlib.curate.filter_shard);
+the loader reads the parts in order as one stream (runlib.data.shards.open_split).
+Each document of curated_dir/{train,heldout}.jsonl is encoded with the run's tokenizer (special-token
 strings inside the text stay text) and followed by the end-of-document id; the ids go to
 out_dir/<split>.bin + <split>.idx.npy (runlib.data.shards), in the dtype config.token_dtype asks for
 (runlib.data.config.TokenizeConfig: data.token_dtype of the spec).
@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from runlib.curate.parts import PARTS_FILE, part_lines, read_parts
 from runlib.data.config import TokenizeConfig
 from runlib.data.shards import ShardWriter, token_dtype
 from runlib.tokenizer.train import TOKENIZER_FILE, eos_id, load_tokenizer
@@ -41,25 +40,23 @@ IN_FLIGHT = 3
 SPLITS = ("train", "heldout")
 
 
-def _batches(path: Path, start: int = 0, end: int | None = None) -> Iterator[list[str]]:
-    """The texts of the documents in bytes [start, end) of a curated file (default: all of it), in file
-    order, in lists of about BATCH_BYTES characters."""
+def _batches(path: Path) -> Iterator[list[str]]:
+    """The texts of the documents of a curated file, in file order, in lists of about BATCH_BYTES characters."""
     batch: list[str] = []
     size = 0
-    end = path.stat().st_size if end is None else end
-    for lineno, line in part_lines(path, start, end):
-        if not line.strip():
-            continue
-        try:
-            text = json.loads(line)["text"]
-        except (ValueError, KeyError, TypeError) as exc:
-            where = f"{path}:{lineno}" if start == 0 else f"{path}, line {lineno} after byte {start}"
-            raise ValueError(f"{where}: not a curated document ({{'text': ...}}): {exc}") from exc
-        batch.append(text)
-        size += len(text)
-        if size >= BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line)["text"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{lineno}: not a curated document ({{'text': ...}}): {exc}") from exc
+            batch.append(text)
+            size += len(text)
+            if size >= BATCH_BYTES:
+                yield batch
+                batch, size = [], 0
     if batch:
         yield batch
 
@@ -77,11 +74,8 @@ def _count(texts: list[str]) -> tuple[int, int]:
     return chars, nbytes
 
 
-def tokenize_file(
-    tok: Tokenizer, path: Path, writer: ShardWriter, eos: int, byte_range: tuple[int, int] | None = None
-) -> dict[str, int]:
-    """Encode every document of a curated JSONL file (or of its bytes [start, end)) into writer, each
-    followed by eos; return the counts.
+def tokenize_file(tok: Tokenizer, path: Path, writer: ShardWriter, eos: int) -> dict[str, int]:
+    """Encode every document of a curated JSONL file into writer, each followed by eos; return the counts.
 
     Up to IN_FLIGHT batches are encoded at once (tokenizers releases the GIL; its thread pool, sized by
     RAYON_NUM_THREADS, does the work), so the cores stay busy while this thread parses the next batch
@@ -110,7 +104,7 @@ def tokenize_file(
     pending: deque[Future[list[Encoding]]] = deque()
     with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="runlib-tokenize") as pool:
         try:
-            for texts in _batches(path, *(byte_range or (0, None))):
+            for texts in _batches(path):
                 c, b = _count(texts)
                 chars, nbytes, docs = chars + c, nbytes + b, docs + len(texts)
                 pending.append(pool.submit(encode, texts))
@@ -125,8 +119,8 @@ def tokenize_file(
 
 
 def tokenize_part(config: TokenizeConfig, curated_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict[str, Any]:
-    """Write out_dir/{train,heldout}.{bin,idx.npy} for part config.part of one curated source; return counts
-    and compression."""
+    """Write out_dir/{train,heldout}.{bin,idx.npy} for one curated shard (curated_dir: its filter_shard
+    output); return counts and compression."""
     curated_dir, out_dir = Path(curated_dir), Path(out_dir)
     tok = load_tokenizer(Path(tokenizer_dir) / TOKENIZER_FILE)
     eos = eos_id(tok)
@@ -135,14 +129,10 @@ def tokenize_part(config: TokenizeConfig, curated_dir: Path, tokenizer_dir: Path
     for split in SPLITS:
         if not (curated_dir / f"{split}.jsonl").exists():
             raise FileNotFoundError(f"curated source {curated_dir}: {split}.jsonl is missing")
-    parts = read_parts(curated_dir)
-    if not 0 <= config.part < len(parts["train"]):
-        raise ValueError(f"{curated_dir / PARTS_FILE}: {len(parts['train'])} parts, no part {config.part}")
     stats = {}
     for split in SPLITS:
-        start, end, _ = parts[split][config.part]
         with ShardWriter(out_dir, split, dtype) as writer:
-            stats[split] = tokenize_file(tok, curated_dir / f"{split}.jsonl", writer, eos, (start, end))
+            stats[split] = tokenize_file(tok, curated_dir / f"{split}.jsonl", writer, eos)
             writer.close()
     train = stats["train"]
     text_tokens = train["tokens"] - train["docs"]  # without the EOS after each document

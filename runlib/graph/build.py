@@ -12,7 +12,7 @@ from typing import Any
 
 from runlib.curate.config import CurateShardConfig, DedupPartitionConfig
 from runlib.errors import UserError
-from runlib.graph.nodes import GraphContext, curated_node
+from runlib.graph.nodes import GraphContext, curated_parts, funnel_node
 from runlib.graph.registry import STAGES, versions
 from runlib.plan import derive
 from runlib.spec.branches import without_branches
@@ -50,8 +50,13 @@ class StageGraph:
         total = sum(f.bytes for n in shards for f in n.config_as(CurateShardConfig).files)
         return total // max(1, node.config_as(DedupPartitionConfig).partitions)
 
-    def curated(self, source: str) -> StageNode:
-        return curated_node(self.nodes, source)
+    def curated(self, source: str) -> list[StageNode]:
+        """The source's filter_shard nodes, in shard order: its finished documents."""
+        return curated_parts(self.nodes, source)
+
+    def funnel(self, source: str) -> StageNode:
+        """The node whose stats.json holds all of the source's curation steps."""
+        return funnel_node(self.nodes, source)
 
     def phase_node(self, stage: str, phase: int) -> StageNode | None:
         """The spec's own train_phase / eval_phase node of phase `phase` (not a ladder rung's); None when the

@@ -25,6 +25,7 @@ from runlib.curate.config import (
     CurateSourceConfig,
     DedupPartitionConfig,
     FilterQualityConfig,
+    FilterShardConfig,
     InputFile,
     TrainClassifierConfig,
     TrainNgramLmConfig,
@@ -196,9 +197,7 @@ def dedup_partition_configs(spec: RunSpec, shards: dict[str, int]) -> dict[str, 
 def curate_source_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, CurateSourceConfig]:
     """Source name -> the config of the stage that joins its shards."""
     return {
-        name: CurateSourceConfig(
-            dedup=source.curate.dedup, heldout_docs=spec.data.heldout_docs, keep_dropped=source.curate.keep_dropped
-        )
+        name: CurateSourceConfig(dedup=source.curate.dedup, heldout_docs=spec.data.heldout_docs)
         for name, source in spec.data.sources.items()
     }
 
@@ -235,13 +234,25 @@ def train_ngram_lm_configs(spec: RunSpec) -> dict[str, TrainNgramLmConfig]:
 def filter_quality_configs(spec: RunSpec) -> dict[str, FilterQualityConfig]:
     """Source name -> its filter_quality config, for the sources with a classifier or a perplexity filter."""
     return {
-        name: FilterQualityConfig(
-            classifier=source.curate.classifier,
-            perplexity=source.curate.perplexity,
-            keep_dropped=source.curate.keep_dropped,
-        )
+        name: FilterQualityConfig(classifier=source.curate.classifier, perplexity=source.curate.perplexity)
         for name, source in spec.data.sources.items()
         if source.curate.classifier is not None or source.curate.perplexity is not None
+    }
+
+
+def filter_shard_configs(spec: RunSpec, shards: dict[str, int]) -> dict[str, list[FilterShardConfig]]:
+    """Source name -> the configs of its filter_shard jobs, one per curate shard (`shards`: their count)."""
+    return {
+        name: [
+            FilterShardConfig(
+                shard=i,
+                perplexity=source.curate.perplexity is not None,
+                classifier=source.curate.classifier is not None,
+                keep_dropped=source.curate.keep_dropped,
+            )
+            for i in range(shards[name])
+        ]
+        for name, source in spec.data.sources.items()
     }
 
 
@@ -264,8 +275,8 @@ def tokenizer_config(spec: RunSpec, plan: Plan | None = None) -> TokenizerConfig
 
 
 def tokenize_configs(spec: RunSpec, plan: Plan | None = None) -> dict[str, TokenizeConfig]:
-    """Source name -> the config of its first tokenize job (part 0; runlib.graph.nodes makes one per part)."""
-    return {name: TokenizeConfig(token_dtype=spec.data.token_dtype, part=0) for name in spec.data.sources}
+    """Source name -> the config of its tokenize jobs (runlib.graph.nodes makes one per curated shard)."""
+    return {name: TokenizeConfig(token_dtype=spec.data.token_dtype) for name in spec.data.sources}
 
 
 # ------------------------------------------------------------------------------------ training, eval

@@ -76,8 +76,8 @@ class GraphContext:
     def one(self, stage: str, **params: Any) -> StageNode:
         return next(n for n in self.of(stage) if all(n.params.get(k) == v for k, v in params.items()))
 
-    def curated(self, source: str) -> StageNode:
-        return curated_node(self.nodes, source)
+    def curated(self, source: str) -> list[StageNode]:
+        return curated_parts(self.nodes, source)
 
     @cached_property
     def trains(self) -> bool:
@@ -115,10 +115,18 @@ class GraphContext:
         }
 
 
-def curated_node(nodes: Sequence[StageNode], source: str) -> StageNode:
-    """The node whose train.jsonl and heldout.jsonl are the source's finished documents (what tokenize and
-    train_tokenizer read, `runlib docs` streams and the report's funnel ends at): its filter_quality when it
-    has a quality filter, else its curate_source."""
+def curated_parts(nodes: Sequence[StageNode], source: str) -> list[StageNode]:
+    """The nodes whose train.jsonl and heldout.jsonl, in this order, are the source's finished documents (what
+    tokenize and train_tokenizer read and `runlib docs` streams): its filter_shard nodes, in shard order."""
+    parts = [n for n in nodes if n.stage == "filter_shard" and n.params.get("source") == source]
+    if not parts:
+        raise UserError(f"no filter_shard stage for source {source!r} in this spec")
+    return sorted(parts, key=lambda n: int(n.params["shard"]))
+
+
+def funnel_node(nodes: Sequence[StageNode], source: str) -> StageNode:
+    """The node whose stats.json holds every curation step of the whole source (the report's funnel ends at
+    it): its filter_quality when it has a quality filter, else its curate_source."""
     for stage in ("filter_quality", "curate_source"):
         for node in nodes:
             if node.stage == stage and node.params.get("source") == source:
@@ -138,9 +146,16 @@ def curate_shard_nodes(g: GraphContext) -> list[StageNode]:
     ]
 
 
-def _shard_inputs(g: GraphContext, source: str) -> dict[str, str]:
+def _shard_inputs(g: GraphContext, source: str, role: str = "") -> dict[str, str]:
+    """The roles <role>shard0, <role>shard1, ... of a source's curate_shard nodes."""
     shards = [n for n in g.of("curate_shard") if n.params["source"] == source]
-    return {f"shard{i}": n.key for i, n in enumerate(shards)}
+    return {f"{role}shard{i}": n.key for i, n in enumerate(shards)}
+
+
+def _joined_inputs(g: GraphContext, source: str, role: str) -> dict[str, str]:
+    """A source's documents after its join, as a stage that reads them takes them: role -> its curate_source,
+    role/shard0, ... -> its curate shards (runlib.curate.joined)."""
+    return {role: g.one("curate_source", source=source).key} | _shard_inputs(g, source, f"{role}/")
 
 
 def dedup_partition_nodes(g: GraphContext) -> list[StageNode]:
@@ -169,19 +184,23 @@ def curate_source_nodes(g: GraphContext) -> list[StageNode]:
 
 
 def train_classifier_nodes(g: GraphContext) -> list[StageNode]:
-    """Per source with curate.classifier: positives from the anchors' curate_source, negatives from its own."""
+    """Per source with curate.classifier: positives from the anchors' joined documents, negatives from its own."""
     out = []
     for name, config in configs.train_classifier_configs(g.spec).items():
         anchors = g.spec.data.sources[name].curate.classifier.positives  # type: ignore[union-attr]
-        inputs = {f"positive{i}": g.one("curate_source", source=a).key for i, a in enumerate(anchors)}
-        inputs["negatives"] = g.one("curate_source", source=name).key
+        inputs: dict[str, str] = {}
+        for i, anchor in enumerate(anchors):
+            inputs |= _joined_inputs(g, anchor, f"positive{i}")
+        inputs |= _joined_inputs(g, name, "negatives")
         out.append(g.make("train_classifier", f"train_classifier {name}", config, inputs, source=name))
     return out
 
 
 def _ngram_lm_node(g: GraphContext, name: str, config: TrainNgramLmConfig) -> StageNode:
     reference = g.spec.data.sources[name].curate.perplexity.reference  # type: ignore[union-attr]
-    inputs = {f"reference{i}": g.one("curate_source", source=r).key for i, r in enumerate(reference)}
+    inputs: dict[str, str] = {}
+    for i, source in enumerate(reference):
+        inputs |= _joined_inputs(g, source, f"reference{i}")
     return g.make("train_ngram_lm", f"train_ngram_lm {name}", config, inputs, source=name)
 
 
@@ -196,50 +215,71 @@ def train_ngram_lm_nodes(g: GraphContext) -> list[StageNode]:
 
 
 def score_quality_nodes(g: GraphContext) -> list[StageNode]:
-    """Per source with a classifier or a perplexity filter, one job per part (curate shard) of its curated
-    documents: their scores by its models."""
+    """Per source with a classifier or a perplexity filter, one job per curate shard: the shard's documents
+    after the join, scored by its models."""
     out = []
     lm_configs = configs.train_ngram_lm_configs(g.spec)
     for name, config in configs.filter_quality_configs(g.spec).items():
-        inputs = {"curated": g.one("curate_source", source=name).key}
+        models = {}
         if config.classifier is not None:
-            inputs["classifier"] = g.one("train_classifier", source=name).key
+            models["classifier"] = g.one("train_classifier", source=name).key
         if config.perplexity is not None:
-            inputs["ngram_lm"] = _ngram_lm_node(g, name, lm_configs[name]).key
-        for part in range(len(_shard_inputs(g, name))):
+            models["ngram_lm"] = _ngram_lm_node(g, name, lm_configs[name]).key
+        source = g.one("curate_source", source=name).key
+        for shard, key in enumerate(_shard_inputs(g, name).values()):
             scored = ScoreQualityConfig(
-                classifier=config.classifier is not None, perplexity=config.perplexity is not None, part=part
+                classifier=config.classifier is not None, perplexity=config.perplexity is not None, shard=shard
             )
-            out.append(g.make("score_quality", f"score_quality {name}/{part}", scored, inputs, source=name, part=part))
+            inputs = {"shard": key, "source": source} | models
+            out.append(g.make("score_quality", f"score_quality {name}/{shard}", scored, inputs, source=name, shard=shard))
     return out
 
 
 def filter_quality_nodes(g: GraphContext) -> list[StageNode]:
-    """Per source with a classifier or a perplexity filter: its curated documents kept by their scores."""
+    """Per source with a classifier or a perplexity filter: which of its documents the scores keep."""
     out = []
     for name, config in configs.filter_quality_configs(g.spec).items():
-        inputs = {"curated": g.one("curate_source", source=name).key}
-        parts = [n for n in g.of("score_quality") if n.params["source"] == name]
-        inputs |= {f"scores{i}": n.key for i, n in enumerate(parts)}
+        inputs = {"source": g.one("curate_source", source=name).key}
+        scored = [n for n in g.of("score_quality") if n.params["source"] == name]
+        inputs |= {f"scores{i}": n.key for i, n in enumerate(scored)}
         out.append(g.make("filter_quality", f"filter_quality {name}", config, inputs, source=name))
     return out
 
 
+def filter_shard_nodes(g: GraphContext) -> list[StageNode]:
+    """Per source, one job per curate shard: the shard's documents the join and the quality filters keep."""
+    shards = {name: len(_shard_inputs(g, name)) for name in g.spec.data.sources}
+    out = []
+    for name, shard_configs in configs.filter_shard_configs(g.spec, shards).items():
+        source = g.one("curate_source", source=name).key
+        quality = [n for n in g.of("filter_quality") if n.params["source"] == name]
+        for config, key in zip(shard_configs, _shard_inputs(g, name).values(), strict=True):
+            inputs = {"shard": key, "source": source}
+            if quality:
+                inputs |= {"quality": quality[0].key, "scores": g.one("score_quality", source=name, shard=config.shard).key}
+            instance = f"filter_shard {name}/{config.shard}"
+            out.append(g.make("filter_shard", instance, config, inputs, source=name, shard=config.shard))
+    return out
+
+
 def train_tokenizer_nodes(g: GraphContext) -> list[StageNode]:
-    curated = {name: g.curated(name) for name in g.spec.data.sources}
-    inputs = {f"source:{name}": curated[name].key for name in sorted(g.spec.tokenizer.train_on) if name in curated}
+    """The tokenizer, on the train_on sources' curated shards (roles source:<name>/<shard>)."""
+    inputs = {}
+    for name in sorted(g.spec.tokenizer.train_on):
+        if name in g.spec.data.sources:
+            inputs |= {f"source:{name}/{n.params['shard']}": n.key for n in g.curated(name)}
     return [g.make("train_tokenizer", "train_tokenizer", configs.tokenizer_config(g.spec, g.plan), inputs)]
 
 
 def tokenize_nodes(g: GraphContext) -> list[StageNode]:
-    """Per source, one tokenize job per part of its curated documents: per curate shard."""
+    """Per source, one tokenize job per curated shard."""
     tokenizer = g.one("train_tokenizer")
     out = []
     for name, config in configs.tokenize_configs(g.spec, g.plan).items():
-        inputs = {"curated": g.curated(name).key, "tokenizer": tokenizer.key}
-        for part in range(len(_shard_inputs(g, name))):
-            part_config = TokenizeConfig(token_dtype=config.token_dtype, part=part)
-            out.append(g.make("tokenize", f"tokenize {name}/{part}", part_config, inputs, source=name, part=part))
+        for curated in g.curated(name):
+            part = int(curated.params["shard"])
+            inputs = {"curated": curated.key, "tokenizer": tokenizer.key}
+            out.append(g.make("tokenize", f"tokenize {name}/{part}", config, inputs, source=name, part=part))
     return out
 
 

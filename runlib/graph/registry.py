@@ -31,6 +31,7 @@ from runlib.curate.config import (
     CurateSourceConfig,
     DedupPartitionConfig,
     FilterQualityConfig,
+    FilterShardConfig,
     ScoreQualityConfig,
     TrainClassifierConfig,
     TrainNgramLmConfig,
@@ -140,10 +141,20 @@ def _filter_quality(graph: StageGraph, node: StageNode, out: Path) -> dict[str, 
     return filter_quality(config, input_dirs(graph, node), out, source_name=node.params["source"])
 
 
+def _filter_shard(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.curate.filter_shard import filter_shard
+
+    return filter_shard(node.config_as(FilterShardConfig), input_dirs(graph, node), out)
+
+
 def _train_tokenizer(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.tokenizer.train import train_tokenizer
 
-    curated = {role.removeprefix("source:"): d for role, d in input_dirs(graph, node).items()}
+    parts: dict[str, list[tuple[int, Path]]] = {}
+    for role, directory in input_dirs(graph, node).items():  # source:<name>/<shard>
+        name, _, shard = role.removeprefix("source:").rpartition("/")
+        parts.setdefault(name, []).append((int(shard), directory))
+    curated: dict[str, Path | list[Path]] = {name: [d for _, d in sorted(p)] for name, p in parts.items()}
     return train_tokenizer(node.config_as(TokenizerConfig), curated, out)
 
 
@@ -200,11 +211,11 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "curate_source",
-        8,
+        9,
         CurateSourceConfig,
         nodes.curate_source_nodes,
         _curate_source,
-        "join a source's shards: dedup across shards, split off the held-out documents",
+        "join a source's shards: decide the duplicates across shards and the held-out documents",
         Resources(threads=1, mem_mb=2000, runtime_min=30),
     ),
     StageKind(
@@ -227,25 +238,34 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "score_quality",
-        1,
+        2,
         ScoreQualityConfig,
         nodes.score_quality_nodes,
         _score_quality,
-        "score one part (curate shard) of a source's curated documents by its classifier and perplexity",
+        "score one curate shard's documents after the join by the source's classifier and perplexity",
         Resources(threads=1, mem_mb=4000, runtime_min=60),
     ),
     StageKind(
         "filter_quality",
-        3,
+        4,
         FilterQualityConfig,
         nodes.filter_quality_nodes,
         _filter_quality,
-        "keep a source's curated documents by their scores, the cut set over the whole source",
+        "decide which of a source's documents its quality filters keep, the cut set over the whole source",
         Resources(threads=1, mem_mb=4000, runtime_min=60),
     ),
     StageKind(
+        "filter_shard",
+        1,
+        FilterShardConfig,
+        nodes.filter_shard_nodes,
+        _filter_shard,
+        "write one curate shard's documents the source trains on and holds out (the join's and quality verdicts)",
+        Resources(threads=1, mem_mb=1000, runtime_min=30),
+    ),
+    StageKind(
         "train_tokenizer",
-        4,
+        5,
         TokenizerConfig,
         nodes.train_tokenizer_nodes,
         _train_tokenizer,
@@ -255,11 +275,11 @@ KINDS: tuple[StageKind, ...] = (
     ),
     StageKind(
         "tokenize",
-        5,
+        6,
         TokenizeConfig,
         nodes.tokenize_nodes,
         _tokenize,
-        "tokenize one part (curate shard) of a curated source into token shards (train and held-out)",
+        "tokenize one curated shard of a source into token shards (train and held-out)",
         Resources(threads=1, mem_mb=4000, runtime_min=60),
     ),
     StageKind(

@@ -1,8 +1,8 @@
 """`runlib docs SPEC --source NAME`: the documents curation kept (train.jsonl or heldout.jsonl of the source's
-filter_quality artifact when it has quality filters, else of its curate_source) or the sample of those it dropped
-(dropped.jsonl of each curate_shard artifact, then of curate_source and filter_quality: curate.keep_dropped per
-step and reason), streamed as JSONL on stdout. Each artifact is verified
-against its manifest before a line of it is read (runlib.store.artifacts.verify_node)."""
+filter_shard artifacts, in shard order) or the sample of those it dropped (dropped.jsonl of each curate_shard
+artifact, then of each filter_shard: the first curate.keep_dropped of each step and reason, in input order),
+streamed as JSONL on stdout. Each artifact is verified against its manifest before a line of it is read
+(runlib.store.artifacts.verify_node)."""
 
 from __future__ import annotations
 
@@ -36,17 +36,23 @@ def _lines(path: Path) -> Iterator[str]:
         yield from f
 
 
-def _dropped_rows(dirs: list[Path]) -> Iterator[dict[str, object]]:
+def _dropped_rows(dirs: list[Path], per_reason: int) -> Iterator[dict[str, object]]:
+    """The artifacts' samples in order, the first `per_reason` of each (step, reason): each shard kept its
+    first ones, so these are the source's first ones in input order."""
+    taken: Counter[tuple[object, object]] = Counter()
     for directory in dirs:
         path = directory / DROPPED_FILE
         if path.exists():
             for line in _lines(path):
-                yield json.loads(line)
+                row = json.loads(line)
+                taken[(row["step"], row["reason"])] += 1
+                if taken[(row["step"], row["reason"])] <= per_reason:
+                    yield row
 
 
-def _check_reason(source: str, reason: str, dirs: list[Path]) -> None:
+def _check_reason(source: str, reason: str, dirs: list[Path], per_reason: int) -> None:
     """UserError listing the reasons the sample holds when `reason` is none of them."""
-    seen = Counter(f"{row['step']}:{row['reason']}" for row in _dropped_rows(dirs))
+    seen = Counter(f"{row['step']}:{row['reason']}" for row in _dropped_rows(dirs, per_reason))
     if not any(reason in (key, key.split(":", 1)[1]) for key in seen):
         listing = ", ".join(f"{key} ({n})" for key, n in sorted(seen.items())) or "none"
         raise UserError(
@@ -64,22 +70,23 @@ def curated_docs(
     if source not in sources:
         raise UserError(f"--source {source[:80]!r}: the spec has no such source; its sources: {', '.join(sources)}")
     graph = build_graph(spec)
-    joined = graph.find("curate_source", source=source)
-    finished = graph.curated(source)  # the documents the source trains on
+    finished = graph.curated(source)  # the documents the source trains on, shard by shard
     if not dropped:
         if reason is not None:
             raise UserError("--reason selects among dropped documents: give --dropped too")
-        yield from _lines(_built(finished, spec_path) / SPLIT_FILES[split])
+        for directory in [_built(node, spec_path) for node in finished]:
+            yield from _lines(directory / SPLIT_FILES[split])
         return
-    if not sources[source].curate.keep_dropped:
+    per_reason = sources[source].curate.keep_dropped
+    if not per_reason:
         raise UserError(
             f"data.sources.{source}.curate.keep_dropped is 0, so curation kept no dropped document to show: "
             "set it (e.g. keep_dropped: 20, per step and reason) and run the workflow again"
         )
     shards = [n for n in graph.of("curate_shard") if n.params.get("source") == source]
-    dirs = [_built(n, spec_path) for n in [*shards, joined] + ([finished] if finished is not joined else [])]
+    dirs = [_built(n, spec_path) for n in [*shards, *finished]]
     if reason is not None:
-        _check_reason(source, reason, dirs)
-    for row in _dropped_rows(dirs):
+        _check_reason(source, reason, dirs, per_reason)
+    for row in _dropped_rows(dirs, per_reason):
         if reason is None or reason in (row["reason"], f"{row['step']}:{row['reason']}"):
             yield json.dumps(row, ensure_ascii=False) + "\n"

@@ -62,7 +62,7 @@ def curation_blocks(run: RunData) -> list[Block]:
     blocks: list[Block] = []
     waiting = []
     for joined in run.graph.of("curate_source"):
-        node = run.graph.curated(str(joined.params["source"]))  # its stats hold the join's steps and its own
+        node = run.graph.funnel(str(joined.params["source"]))  # its stats hold the join's steps and its own
         state = next((s for s in run.stages if s.node is node), None)
         stats = read_json(node.dir / "stats.json") if state is not None and state.built else None
         steps = stats.get("steps") if stats is not None else None

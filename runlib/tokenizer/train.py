@@ -1,6 +1,6 @@
 """Train the run's tokenizer: byte-level BPE on a weighted sample of the curated sources.
 
-    train_tokenizer(config, {source: curated_dir}, out_dir) -> summary; writes out_dir/tokenizer.json
+    train_tokenizer(config, {source: [curated shard dirs]}, out_dir) -> summary; writes out_dir/tokenizer.json
 
 `config` is a runlib.tokenizer.config.TokenizerConfig (the spec's tokenizer section, built by
 runlib.graph.configs); the field names below are its fields.
@@ -11,8 +11,8 @@ merges up to `tokenizer.vocab_size + reserved_tokens` ids, then the domain token
 byte-for-byte the same for the same spec and corpus, whatever the thread count.
 
 Sampling: `train_bytes` (UTF-8 bytes of text) are split between the `train_on` sources in
-proportion to their weights; each source contributes the documents of its curated train.jsonl in file
-order, cut at its share, starting over from the first document when the file holds less than its share.
+proportion to their weights; each source contributes the documents of its curated shards' train.jsonl in
+shard and file order, cut at its share, starting over from the first document when they hold less than its share.
 Without `train_bytes`: 1 GB, or less when the sources are smaller, so that no document repeats.
 
 Pre-tokenization: digits first (single: every digit alone; triplets: runs of digits cut left to right
@@ -73,6 +73,21 @@ def iter_texts(path: Path) -> Iterator[str]:
                 raise ValueError(f"{path}:{lineno}: not a curated document ({{'text': ...}}): {exc}") from exc
 
 
+def iter_split(paths: Iterable[Path]) -> Iterator[str]:
+    """The `text` of each document of these curated JSONL files, one after the other."""
+    for path in paths:
+        yield from iter_texts(path)
+
+
+Curated = dict[str, Path | list[Path]]
+"""Source name -> its curated shard directories in order (or one directory): each with train.jsonl, heldout.jsonl."""
+
+
+def _shard_dirs(curated: Curated, name: str) -> list[Path]:
+    dirs = curated[name]
+    return [Path(d) for d in dirs] if isinstance(dirs, list) else [Path(dirs)]
+
+
 def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
@@ -93,14 +108,14 @@ def _shares(total: int, weights: dict[str, float]) -> dict[str, int]:
     return shares
 
 
-def _default_total(weights: dict[str, float], files: dict[str, Path]) -> int:
+def _default_total(weights: dict[str, float], files: dict[str, list[Path]]) -> int:
     """DEFAULT_TRAIN_BYTES, or the largest total whose shares fit every source without repeating."""
     norm = sum(weights.values())
     total = DEFAULT_TRAIN_BYTES
     for name, w in weights.items():
         cap = math.ceil(DEFAULT_TRAIN_BYTES * w / norm)
         have = 0
-        for text in iter_texts(files[name]):
+        for text in iter_split(files[name]):
             have += _utf8_len(text)
             if have >= cap:
                 break
@@ -112,12 +127,12 @@ def _default_total(weights: dict[str, float], files: dict[str, Path]) -> int:
     return total
 
 
-def _sample(path: Path, share: int, used: dict[str, int], name: str) -> Iterator[list[str]]:
+def _sample(paths: list[Path], share: int, used: dict[str, int], name: str) -> Iterator[list[str]]:
     """Batches of documents of one source, in file order, cycling, the last one cut to end at `share` bytes."""
     batch: list[str] = []
     while used[name] < share:
         before, last = used[name], False
-        for text in iter_texts(path):
+        for text in iter_split(paths):
             size = _utf8_len(text)
             last = used[name] + size >= share
             if used[name] + size > share:
@@ -339,16 +354,16 @@ def compression(tok: Tokenizer, texts: Iterable[str]) -> dict[str, Any]:
     }
 
 
-def _heldout_compression(tok: Tokenizer, names: Iterable[str], curated: dict[str, Path]) -> dict[str, Any]:
+def _heldout_compression(tok: Tokenizer, names: Iterable[str], curated: Curated) -> dict[str, Any]:
     out = {}
     for name in names:
-        path = Path(curated[name]) / "heldout.jsonl"
-        if path.exists():
-            out[name] = compression(tok, iter_texts(path))
+        paths = [d / "heldout.jsonl" for d in _shard_dirs(curated, name)]
+        if all(path.exists() for path in paths):
+            out[name] = compression(tok, iter_split(paths))
     return out
 
 
-def _check_inputs(cfg: TokenizerConfig, curated: dict[str, Path]) -> dict[str, float]:
+def _check_inputs(cfg: TokenizerConfig, curated: Curated) -> dict[str, float]:
     weights = {n: float(w) for n, w in cfg.train_on.items() if w > 0}
     if not weights:
         raise UserError(
@@ -360,12 +375,13 @@ def _check_inputs(cfg: TokenizerConfig, curated: dict[str, Path]) -> dict[str, f
             f"tokenizer.train_on: no curated data for {', '.join(sorted(missing))}; use sources of data.sources"
         )
     for name in weights:
-        if not (Path(curated[name]) / "train.jsonl").exists():
-            raise FileNotFoundError(f"curated source {name!r}: {Path(curated[name]) / 'train.jsonl'} is missing")
+        for directory in _shard_dirs(curated, name):
+            if not (directory / "train.jsonl").exists():
+                raise FileNotFoundError(f"curated source {name!r}: {directory / 'train.jsonl'} is missing")
     return weights
 
 
-def _pretrained(cfg: TokenizerConfig, pretrained: str, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
+def _pretrained(cfg: TokenizerConfig, pretrained: str, curated: Curated, out_dir: Path) -> dict[str, Any]:
     """Copy the tokenizer.json at `pretrained` (cfg.pretrained) into out_dir, with cfg's drop and domain tokens."""
     from tokenizers import Tokenizer
 
@@ -418,10 +434,11 @@ def _pretrained(cfg: TokenizerConfig, pretrained: str, curated: dict[str, Path],
     }
 
 
-def train_tokenizer(config: TokenizerConfig, curated: dict[str, Path], out_dir: Path) -> dict[str, Any]:
+def train_tokenizer(config: TokenizerConfig, curated: Curated, out_dir: Path) -> dict[str, Any]:
     """Train (or copy, with config.pretrained) the tokenizer into out_dir/tokenizer.json; return its summary.
 
-    `curated`: source name -> its curate_source artifact directory (train.jsonl, heldout.jsonl)."""
+    `curated`: source name -> its curated shard directories in order (filter_shard outputs: train.jsonl,
+    heldout.jsonl), or one directory."""
     cfg = config
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -437,7 +454,7 @@ def train_tokenizer(config: TokenizerConfig, curated: dict[str, Path], out_dir: 
     if reserved < 1:
         raise UserError("tokenizer.reserved_tokens: must be at least 1, the end-of-document token is one of them")
     weights = _check_inputs(cfg, curated)
-    files = {n: Path(curated[n]) / "train.jsonl" for n in weights}
+    files = {n: [d / "train.jsonl" for d in _shard_dirs(curated, n)] for n in weights}
 
     total = cfg.train_bytes if cfg.train_bytes is not None else _default_total(weights, files)
     shares = _shares(int(total), weights)

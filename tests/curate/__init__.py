@@ -8,6 +8,7 @@ from typing import Any
 
 from runlib.audit.cases import case_data
 from runlib.curate.config import CurateShardConfig, InputFile
+from runlib.curate.filter_shard import filter_shard
 from runlib.curate.partition import dedup_partition
 from runlib.curate.source import curate_source
 from runlib.curate.stage import curate_shard
@@ -75,13 +76,40 @@ def run_partitions(spec: RunSpec, name: str, shard_dirs: list[Path], out: str | 
     return dirs
 
 
+def run_filter_shards(spec: RunSpec, name: str, shard_dirs: list[Path], source_dir: Path, out: str | Path = "out",
+                      quality: dict[str, Path] | None = None) -> list[Path]:
+    """The source's filter_shard stages (as the workflow runs them), into out/part0, out/part1, ...; with
+    quality filters, `quality` gives "quality" (filter_quality's output) and "scores0", ... (score_quality's)."""
+    from runlib.graph.configs import filter_shard_configs
+
+    parts = []
+    for config in filter_shard_configs(spec, {name: len(shard_dirs)})[name]:
+        dirs = {"shard": Path(shard_dirs[config.shard]), "source": Path(source_dir)}
+        if quality is not None:
+            dirs |= {"quality": quality["quality"], "scores": quality[f"scores{config.shard}"]}
+        d = Path(out) / f"part{config.shard}"
+        filter_shard(config, dirs, d)
+        parts.append(d)
+    return parts
+
+
+def concatenate_parts(parts: list[Path], out_dir: Path) -> None:
+    """train.jsonl and heldout.jsonl of the parts, one after the other, into out_dir: the source's documents
+    in the order the loader reads them."""
+    for name in ("train.jsonl", "heldout.jsonl"):
+        Path(out_dir, name).write_bytes(b"".join(Path(p, name).read_bytes() for p in parts))
+
+
 def run_source(spec, name, shard_files, out="out"):
-    """curate_shard for each file list, dedup_partition for each slice, then curate_source; returns (shard
-    results, source result)."""
+    """curate_shard for each file list, dedup_partition for each slice, curate_source (into out/source), then
+    filter_shard per shard (out/part<i>), their splits concatenated into out/source/train.jsonl and
+    heldout.jsonl; returns (shard results, source result)."""
     dirs, results = [], []
     for i, files in enumerate(shard_files):
         d = Path(out) / f"shard{i}"
         results.append(curate_shard(shard_config(spec, name, i, len(shard_files), files), d, name))
         dirs.append(d)
     partitions = run_partitions(spec, name, dirs, out)
-    return results, curate_source(source_config(spec, name), dirs, Path(out) / "source", name, partitions)
+    result = curate_source(source_config(spec, name), dirs, Path(out) / "source", name, partitions)
+    concatenate_parts(run_filter_shards(spec, name, dirs, Path(out) / "source", out), Path(out) / "source")
+    return results, result

@@ -1,21 +1,17 @@
 """A source tokenized in parts reads as the same stream as the source tokenized whole: the parts' shards
 concatenated (SourceShard) equal the one shard, and the loader's batches are the same for any number of
-parts, FIM and every packing included; parts.json is checked before it is trusted."""
+parts, FIM and every packing included; a curated source tokenized shard by shard is the source tokenized whole."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
-from runlib.curate.parts import PARTS_FILE, PartRanges, read_parts, write_one_part, write_parts
 from runlib.data.config import TokenizeConfig
 from runlib.data.loader import PhaseLoader
 from runlib.data.loader_config import build_loader_config
 from runlib.data.shards import SourceShard, TokenShard, open_split, token_inputs, write_shard
 from runlib.data.tokenize import tokenize_part
-from tests.curated import write_curated
 from tests.data.test_loader import IDS, assert_batches_equal, make_docs, make_spec, phase
 
 
@@ -70,27 +66,25 @@ def test_batches_do_not_depend_on_the_parts(tmp_path, packing, fim):
 
 
 def test_tokenized_in_parts_equals_tokenized_whole(tmp_path):
-    """tokenize_part over the parts of a curated file: the parts' documents, in order, are the whole's."""
+    """tokenize_part over curated shards cut from one curated source: the shards' documents, in order, are the
+    whole's (the held-out split of the middle shard empty)."""
     from runlib.tokenizer.train import train_tokenizer
     from tests.tokenizer.test_train import make_config, make_curated  # trains a real BPE on these texts
 
     curated = make_curated(tmp_path / "curated")["prose"]
     train_tokenizer(make_config(train_on={"prose": 1.0}), {"prose": curated}, tmp_path / "tok")
-    tokenize_part(TokenizeConfig(token_dtype="auto", part=0), curated, tmp_path / "tok", tmp_path / "whole")
-    # cut the same files into 3 parts at line boundaries, the middle part of the held-out split empty
-    ranges = {}
+    tokenize_part(TokenizeConfig(token_dtype="auto"), curated, tmp_path / "tok", tmp_path / "whole")
+    shards = [tmp_path / f"c{i}" for i in range(3)]
     for split in ("train", "heldout"):
         lines = (curated / f"{split}.jsonl").read_bytes().splitlines(keepends=True)
-        ranges[split] = PartRanges(3)
-        cuts = [0, len(lines) // 3, len(lines) // 3 if split == "heldout" else 2 * len(lines) // 3]
-        for i, line in enumerate(lines):
-            ranges[split].advance(sum(i >= c for c in cuts) - 1)
-            ranges[split].add(len(line))
-    write_parts(curated, ranges["train"], ranges["heldout"])
+        cuts = [0, len(lines) // 3, len(lines) // 3 if split == "heldout" else 2 * len(lines) // 3, len(lines)]
+        for i, shard in enumerate(shards):
+            shard.mkdir(exist_ok=True)
+            (shard / f"{split}.jsonl").write_bytes(b"".join(lines[cuts[i] : cuts[i + 1]]))
     dirs = []
-    for part in range(3):
-        tokenize_part(TokenizeConfig(token_dtype="auto", part=part), curated, tmp_path / "tok", tmp_path / f"p{part}")
-        dirs.append(tmp_path / f"p{part}")
+    for i, shard in enumerate(shards):
+        tokenize_part(TokenizeConfig(token_dtype="auto"), shard, tmp_path / "tok", tmp_path / f"p{i}")
+        dirs.append(tmp_path / f"p{i}")
     assert TokenShard(dirs[1], "heldout").n_tokens == 0
     for split in ("train", "heldout"):
         one, many = TokenShard(tmp_path / "whole", split), open_split(dirs, split)
@@ -108,61 +102,3 @@ def test_token_inputs_orders_the_parts(tmp_path):
     assert token_inputs(roles) == {"web": [tmp_path / "a", tmp_path / "b"], "x": [tmp_path]}
     with pytest.raises(ValueError, match="not 0 .. 1"):
         token_inputs({"tokens:web/0": tmp_path, "tokens:web/2": tmp_path})
-
-
-def _curated(tmp_path):
-    return write_curated(tmp_path / "c", ["alpha beta", "gamma delta", "epsilon"], ["zeta"])
-
-
-def test_read_parts_accepts_what_was_written(tmp_path):
-    directory = _curated(tmp_path)
-    parts = read_parts(directory)
-    assert parts["train"][0][:2] == [0, (directory / "train.jsonl").stat().st_size] and parts["train"][0][2] == 3
-
-
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        (lambda p: p | {"train": [[0, 5, 1]]}, "contiguous ranges ending at"),
-        (lambda p: p | {"train": [[1, p["train"][0][1], 3]]}, "contiguous"),
-        (lambda p: p | {"parts": 2}, "2 contiguous"),
-        (lambda p: p | {"heldout": "all"}, "heldout is not"),
-        (lambda p: {"train": p["train"]}, "no 'parts' count"),
-    ],
-)
-def test_read_parts_refuses_a_wrong_file(tmp_path, edit, message):
-    directory = _curated(tmp_path)
-    path = directory / PARTS_FILE
-    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
-    with pytest.raises(ValueError, match=message):
-        read_parts(directory)
-
-
-def test_read_parts_missing_or_not_json(tmp_path):
-    directory = _curated(tmp_path)
-    (directory / PARTS_FILE).write_text("{")
-    with pytest.raises(ValueError, match="not JSON"):
-        read_parts(directory)
-    (directory / PARTS_FILE).unlink()
-    with pytest.raises(FileNotFoundError, match="written before parts"):
-        read_parts(directory)
-
-
-def test_a_part_ending_inside_a_line_is_refused(tmp_path):
-    directory = _curated(tmp_path)
-    size = (directory / "train.jsonl").stat().st_size
-    first = len((directory / "train.jsonl").read_bytes().splitlines(keepends=True)[0])
-    parts = json.loads((directory / PARTS_FILE).read_text())
-    parts |= {
-        "parts": 2,
-        "train": [[0, first + 3, 2], [first + 3, size, 1]],
-        "heldout": parts["heldout"] + [[parts["heldout"][0][1]] * 2 + [0]],
-    }
-    (directory / PARTS_FILE).write_text(json.dumps(parts))
-    from runlib.curate.parts import part_lines
-
-    rows = read_parts(directory)
-    with pytest.raises(ValueError, match="crosses its part's end"):
-        list(part_lines(directory / "train.jsonl", *rows["train"][0][:2]))
-    write_one_part(directory)
-    assert len(read_parts(directory)["train"]) == 1

@@ -16,7 +16,7 @@ from runlib.tokenizer.train import iter_texts, load_tokenizer, train_tokenizer
 from tests.conftest import ROOT
 from tests.tokenizer.test_train import SAMPLES, make_config, make_curated
 
-AUTO = TokenizeConfig(token_dtype="auto", part=0)
+AUTO = TokenizeConfig(token_dtype="auto")
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_many_small_batches_keep_order(setup, tmp_path, monkeypatch):
 
 def test_token_dtype_uint32(setup, tmp_path):
     curated, tok_dir = setup
-    summary = tokenize_part(TokenizeConfig(token_dtype="uint32", part=0), curated["prose"], tok_dir, tmp_path)
+    summary = tokenize_part(TokenizeConfig(token_dtype="uint32"), curated["prose"], tok_dir, tmp_path)
     assert summary["dtype"] == "uint32"
     assert TokenShard(tmp_path, "train").dtype == np.uint32
     assert (tmp_path / "train.bin").stat().st_size == 4 * summary["counts"]["tokens_train"]
@@ -88,7 +88,7 @@ def test_uint16_overflow_is_a_user_error(tmp_path):
     (tmp_path / "tok").mkdir()
     tok.save(str(tmp_path / "tok" / "tokenizer.json"))
     with pytest.raises(UserError, match="data.token_dtype"):
-        tokenize_part(TokenizeConfig(token_dtype="uint16", part=0), tmp_path, tmp_path / "tok", tmp_path / "out")
+        tokenize_part(TokenizeConfig(token_dtype="uint16"), tmp_path, tmp_path / "tok", tmp_path / "out")
 
 
 def test_with_a_real_run_spec(setup, tmp_path):

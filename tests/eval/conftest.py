@@ -54,7 +54,7 @@ def source(tmp_path_factory) -> SimpleNamespace:
         )
     ).spec
     train_tokenizer(tokenizer_config(spec), {"web": curated}, root / "tokenizer")
-    tokens = TokenizeConfig(token_dtype=spec.data.token_dtype, part=0)
+    tokens = TokenizeConfig(token_dtype=spec.data.token_dtype)
     summary = tokenize_part(tokens, curated, root / "tokenizer", root / "tokens" / "web")
     tok = load_tokenizer(root / "tokenizer" / TOKENIZER_FILE)
     return SimpleNamespace(

@@ -48,7 +48,8 @@ TOY = StageKind(
     config=LineCountConfig,
     nodes=lambda g: [
         g.make("count_lines", f"count_lines {n.params['source']}", LineCountConfig(), {"curated": n.key}, **n.params)
-        for n in g.of("curate_source")
+        for n in g.of("filter_shard")
+        if n.params["shard"] == 0
     ],
     run=count_lines,
     help="count a curated source's documents (a test's toy stage)",
@@ -71,7 +72,7 @@ def test_a_toy_stage_is_one_entry_and_one_function(toy: Path) -> None:
     graph = build_graph(spec)
     toys = graph.of("count_lines")
     assert [n.instance for n in toys] == ["count_lines docs", "count_lines code", "count_lines arithmetic"]
-    curated = {n.key for n in graph.of("curate_source")}
+    curated = {n.key for n in graph.of("filter_shard")}
     assert all(set(n.inputs.values()) <= curated for n in toys)
     # its key holds its version: another version, another key; the other stages' keys do not move
     other = build_graph(spec)
@@ -85,7 +86,7 @@ def test_a_toy_stage_is_one_entry_and_one_function(toy: Path) -> None:
     assert "count-lines" in build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
 
     # built through the CLI, as the rule's shell line does: inputs first, then the toy
-    for node in [*graph.of("curate_shard"), *graph.of("dedup_partition"), *graph.of("curate_source")]:
+    for node in [*graph.of("curate_shard"), *graph.of("dedup_partition"), *graph.of("curate_source"), *graph.of("filter_shard")]:
         if node.params["source"] == "arithmetic":
             assert main([node.stage.replace("_", "-"), "--spec", str(TINY), "--key", node.key]) == 0
     node = next(n for n in toys if n.params["source"] == "arithmetic")

@@ -229,7 +229,7 @@ def test_complete_run(spec_path: Path, tmp_path: Path) -> None:
     # plan against measurement: the mesh that ran, MFU, the largest rank's peak memory against the estimate
     gpu_hours = walls[graph.find("train_phase", phase=0).instance] * 8 / 3600  # its wall time x 8 processes
     assert (
-        f"| foundation | dp_shard 4 x tp 2 | {gpu_hours:.4f} | 3.79 | 1.28M | 0.250 | 0.400 | 2,048 MiB "
+        f"| foundation | dp_shard 4 x tp 2 | {gpu_hours:.3g} | 3.79 | 1.28M | 0.250 | 0.400 | 2,048 MiB "
         "(cuda_max_memory_allocated) | 3,072 MiB | 1.50 |" in md
     )
     assert (

@@ -217,7 +217,7 @@ def test_plan_stage_prints_config_key_and_inputs(work: Path, capsys: pytest.Capt
     shown = json.loads(capsys.readouterr().out)
     node = graph.find("tokenize", source="code")
     assert shown["key"] == node.key and shown["stage"] == "tokenize" and shown["built"] is False
-    assert shown["config"] == {"token_dtype": "auto", "part": 0}
+    assert shown["config"] == {"token_dtype": "auto"}
     assert shown["inputs"] == {
         "curated": {"instance": "curate_source code", "key": graph.find("curate_source", source="code").key},
         "tokenizer": {"instance": "train_tokenizer", "key": graph.of("train_tokenizer")[0].key},

@@ -45,11 +45,13 @@ def test_a_warc_source_is_curated_by_snakemake(workdir, capsys):
     finally:
         os.chdir(cwd)
     node = graph.find("curate_source", source="docs")
-    proc = snakemake(workdir, spec, "--cores", "2", str(done_stamp("curate_source", node.key)))
+    parts = graph.curated("docs")
+    proc = snakemake(workdir, spec, "--cores", "2", *(str(done_stamp("filter_shard", n.key)) for n in parts))
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     artifact = workdir / "work" / "artifacts" / "curate_source" / node.key
-    rows = [json.loads(line) for name in ("train.jsonl", "heldout.jsonl") for line in (artifact / name).open()]
+    part_dirs = [workdir / "work" / "artifacts" / "filter_shard" / n.key for n in parts]
+    rows = [json.loads(line) for name in ("train.jsonl", "heldout.jsonl") for d in part_dirs for line in (d / name).open()]
     urls = [r["id"] for r in rows]
     assert len(urls) == len(set(urls))
     assert {r["url"] for r in rows} == set(urls) and all(r["date"] and r["warc_record_id"] for r in rows)
@@ -77,7 +79,7 @@ def test_a_warc_source_is_curated_by_snakemake(workdir, capsys):
     # runlib docs: the kept documents as the artifact holds them, and the sample of what each step dropped
     assert main(["docs", str(spec), "--source", "docs"]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert printed == [json.loads(line) for line in (artifact / "train.jsonl").open()]
+    assert printed == [json.loads(line) for d in part_dirs for line in (d / "train.jsonl").open()]
     assert main(["docs", str(spec), "--source", "docs", "--dropped"]) == 0
     sample = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     by_reason = {(row["step"], row["reason"]): row for row in sample}
@@ -118,10 +120,13 @@ def test_quality_filters_train_in_the_dag_and_score_every_document(workdir):
     node = graph.find("filter_quality", source="web")
     scoring = [n for n in graph.of("score_quality") if n.params["source"] == "web"]  # one job per curate shard
     assert len(scoring) == len([n for n in graph.of("curate_shard") if n.params["source"] == "web"]) >= 2
-    assert set(scoring[0].inputs) == {"curated", "classifier", "ngram_lm"}
-    assert set(node.inputs) == {"curated"} | {f"scores{i}" for i in range(len(scoring))}
-    assert graph.find("tokenize", source="web").inputs["curated"] == node.key  # training reads the filtered data
-    proc = snakemake(workdir, spec, "--cores", "2", str(done_stamp("filter_quality", node.key)))
+    assert set(scoring[0].inputs) == {"shard", "source", "classifier", "ngram_lm"}
+    assert set(node.inputs) == {"source"} | {f"scores{i}" for i in range(len(scoring))}
+    parts = graph.curated("web")  # training reads the filtered data, shard by shard
+    assert [set(n.inputs) for n in parts] == [{"shard", "source", "scores", "quality"}] * len(scoring)
+    assert all(n.inputs["quality"] == node.key for n in parts)
+    assert [n.inputs["curated"] for n in graph.of("tokenize") if n.params["source"] == "web"] == [n.key for n in parts]
+    proc = snakemake(workdir, spec, "--cores", "2", *(str(done_stamp("filter_shard", n.key)) for n in parts))
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     artifacts = workdir / "work" / "artifacts"
@@ -135,7 +140,8 @@ def test_quality_filters_train_in_the_dag_and_score_every_document(workdir):
     rows = [
         json.loads(line)
         for name in ("train.jsonl", "heldout.jsonl")
-        for line in (artifacts / "filter_quality" / node.key / name).open()
+        for part in parts
+        for line in (artifacts / "filter_shard" / part.key / name).open()
     ]
     assert len(rows) == scored["docs_out"]
     low, high = perplexity["keep_range"]
