@@ -219,7 +219,7 @@ def test_plan_stage_prints_config_key_and_inputs(work: Path, capsys: pytest.Capt
     assert shown["key"] == node.key and shown["stage"] == "tokenize" and shown["built"] is False
     assert shown["config"] == {"token_dtype": "auto"}
     assert shown["inputs"] == {
-        "curated": {"instance": "curate_source code", "key": graph.find("curate_source", source="code").key},
+        "curated": {"instance": "filter_shard code/0", "key": graph.find("filter_shard", source="code", shard=0).key},
         "tokenizer": {"instance": "train_tokenizer", "key": graph.of("train_tokenizer")[0].key},
     }
     assert main(["plan", str(DEMO), "--stage", "eval_phase long"]) == 0
