@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 
-
 def write_curated(directory: Path, train: list[str], heldout: list[str]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for split, texts in (("train", train), ("heldout", heldout)):

@@ -8,8 +8,9 @@ banned word in a URL, a page in German, warcinfo/request/404/301/PDF/truncated r
 WARC files, and its blocklist. Both sides run the same steps on it, on one core (the process, and the
 subprocesses it starts, pinned to one CPU), each into a folder of its own:
   runlib     curate_shard on one shard of all the files (url_filter, extract, normalize, length, the quality
-             rule sets gopher, c4, fineweb, exact_dedup, MinHash signatures), then curate_source (MinHash
-             near-duplicates: LSH candidates verified by exact Jaccard); the stage functions called directly,
+             rule sets gopher, c4, fineweb, exact_dedup, MinHash signatures), then dedup_partition, curate_source
+             and filter_shard (MinHash near-duplicates: LSH candidates verified by exact Jaccard, clustered,
+             the kept pages written out); the stage functions called directly,
              as the workflow's jobs call them, with curate.keep_dropped on (every dropped page recorded)
   datatrove  examples/fineweb.py of huggingface/datatrove at 7024aec (the 0.10.0 release): WarcReader,
              URLFilter, Trafilatura(favour_precision=True), GopherRepetitionFilter, GopherQualityFilter,
@@ -58,9 +59,16 @@ from typing import Any
 
 from fastwarc.warc import ArchiveIterator, WarcRecordType
 
-from runlib.curate.config import CurateShardConfig, CurateSourceConfig, DedupPartitionConfig, InputFile
+from runlib.curate.config import (
+    CurateShardConfig,
+    CurateSourceConfig,
+    DedupPartitionConfig,
+    FilterShardConfig,
+    InputFile,
+)
 from runlib.curate.extract import EXTRACTORS, Extractor, extractor_version
 from runlib.curate.files import DROPPED_FILE, HELDOUT_FILE, TRAIN_FILE
+from runlib.curate.filter_shard import filter_shard
 from runlib.curate.partition import dedup_partition
 from runlib.curate.sample_web import BANNED_WORD, DEMO_MODULES, DEMO_TOPICS, sample_crawl
 from runlib.curate.source import curate_source
@@ -229,12 +237,12 @@ def runlib_configs(crawl: Crawl, extractor: Extractor) -> tuple[CurateShardConfi
         extractor=extractor_version(extractor),
         url_blocklist=[_input_file(p) for p in sorted(crawl.blocklist.rglob("*")) if p.is_file()],
     )
-    return shard, CurateSourceConfig(dedup=curate.dedup, heldout_docs=0, keep_dropped=KEEP_ALL)
+    return shard, CurateSourceConfig(dedup=curate.dedup, heldout_docs=0)
 
 
 def run_runlib(configs: tuple[CurateShardConfig, CurateSourceConfig], out: Path) -> tuple[dict[str, float], set[str]]:
-    """(seconds of curate_shard and of dedup_partition + curate_source, the URLs in train.jsonl and
-    heldout.jsonl)."""
+    """(seconds of curate_shard and of dedup_partition + curate_source + filter_shard, the URLs in train.jsonl
+    and heldout.jsonl)."""
     shard_config, source_config = configs
     started = time.perf_counter()
     curate_shard(shard_config, out / "shard")
@@ -243,11 +251,13 @@ def run_runlib(configs: tuple[CurateShardConfig, CurateSourceConfig], out: Path)
     dedup_partition(partition, [out / "shard"], out / "partition")
     try:
         curate_source(source_config, [out / "shard"], out / "source", partition_dirs=[out / "partition"])
+        kept_config = FilterShardConfig(shard=0, perplexity=False, classifier=False, keep_dropped=KEEP_ALL)
+        filter_shard(kept_config, {"shard": out / "shard", "source": out / "source"}, out / "part")
     except UserError:  # no document left: nothing kept
         pass
     parts = {"curate_shard": shard_done - started, "curate_source": time.perf_counter() - shard_done}
     kept = {
-        row.get("url", row["id"]) for name in (TRAIN_FILE, HELDOUT_FILE) for row in _jsonl_rows(out / "source" / name)
+        row.get("url", row["id"]) for name in (TRAIN_FILE, HELDOUT_FILE) for row in _jsonl_rows(out / "part" / name)
     }
     return parts, kept
 
@@ -255,7 +265,7 @@ def run_runlib(configs: tuple[CurateShardConfig, CurateSourceConfig], out: Path)
 def runlib_fates(out: Path, skipped: dict[str, Fate]) -> dict[str, Fate]:
     """Each dropped page's (stage, 'step: reason') from the shard's and the join's dropped.jsonl."""
     fates = dict(skipped)
-    for path in (out / "shard" / DROPPED_FILE, out / "source" / DROPPED_FILE):
+    for path in (out / "shard" / DROPPED_FILE, out / "part" / DROPPED_FILE):
         for row in _jsonl_rows(path):
             url = row.get("url", row["id"])
             fates.setdefault(url, (RUNLIB_STAGE.get(row["step"], row["step"]), f"{row['step']}: {row['reason']}"))

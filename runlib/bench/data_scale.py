@@ -129,7 +129,9 @@ def stage_bytes(graph: Any, stage: str) -> int:
     from runlib.curate.config import CurateShardConfig
 
     if stage == "tokenize":
-        return sum((n.dir / f"{split}.jsonl").stat().st_size for n in graph.curated("web") for split in ("train", "heldout"))
+        return sum(
+            (n.dir / f"{split}.jsonl").stat().st_size for n in graph.curated("web") for split in ("train", "heldout")
+        )
     if stage in ("dedup_partition", "curate_source", "filter_shard"):
         return sum((n.dir / "docs.jsonl").stat().st_size for n in graph.of("curate_shard"))
     return sum(f.bytes for n in graph.of("curate_shard") for f in n.config_as(CurateShardConfig).files)

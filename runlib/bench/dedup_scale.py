@@ -9,8 +9,9 @@ copy of an earlier one, dealt over files of --shard-docs documents. Each job run
 (spawned: no memory inherited), one after the other, and reports its wall and CPU seconds (its own call, not
 the interpreter's start) and its peak RSS (getrusage's ru_maxrss):
   runlib     curate_shard per file (normalize, SHA-256, MinHash signatures and the sorted tables; no other
-             step), dedup_partition per shard (its slice of the hash space), curate_source (verification,
-             clusters, held-out choice, the copy into train.jsonl): runlib.curate.partition and .source
+             step), dedup_partition per shard (its slice of the hash space and the candidates' verification),
+             curate_source (clusters, held-out choice), filter_shard per shard (the copy into train.jsonl):
+             runlib.curate.partition, .source and .filter_shard
   datatrove  MinhashDedupSignature per file, MinhashDedupBuckets per band (tasks = bands, as it requires),
              MinhashDedupCluster, MinhashDedupFilter per file: LocalPipelineExecutor with one task per process
              (local_tasks=1, local_rank_offset=rank), JsonlReader in and JsonlWriter out
@@ -39,7 +40,14 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from runlib.curate.config import CurateShardConfig, CurateSourceConfig, DedupPartitionConfig, InputFile
+from runlib.curate.config import (
+    CurateShardConfig,
+    CurateSourceConfig,
+    DedupPartitionConfig,
+    FilterShardConfig,
+    InputFile,
+)
+from runlib.curate.filter_shard import filter_shard
 from runlib.curate.minhash import first_of_clusters, signatures, verified_pairs
 from runlib.curate.partition import dedup_partition
 from runlib.curate.source import curate_source
@@ -132,6 +140,10 @@ def _runlib_source(config: CurateSourceConfig, shards: list[Path], partitions: l
     curate_source(config, shards, out, "bench", partitions)
 
 
+def _runlib_filter(config: FilterShardConfig, shard: Path, source: Path, out: Path) -> None:
+    filter_shard(config, {"shard": shard, "source": source}, out)
+
+
 def run_runlib(files: list[Path], out: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Every job's figures, and the texts kept."""
     curate = CurateSpec(dedup=DEDUP)
@@ -149,9 +161,13 @@ def run_runlib(files: list[Path], out: Path) -> tuple[list[dict[str, Any]], list
         jobs.append(_in_child(_runlib_partition, partition, shards, partitions[-1]))
     source = CurateSourceConfig(dedup=DEDUP, heldout_docs=0)
     jobs.append(_in_child(_runlib_source, source, shards, partitions, out / "source"))
-    with open(out / "source" / "train.jsonl", encoding="utf-8") as f:
-        kept = sorted(json.loads(line)["text"] for line in f)
-    return jobs, kept
+    kept = []
+    for i, shard_dir in enumerate(shards):
+        config = FilterShardConfig(shard=i, perplexity=False, classifier=False, keep_dropped=0)
+        jobs.append(_in_child(_runlib_filter, config, shard_dir, out / "source", out / f"part{i}"))
+        with open(out / f"part{i}" / "train.jsonl", encoding="utf-8") as f:
+            kept += [json.loads(line)["text"] for line in f]
+    return jobs, sorted(kept)
 
 
 def _datatrove_task(stage: str, folder: Path, files: Path, tasks: int, rank: int) -> None:

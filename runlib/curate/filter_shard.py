@@ -49,14 +49,18 @@ def _quality_rows(dirs: dict[str, Path], shard: int, rows: int) -> tuple[NDArray
     path = dirs["quality"] / QUALITY_FILE
     offsets = json.loads((dirs["quality"] / STATS_FILE).read_text(encoding="utf-8"))["offsets"]
     if not 0 <= shard < len(offsets) - 1 or offsets[shard + 1] - offsets[shard] != rows:
-        raise ValueError(f"{dirs['quality'] / STATS_FILE}: no {rows} rows for shard {shard}; {rebuild(dirs['quality'])}")
+        raise ValueError(
+            f"{dirs['quality'] / STATS_FILE}: no {rows} rows for shard {shard}; {rebuild(dirs['quality'])}"
+        )
     with NpyFile(path) as table:
         if table.dtype != np.uint8 or table.shape != (offsets[-1],):
             raise ValueError(f"{path}: not {offsets[-1]} reason codes; {rebuild(dirs['quality'])}")
         codes = table.rows(0, offsets[shard], offsets[shard + 1])
     scores = np.load(dirs["scores"] / SCORES_FILE, allow_pickle=False)
     if scores.dtype != SCORE_DTYPE or len(scores) != rows:
-        raise ValueError(f"{dirs['scores'] / SCORES_FILE}: not the {rows} scores of shard {shard}; {rebuild(dirs['scores'])}")
+        raise ValueError(
+            f"{dirs['scores'] / SCORES_FILE}: not the {rows} scores of shard {shard}; {rebuild(dirs['scores'])}"
+        )
     return codes, scores
 
 
@@ -64,7 +68,10 @@ def _with_scores(line: bytes, config: FilterShardConfig, score: Any, why: int) -
     """The row with its scores (JSON has no inf: a document without words gets null); a document the
     perplexity filter dropped was never scored by the classifier."""
     row: dict[str, Any] = json.loads(line)
-    columns = {"perplexity": config.perplexity, "quality_score": config.classifier and why not in (PERPLEXITY_LOW, PERPLEXITY_HIGH)}
+    columns = {
+        "perplexity": config.perplexity,
+        "quality_score": config.classifier and why not in (PERPLEXITY_LOW, PERPLEXITY_HIGH),
+    }
     for column, wanted in columns.items():
         value = float(score[column])
         if wanted and not math.isnan(value):

@@ -4,8 +4,9 @@ they read: what their Slurm jobs ask for (runlib.workflow.resources) and what `r
 Peak RSS per job, measured with `python -m runlib.bench.dedup_scale` (jsonl documents of 150 words):
 curate_shard 175 MB at 0.5 MB of input, 292 MB at 21.5 MB (its documents, their signatures and tables);
 dedup_partition 64 MB at 0.25 MB of the source per slice, 122 MB at 21.5 MB. The model is a base plus MB per
-input MB, each with a margin of 1.5x over those figures. curate_source holds the duplicates and the texts of
-the candidate pairs, which no size known before the run bounds: it keeps its registry share.
+input MB, each with a margin of 1.5x over those figures. curate_source holds the duplicates, their verified
+pairs and one shard's hash table at a time, and filter_shard one shard's fate codes (a byte a document) while
+the texts stream: both keep their registry share.
 """
 
 from __future__ import annotations

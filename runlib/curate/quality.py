@@ -150,7 +150,6 @@ def _step_row(
     }
 
 
-
 def _perplexity_step(
     config: FilterQualityConfig,
     values: NDArray[np.float64],

@@ -14,7 +14,6 @@ from functools import cached_property
 from typing import Any
 
 from runlib.curate.config import CurateShardConfig, ScoreQualityConfig, TrainNgramLmConfig
-from runlib.data.config import TokenizeConfig
 from runlib.errors import UserError
 from runlib.graph import configs
 from runlib.ladder.rungs import Ladder, ladder_rungs
@@ -231,7 +230,9 @@ def score_quality_nodes(g: GraphContext) -> list[StageNode]:
                 classifier=config.classifier is not None, perplexity=config.perplexity is not None, shard=shard
             )
             inputs = {"shard": key, "source": source} | models
-            out.append(g.make("score_quality", f"score_quality {name}/{shard}", scored, inputs, source=name, shard=shard))
+            out.append(
+                g.make("score_quality", f"score_quality {name}/{shard}", scored, inputs, source=name, shard=shard)
+            )
     return out
 
 
@@ -256,7 +257,10 @@ def filter_shard_nodes(g: GraphContext) -> list[StageNode]:
         for config, key in zip(shard_configs, _shard_inputs(g, name).values(), strict=True):
             inputs = {"shard": key, "source": source}
             if quality:
-                inputs |= {"quality": quality[0].key, "scores": g.one("score_quality", source=name, shard=config.shard).key}
+                inputs |= {
+                    "quality": quality[0].key,
+                    "scores": g.one("score_quality", source=name, shard=config.shard).key,
+                }
             instance = f"filter_shard {name}/{config.shard}"
             out.append(g.make("filter_shard", instance, config, inputs, source=name, shard=config.shard))
     return out
@@ -264,7 +268,7 @@ def filter_shard_nodes(g: GraphContext) -> list[StageNode]:
 
 def train_tokenizer_nodes(g: GraphContext) -> list[StageNode]:
     """The tokenizer, on the train_on sources' curated shards (roles source:<name>/<shard>)."""
-    inputs = {}
+    inputs: dict[str, str] = {}
     for name in sorted(g.spec.tokenizer.train_on):
         if name in g.spec.data.sources:
             inputs |= {f"source:{name}/{n.params['shard']}": n.key for n in g.curated(name)}

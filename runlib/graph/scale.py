@@ -6,7 +6,9 @@ on this machine (RATES), so the core-hours are those of this machine's cores.
 What each stage's work is:
   curate_shard     the source's input bytes (reading, extraction for warc, the filters, the signatures)
   dedup_partition  the bytes curate_shard kept (its slice of the hash and band tables, the candidates' check)
-  curate_source    the bytes curate_shard kept (the clusters, the copy into the splits)
+  curate_source    the bytes curate_shard kept (it reads their hash tables, 56 bytes a document, and clusters
+                   the verified pairs: one job, no text)
+  filter_shard     the bytes curate_shard kept (one job per shard: its documents copied into the splits)
   tokenize         the curated bytes
 The curated bytes are the source's declared `tokens` x BYTES_PER_TOKEN (a source without declared tokens
 is refused: nothing on paper says what curation keeps). A warc source's rate is per byte of its .warc.gz
@@ -34,7 +36,7 @@ class Rate:
 
 DATA_SCALE = (
     "python -m runlib.bench.data_scale --base-mb 32 --shard-mb 8 --scales 1 4, its 4x run (138 MB of jsonl in 19 "
-    "shards; 2026-12-03)"
+    "shards; 2026-12-03, with filter_shard)"
 )
 DATA_SCALE_WARC = (
     "python -m runlib.bench.data_scale --format warc --base-mb 8 --shard-mb 4 --scales 1 4, its 4x run (32.5 MB "
@@ -43,15 +45,17 @@ DATA_SCALE_WARC = (
 RATES: dict[str, Rate] = {
     # 5.4 MB/s: normalize, length filter, SHA-256 and MinHash signatures of 150-word documents; no quality
     # rule or language identification (random-letter words: the rules would drop every one)
-    "curate_shard jsonl": Rate(5.43, DATA_SCALE),
+    "curate_shard jsonl": Rate(6.14, DATA_SCALE),
     # per MB of .warc.gz as stored: reading, resiliparse, the Gopher, C4 and FineWeb rules, MinHash
     "curate_shard warc resiliparse": Rate(0.34, DATA_SCALE_WARC),
     # the resiliparse rate x 27.7 / 139.1, trafilatura's docs/s/core over resiliparse's in
     # `python -m runlib.bench.curate_web` (2026-12-03, same crawl, interleaved rounds)
     "curate_shard warc trafilatura": Rate(0.068, DATA_SCALE_WARC + " x 27.7/139.1 (runlib.bench.curate_web)"),
-    "dedup_partition": Rate(9.88, DATA_SCALE),
-    "curate_source": Rate(108.4, DATA_SCALE),
-    "tokenize": Rate(3.74, DATA_SCALE + "; a 3,840-id BPE, one thread"),
+    "dedup_partition": Rate(9.86, DATA_SCALE),
+    # the tables only (56 bytes a document): per MB of the documents they index
+    "curate_source": Rate(172.5, DATA_SCALE),
+    "filter_shard": Rate(59.4, DATA_SCALE),
+    "tokenize": Rate(3.51, DATA_SCALE + "; a 3,840-id BPE, one thread"),
 }
 BYTES_PER_TOKEN = 4.0
 """UTF-8 bytes per token of curated English web text (a 32K-128K BPE; this repository's tokenize stage
@@ -93,7 +97,7 @@ def _curate_rate(fmt: str, extract: str | None) -> str:
     return f"curate_shard warc {extract or 'resiliparse'}" if fmt == "warc" else "curate_shard jsonl"
 
 
-TIMED_STAGES = ("curate_shard", "dedup_partition", "curate_source", "tokenize")
+TIMED_STAGES = ("curate_shard", "dedup_partition", "curate_source", "filter_shard", "tokenize")
 """The data stages whose Slurm time limit comes from their work (job_runtime_min)."""
 
 
@@ -175,7 +179,13 @@ def source_scale(spec: RunSpec, name: str, input_bytes: int) -> SourceScale:
             0,
             _floor_mb("curate_source"),
             _hours(curated, RATES["curate_source"]),
-            f"one job: reads the {_size(curated)} once; holds the duplicates (9 bytes each) and the pairs, no text",
+            "one job: reads the shards' hash tables (56 bytes a document); holds the duplicates (9 bytes each) "
+            "and the pairs, no text",
+        )
+    )
+    stages.append(
+        StageScale(
+            "filter_shard", shards, curated // shards, _floor_mb("filter_shard"), _hours(curated, RATES["filter_shard"])
         )
     )
     stages.append(

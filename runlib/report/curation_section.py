@@ -1,6 +1,7 @@
-"""The run report's curation funnel: for each source whose curate_source artifact is built, every step from the
-first read to the held-out split (and the quality filters after it) with its documents and characters in and out and the reasons it dropped or
-changed documents (stats.json, summed over the shards, then the join's own steps: runlib.curate.source)."""
+"""The run report's curation funnel: for each source whose curate_source artifact is built (its
+filter_quality's, with quality filters), every step from the first read to the held-out split (and the quality
+filters after it) with its documents and characters in and out and the reasons it dropped or changed documents
+(stats.json, summed over the shards, then the join's own steps: runlib.curate.source)."""
 
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ class JobResources:
             work = self.graph.bytes_read(node)
         else:
             total = sum(self.graph.bytes_read(n) for n in shards)
-            work = curated_estimate(self.spec, name, total) // (len(shards) if stage == "tokenize" else 1)
+            per_shard = stage in ("filter_shard", "tokenize")
+            work = curated_estimate(self.spec, name, total) // (len(shards) if per_shard else 1)
         fixed = stage_kind(stage).resources
         assert fixed is not None
         seconds = job_seconds(stage, work, source.input.format, source.input.extract)

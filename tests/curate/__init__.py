@@ -76,8 +76,14 @@ def run_partitions(spec: RunSpec, name: str, shard_dirs: list[Path], out: str | 
     return dirs
 
 
-def run_filter_shards(spec: RunSpec, name: str, shard_dirs: list[Path], source_dir: Path, out: str | Path = "out",
-                      quality: dict[str, Path] | None = None) -> list[Path]:
+def run_filter_shards(
+    spec: RunSpec,
+    name: str,
+    shard_dirs: list[Path],
+    source_dir: Path,
+    out: str | Path = "out",
+    quality: dict[str, Path] | None = None,
+) -> list[Path]:
     """The source's filter_shard stages (as the workflow runs them), into out/part0, out/part1, ...; with
     quality filters, `quality` gives "quality" (filter_quality's output) and "scores0", ... (score_quality's)."""
     from runlib.graph.configs import filter_shard_configs

@@ -23,9 +23,9 @@ from runlib.curate.config import (
 from runlib.curate.filter_shard import filter_shard
 from runlib.curate.quality import filter_quality, train_classifier_stage, train_ngram_lm_stage
 from runlib.curate.scoring import score_quality
-from runlib.errors import UserError
 from runlib.curate.source import curate_source
 from runlib.curate.stage import curate_shard
+from runlib.errors import UserError
 from runlib.spec.models import ClassifierSpec, PerplexitySpec
 from tests.curate import (
     concatenate_parts,
@@ -104,23 +104,37 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return dirs
 
 
-def scored_filter(config: FilterQualityConfig, source: dict, models: dict[str, Path], out: Path, name: str = "web") -> dict:
+def scored_filter(
+    config: FilterQualityConfig, source: dict, models: dict[str, Path], out: Path, name: str = "web"
+) -> dict:
     """score_quality per shard, filter_quality, then filter_shard per shard (keep_dropped 2), as the workflow
     runs them; the parts' splits concatenated into out/train.jsonl and heldout.jsonl, their dropped samples
     into out/dropped.jsonl (the first 2 of each step and reason, as `runlib docs --dropped` reads them)."""
-    score = ScoreQualityConfig(classifier=config.classifier is not None, perplexity=config.perplexity is not None, shard=0)
+    score = ScoreQualityConfig(
+        classifier=config.classifier is not None, perplexity=config.perplexity is not None, shard=0
+    )
     inputs: dict[str, Path] = {"source": source["source"]}
     for shard, shard_dir in enumerate(source["shards"]):
         scores = out.parent / f"{out.name}-scores{shard}"
-        score_quality(score.model_copy(update={"shard": shard}), {"shard": shard_dir, "source": source["source"]} | models, scores)
+        score_quality(
+            score.model_copy(update={"shard": shard}), {"shard": shard_dir, "source": source["source"]} | models, scores
+        )
         inputs[f"scores{shard}"] = scores
     result = filter_quality(config, inputs, out / "quality", name)
     parts = []
     for shard, shard_dir in enumerate(source["shards"]):
         filter_config = FilterShardConfig(
-            shard=shard, perplexity=config.perplexity is not None, classifier=config.classifier is not None, keep_dropped=2
+            shard=shard,
+            perplexity=config.perplexity is not None,
+            classifier=config.classifier is not None,
+            keep_dropped=2,
         )
-        dirs = {"shard": shard_dir, "source": source["source"], "quality": out / "quality", "scores": inputs[f"scores{shard}"]}
+        dirs = {
+            "shard": shard_dir,
+            "source": source["source"],
+            "quality": out / "quality",
+            "scores": inputs[f"scores{shard}"],
+        }
         filter_shard(filter_config, dirs, out / f"part{shard}")
         parts.append(out / f"part{shard}")
     concatenate_parts(parts, out)
@@ -151,7 +165,9 @@ def test_the_classifier_artifact_holds_its_heldout_precision_and_recall(web: dic
 
 
 def test_top_fraction_keeps_the_documentation(web: dict, tmp_path: Path) -> None:
-    config = FilterQualityConfig(classifier=ClassifierSpec(positives=["anchor"], keep_top_fraction=0.5), perplexity=None)
+    config = FilterQualityConfig(
+        classifier=ClassifierSpec(positives=["anchor"], keep_top_fraction=0.5), perplexity=None
+    )
     result = scored_filter(config, web["web"], {"classifier": web["classifier"]}, tmp_path / "out")
     kept = _read(tmp_path / "out" / "train.jsonl") + _read(tmp_path / "out" / "heldout.jsonl")
     n = result["counts"]["docs_in"]  # the 120 documents less the join's duplicates
@@ -164,7 +180,12 @@ def test_top_fraction_keeps_the_documentation(web: dict, tmp_path: Path) -> None
     assert sum(row["text"] in DOCS for row in kept) >= 55  # the documentation, not the soup
     assert all(0 <= row["quality_score"] <= 1 for row in kept)
     row = result["steps"][-1]
-    assert (row["step"], row["docs_in"], row["docs_out"], row["reasons"]) == ("classifier", n, len(kept), {"low_score": n - len(kept)})
+    assert (row["step"], row["docs_in"], row["docs_out"], row["reasons"]) == (
+        "classifier",
+        n,
+        len(kept),
+        {"low_score": n - len(kept)},
+    )
     assert min(r["quality_score"] for r in kept) == row["threshold"]
     assert sum(row["histogram"]["counts"]) == n
     dropped = _read(tmp_path / "out" / "dropped.jsonl")
@@ -174,7 +195,9 @@ def test_top_fraction_keeps_the_documentation(web: dict, tmp_path: Path) -> None
 
 
 def test_perplexity_keeps_what_the_reference_predicts(web: dict, tmp_path: Path) -> None:
-    config = FilterQualityConfig(classifier=None, perplexity=PerplexitySpec(reference=["anchor"], keep_percentiles=(0, 50)))
+    config = FilterQualityConfig(
+        classifier=None, perplexity=PerplexitySpec(reference=["anchor"], keep_percentiles=(0, 50))
+    )
     result = scored_filter(config, web["web"], {"ngram_lm": web["lm"]}, tmp_path / "out")
     kept = _read(tmp_path / "out" / "train.jsonl") + _read(tmp_path / "out" / "heldout.jsonl")
     assert 55 <= len(kept) <= 65 and sum(row["text"] in DOCS for row in kept) >= 55

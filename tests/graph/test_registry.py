@@ -86,7 +86,12 @@ def test_a_toy_stage_is_one_entry_and_one_function(toy: Path) -> None:
     assert "count-lines" in build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
 
     # built through the CLI, as the rule's shell line does: inputs first, then the toy
-    for node in [*graph.of("curate_shard"), *graph.of("dedup_partition"), *graph.of("curate_source"), *graph.of("filter_shard")]:
+    for node in [
+        *graph.of("curate_shard"),
+        *graph.of("dedup_partition"),
+        *graph.of("curate_source"),
+        *graph.of("filter_shard"),
+    ]:
         if node.params["source"] == "arithmetic":
             assert main([node.stage.replace("_", "-"), "--spec", str(TINY), "--key", node.key]) == 0
     node = next(n for n in toys if n.params["source"] == "arithmetic")

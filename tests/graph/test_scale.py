@@ -27,7 +27,7 @@ def test_a_crawl_on_paper_follows_the_shard_size_and_the_rates():
     scale = source_scale(spec, "web", 100 * 10**12)
     stages = _stages(scale)
     shards = math.ceil(100 * 10**12 / source.input.shard_bytes)
-    assert [s.jobs for s in scale.stages] == [shards, shards, 1, shards]
+    assert [s.jobs for s in scale.stages] == [shards, shards, 1, shards, shards]
     shard = stages["curate_shard"]
     assert shard.bytes_per_job == 100 * 10**12 // shards <= source.input.shard_bytes
     assert shard.mem_mb == data_job_mem_mb("curate_shard", shard.bytes_per_job)
@@ -37,6 +37,12 @@ def test_a_crawl_on_paper_follows_the_shard_size_and_the_rates():
     tokenize = stages["tokenize"]
     assert tokenize.cpu_hours == pytest.approx(scale.curated_bytes / 2**20 / RATES["tokenize"].mb_per_cpu_s / 3600)
     assert scale.cpu_hours == pytest.approx(sum(s.cpu_hours for s in scale.stages))
+    # the copy into the splits is one job per shard; the one job per source reads tables, no text
+    assert (
+        stages["filter_shard"].bytes_per_job == scale.curated_bytes // shards
+        and stages["curate_source"].bytes_per_job == 0
+    )
+    assert "no text" in stages["curate_source"].note
     # 4x the crawl: 4x the jobs and the CPU, the same memory per job
     bigger = _stages(source_scale(spec, "web", 400 * 10**12))
     assert abs(bigger["curate_shard"].jobs - 4 * shards) <= 3 and bigger["curate_shard"].mem_mb == shard.mem_mb

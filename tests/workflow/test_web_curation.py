@@ -51,7 +51,9 @@ def test_a_warc_source_is_curated_by_snakemake(workdir, capsys):
 
     artifact = workdir / "work" / "artifacts" / "curate_source" / node.key
     part_dirs = [workdir / "work" / "artifacts" / "filter_shard" / n.key for n in parts]
-    rows = [json.loads(line) for name in ("train.jsonl", "heldout.jsonl") for d in part_dirs for line in (d / name).open()]
+    rows = [
+        json.loads(line) for name in ("train.jsonl", "heldout.jsonl") for d in part_dirs for line in (d / name).open()
+    ]
     urls = [r["id"] for r in rows]
     assert len(urls) == len(set(urls))
     assert {r["url"] for r in rows} == set(urls) and all(r["date"] and r["warc_record_id"] for r in rows)
