@@ -42,13 +42,22 @@ class StageGraph:
         raise UserError(f"no {stage} stage with {params} in this spec")
 
     def bytes_read(self, node: StageNode) -> int:
-        """The input bytes a curate_shard job reads (its files), or a dedup_partition holds (a slice of
-        its source's shards: their bytes over the slices); 0 for a builtin source's."""
+        """The input bytes a curate_shard job reads (its files), or a dedup_partition holds (a slice of its
+        source's shards: the documents they kept, docs.jsonl, once built, else their input files, over the
+        slices); 0 for a builtin source's."""
         if node.stage == "curate_shard":
             return sum(f.bytes for f in node.config_as(CurateShardConfig).files)
         shards = [self.by_key("curate_shard", k) for k in node.inputs.values()]
-        total = sum(f.bytes for n in shards for f in n.config_as(CurateShardConfig).files)
+        kept = [n.dir / "docs.jsonl" for n in shards]
+        if all(path.is_file() for path in kept):
+            total = sum(path.stat().st_size for path in kept)
+        else:
+            total = sum(f.bytes for n in shards for f in n.config_as(CurateShardConfig).files)
         return total // max(1, node.config_as(DedupPartitionConfig).partitions)
+
+    def input_format(self, node: StageNode) -> str:
+        """The input.format of a curate_shard's source."""
+        return node.config_as(CurateShardConfig).input.format
 
     def curated(self, source: str) -> list[StageNode]:
         """The source's filter_shard nodes, in shard order: its finished documents."""

@@ -107,6 +107,7 @@ def plan_rows(graph: StageGraph) -> list[dict[str, Any]]:
         }
         if node.stage in SIZED_STAGES:
             row["bytes_read"] = graph.bytes_read(node)
+            row["input_format"] = graph.input_format(node) if node.stage == "curate_shard" else "jsonl"
         if not built:
             before = previous_build(node)
             if before is not None:
@@ -138,10 +139,15 @@ def data_job_lines(rows: list[dict[str, Any]]) -> list[str]:
     (runlib.curate.memory), from the rows' `bytes_read`."""
     lines = []
     for stage in SIZED_STAGES:
-        sized = [r["bytes_read"] for r in rows if r["stage"] == stage and "bytes_read" in r]
+        sized = [
+            (r["bytes_read"], r.get("input_format", "jsonl")) for r in rows if r["stage"] == stage and "bytes_read" in r
+        ]
         if sized:
-            most, floor = max(sized), STAGES[stage].resources
-            asked = max(floor.mem_mb if floor is not None else 0, data_job_mem_mb(stage, most))
+            floor = STAGES[stage].resources
+            most = max(size for size, _ in sized)
+            asked = max(
+                (floor.mem_mb if floor is not None else 0, *(data_job_mem_mb(stage, size, fmt) for size, fmt in sized))
+            )
             held = f"the largest holding {most / 2**20:,.1f} MB of input files" if most else "no input files (builtin)"
             lines.append(f"{stage}: {len(sized)} jobs, {held}: {asked:,} MB of memory asked (runlib.curate.memory)")
     return lines

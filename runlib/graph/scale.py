@@ -157,7 +157,7 @@ def source_scale(spec: RunSpec, name: str, input_bytes: int) -> SourceScale:
             "curate_shard",
             shards,
             per_shard,
-            max(_floor_mb("curate_shard"), data_job_mem_mb("curate_shard", per_shard)),
+            max(_floor_mb("curate_shard"), data_job_mem_mb("curate_shard", per_shard, fmt)),
             _hours(input_bytes, RATES[_curate_rate(source.input.format, source.input.extract)]),
         )
     ]
@@ -167,8 +167,8 @@ def source_scale(spec: RunSpec, name: str, input_bytes: int) -> SourceScale:
             StageScale(
                 "dedup_partition",
                 shards,
-                per_shard,
-                max(_floor_mb("dedup_partition"), data_job_mem_mb("dedup_partition", per_shard)),
+                curated // shards,
+                max(_floor_mb("dedup_partition"), data_job_mem_mb("dedup_partition", curated // shards)),
                 _hours(curated, RATES["dedup_partition"]),
             )
         )
@@ -179,8 +179,8 @@ def source_scale(spec: RunSpec, name: str, input_bytes: int) -> SourceScale:
             0,
             _floor_mb("curate_source"),
             _hours(curated, RATES["curate_source"]),
-            "one job: reads the shards' hash tables (56 bytes a document); holds the duplicates (9 bytes each) "
-            "and the pairs, no text",
+            "one job, no text: reads the shards' hash tables; its memory is set when it starts, from the largest "
+            "shard's documents and the duplicates and pairs found (runlib.curate.memory)",
         )
     )
     stages.append(

@@ -6,10 +6,11 @@ estimates with a margin (runlib.train.launch.slurm_resources says how)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from runlib.curate.memory import SIZED_STAGES, data_job_mem_mb
+from runlib.curate.memory import SIZED_STAGES, data_job_mem_mb, join_mem_mb, quality_cut_mem_mb
 from runlib.graph.build import StageGraph
 from runlib.graph.registry import stage_kind
 from runlib.graph.scale import TIMED_STAGES, curated_estimate, job_runtime_min, job_seconds
@@ -23,6 +24,17 @@ from runlib.train.launch import phase_job_resources
 from runlib.train.phase import processes_per_node
 
 Wildcards = Any  # snakemake.io.Wildcards: its attributes are the rule's wildcards
+COUNTED_STAGES = ("curate_source", "filter_quality")
+"""The data stages whose memory is set when the job starts, from its inputs' counts (runlib.curate.memory)."""
+
+
+def _counts(node: StageNode) -> dict[str, Any]:
+    """The counts of a built input's stats.json ({} when it cannot be read: the registry share applies)."""
+    try:
+        counts = json.loads((node.dir / "stats.json").read_text(encoding="utf-8")).get("counts")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return counts if isinstance(counts, dict) else {}
 
 
 class JobResources:
@@ -45,18 +57,19 @@ class JobResources:
         fixed = stage_kind(stage).resources
         return self.train_processes() if fixed is None else fixed.threads
 
-    def resources(self, stage: str) -> dict[str, int | Callable[[Wildcards], int | str]]:
+    def resources(self, stage: str) -> dict[str, int | Callable[..., int | str]]:
         """The rule's `resources:` (mem_mb, runtime, and for training the Slurm layout of the phase); a data
-        job's memory from the bytes it reads (data_job_mem_mb)."""
+        job's memory from the bytes it reads (data_job_mem_mb) or from its inputs' counts (counted_mem_mb)."""
         fixed = stage_kind(stage).resources
-        if fixed is not None and stage in TIMED_STAGES:
-            out: dict[str, int | Callable[[Wildcards], int | str]] = dict(fixed.slurm())
-            out["runtime"] = lambda wildcards: self.data_runtime_min(stage, wildcards.key)
-            if stage in SIZED_STAGES:
-                out["mem_mb"] = lambda wildcards: self.data_mem_mb(stage, wildcards.key)
-            return out
         if fixed is not None:
-            return dict(fixed.slurm())
+            out: dict[str, int | Callable[..., int | str]] = dict(fixed.slurm())
+            if stage in TIMED_STAGES:
+                out["runtime"] = lambda wildcards: self.data_runtime_min(stage, wildcards.key)
+            if stage in SIZED_STAGES:  # dedup_partition's once its shards are built: what they kept
+                out["mem_mb"] = lambda wildcards, input: self.data_mem_mb(stage, wildcards.key)
+            if stage in COUNTED_STAGES:  # a callable that takes `input` runs once the inputs exist
+                out["mem_mb"] = lambda wildcards, input: self.counted_mem_mb(stage, wildcards.key)
+            return out
         phases = self.graph.of(stage)
         names = self._phase_resources(phases[0].key).keys() if phases else ()
         return {name: self._value(name) for name in names}
@@ -66,7 +79,26 @@ class JobResources:
         node = self.graph.by_key(stage, key)
         fixed = stage_kind(stage).resources
         assert fixed is not None
-        return max(fixed.mem_mb, data_job_mem_mb(stage, self.graph.bytes_read(node)))
+        fmt = self.graph.input_format(node) if stage == "curate_shard" else "jsonl"
+        return max(fixed.mem_mb, data_job_mem_mb(stage, self.graph.bytes_read(node), fmt))
+
+    def counted_mem_mb(self, stage: str, key: str) -> int:
+        """A curate_source or filter_quality job's memory from its built inputs' counts: the largest shard's
+        documents and the duplicates and pairs the partitions found, or the documents the join kept; at least
+        its registry share."""
+        node = self.graph.by_key(stage, key)
+        fixed = stage_kind(stage).resources
+        assert fixed is not None
+        inputs = self.graph.input_nodes(node)
+        if stage == "curate_source":
+            shard_docs = [int(_counts(n).get("docs", 0)) for r, n in inputs.items() if r.startswith("shard")]
+            found = [_counts(n) for r, n in inputs.items() if r.startswith("partition")]
+            duplicates = sum(int(c.get("exact_duplicates", 0)) + int(c.get("verified_pairs", 0)) for c in found)
+            model = join_mem_mb(max(shard_docs, default=0), duplicates)
+        else:
+            joined = _counts(inputs["source"])
+            model = quality_cut_mem_mb(int(joined.get("docs_train", 0)) + int(joined.get("docs_heldout", 0)))
+        return max(fixed.mem_mb, model)
 
     def data_runtime_min(self, stage: str, key: str) -> int:
         """A data job's time limit from its work at this machine's measured rates (runlib.graph.scale): a shard's

@@ -116,7 +116,7 @@ class Workflow:
     def threads(self, stage: str) -> int:
         return self.jobs.threads(stage)
 
-    def resources(self, stage: str) -> dict[str, int | Callable[[Wildcards], int | str]]:
+    def resources(self, stage: str) -> dict[str, int | Callable[..., int | str]]:
         return self.jobs.resources(stage)
 
     def phase_plan(self, node: StageNode) -> PhasePlan:
