@@ -14,7 +14,7 @@ rule curate_shard:
 
 
 rule curate_source:
-    """Join a source's shards: dedup across shards, split off the held-out documents."""
+    """Join a source's shards: decide the duplicates across shards and the held-out documents (no text)."""
     input:
         WF.inputs("curate_source"),
     output:

@@ -7,7 +7,8 @@ The documents: --base-docs x scale documents of 150 words (a letter vocabulary: 
 every digit run "0"), of which one in ten is a near-duplicate (one word changed) and one in thirty an exact
 copy of an earlier one, dealt over files of --shard-docs documents. Each job runs in a process of its own
 (spawned: no memory inherited), one after the other, and reports its wall and CPU seconds (its own call, not
-the interpreter's start) and its peak RSS (getrusage's ru_maxrss):
+the interpreter's start) and its peak RSS (VmHWM of /proc/self/status: getrusage's ru_maxrss of a spawned
+process also counts the parent's pages it was forked from before exec, so it never reads below the parent):
   runlib     curate_shard per file (normalize, SHA-256, MinHash signatures and the sorted tables; no other
              step), dedup_partition per shard (its slice of the hash space and the candidates' verification),
              curate_source (clusters, held-out choice), filter_shard per shard (the copy into train.jsonl):
@@ -110,6 +111,15 @@ def reference_kept(docs: list[str]) -> list[str]:
 # ------------------------------------------------------------------------------------------------ jobs
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak RSS in MB: VmHWM, its own address space's high-water mark (Linux), else ru_maxrss."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _measured(call: Callable[..., Any], *args: Any) -> dict[str, float]:
     """Run call(*args) in this (child) process: its wall and CPU seconds, and the process's peak RSS in MB."""
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -119,7 +129,7 @@ def _measured(call: Callable[..., Any], *args: Any) -> dict[str, float]:
     return {
         "wall": time.perf_counter() - started,
         "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-        "rss_mb": after.ru_maxrss / 1024,
+        "rss_mb": _peak_rss_mb(),
     }
 
 

@@ -36,6 +36,7 @@ TRIALS = {
     "curate_shard": 2,
     "dedup_partition": 1,
     "curate_source": 2,
+    "filter_shard": 1,
     "train_tokenizer": 2,
     "tokenize": 2,
     "train_phase": 2,
@@ -164,7 +165,8 @@ def test_sigkill_at_random_instants_then_rerun_equals_the_uninterrupted_build(re
 CORRUPTED_FILE = {
     "curate_shard": None,  # the largest output
     "dedup_partition": "pairs.npy",
-    "curate_source": "train.jsonl",
+    "curate_source": "fates.npy",
+    "filter_shard": "train.jsonl",
     "train_tokenizer": "tokenizer.json",
     "tokenize": None,
     "train_phase": "final.pt",

@@ -121,12 +121,12 @@ def test_a_resealed_token_shard_with_the_key_is_refused_by_the_chain(work, graph
 def test_a_reseal_further_upstream_stops_the_stage(work, graph):
     """A curated source resealed (with the key) after the tokenizer read it: phase 1 reads neither, and
     still refuses to run, naming the tokenizer whose record no longer matches."""
-    curated, tokenizer = graph.find("curate_source", source="docs"), graph.of("train_tokenizer")[0]
+    curated, tokenizer = graph.find("filter_shard", source="docs", shard=0), graph.of("train_tokenizer")[0]
     poison_and_reseal(curated.dir, "train.jsonl", key=read_key())
     with pytest.raises(UserError) as err:
         run_stage("train_phase", str(TINY), graph.find("train_phase", phase=1).key)
     message = str(err.value)
-    assert message.startswith(f"artifact train_tokenizer/{tokenizer.key} (train_tokenizer): input source:docs")
+    assert message.startswith(f"artifact train_tokenizer/{tokenizer.key} (train_tokenizer): input source:docs/0")
     assert "train.jsonl: digest now" in message
 
 
