@@ -437,8 +437,7 @@ def _pretrained(cfg: TokenizerConfig, pretrained: str, curated: Curated, out_dir
 def train_tokenizer(config: TokenizerConfig, curated: Curated, out_dir: Path) -> dict[str, Any]:
     """Train (or copy, with config.pretrained) the tokenizer into out_dir/tokenizer.json; return its summary.
 
-    `curated`: source name -> its curated shard directories in order (filter_shard outputs: train.jsonl,
-    heldout.jsonl), or one directory."""
+    `curated`: source name -> its curated shard directories in order (filter_shard outputs), or one."""
     cfg = config
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ def test_demo_long_anneal_fields_plan_and_reruns(demo_diff):
 
 def test_markdown_is_a_pull_request_comment(demo_diff):
     md = render_markdown(demo_diff)
-    assert md.startswith("### runlib diff") and "no new audit errors; 8 of 30 stages rerun" in md
+    assert md.startswith("### runlib diff") and "no new audit errors; 8 of 36 stages rerun" in md
     assert "| `phases[3].tokens` | 8% | 16% |" in md
     assert "| phase anneal | tokens | 163,840 | 327,680 | +100.0% |" in md
     assert "| train_phase anneal |" in md

@@ -111,7 +111,7 @@ def test_plan_view_shows_the_prefix_then_the_branches(graph):
         "anneal@long-decay",
         "anneal@long-decay",
     ]
-    assert lines[-1] == "2 branches (code-heavy, long-decay) share 28 prefix stages"
+    assert lines[-1] == "2 branches (code-heavy, long-decay) share 34 prefix stages"
     unbranched = plan_rows(build_graph(load_spec(DEMO).spec))
     assert all("part" not in r for r in unbranched)  # the JSON rows of a spec without branches are unchanged
 
