@@ -58,10 +58,13 @@ def test_an_unknown_branch_source_is_flagged_not_raised():
 
 
 def test_a_longer_branch_context_on_the_same_rope_theta_is_flagged_at_its_seq_len():
-    result, text = _audit((LONG_DECAY, "{name: long-decay, seq_len: 1024}"))
+    # a branch at 1024 on the rope_theta 10,000 is above the bound there (~3,400): not flagged; at 8192 (~100,000) it is
+    result, _ = _audit((LONG_DECAY, "{name: long-decay, seq_len: 1024}"))
+    assert not [f for f in result.findings if f.code == "PHASE004"]
+    result, text = _audit((LONG_DECAY, "{name: long-decay, seq_len: 8192}"))
     (rope,) = [f for f in result.findings if f.code == "PHASE004"]
     assert rope.path == "phases[3].branches[1].seq_len" and rope.line == _line_of(text, "name: long-decay")
-    assert "at phases[3].rope_theta" in rope.message and "grows seq_len from 512 to 1024" in rope.message
+    assert "at phases[3].rope_theta" in rope.message and "seq_len 8192 with rope_theta 10,000" in rope.message
     assert rope.value is None  # the value is for phases[3].rope_theta, which the branch cannot set
 
 

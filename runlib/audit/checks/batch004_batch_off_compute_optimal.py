@@ -5,9 +5,12 @@ Why it matters:
     (arXiv 2401.02954, eq. 1) fits B_opt = 0.2920 * C^0.3271 tokens, with C = M * D and M the
     non-embedding FLOPs per token. Far below it, steps are noisy and the devices underused; far
     above it, tokens are spent past the critical batch and buy little (Kaplan et al. 2020, arXiv
-    2001.08361, section 5). The fit is an estimate with a broad optimum, so this is advice: info
-    beyond 2x, a warning beyond 4x. The batch compared is the steady tokens per step of the
-    longest phase (after any ramp).
+    2001.08361, section 5). The fit is one estimate with a broad optimum, and the tuned batches of
+    runs that trained well sit 5x below it (PaLM, Chinchilla, Nemotron-4) or far above it: published
+    batches run from 0.5M tokens (GPT-2 124M in nanoGPT's train_gpt2 config) through 4M (Llama 2,
+    arXiv 2307.09288 §2.2; PaLM's last stage, arXiv 2204.02311 §5) to 63M (DeepSeek-V3's ramp end,
+    arXiv 2412.19437 §4.2). So it is advice, info only, beyond 2x. The batch compared is the steady
+    tokens per step of the longest phase (after any ramp).
 
 Flagged:
     # a 100M model on 2.4B tokens: B_opt is about 250K tokens
@@ -30,7 +33,7 @@ CODE = "BATCH004"
 NAME = "batch-off-compute-optimal"
 SEVERITY = "info"
 INFO_FACTOR = 2.0
-WARNING_FACTOR = 4.0
+PUBLISHED_RANGE = "0.5M (nanoGPT's GPT-2 124M) to 4M tokens (Llama 2, PaLM), 63M at the end of DeepSeek-V3's ramp"
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -68,10 +71,10 @@ def check(ctx: Context) -> Iterator[Finding]:
         path,
         f"phase {longest.name!r} (the longest) trains on {format_count(tokens_per_step)} tokens per step, "
         f"{off:.1f}x {direction} the compute-optimal batch of {format_count(optimal)} tokens "
-        f"(DeepSeek LLM fit B_opt = 0.292 * C^0.3271, C = {plan.references.deepseek_compute:.3g} FLOPs)",
+        f"(DeepSeek LLM fit B_opt = 0.292 * C^0.3271, C = {plan.references.deepseek_compute:.3g} FLOPs); "
+        f"published runs train at {PUBLISHED_RANGE} per step",
         f"move the global batch toward {format_count(optimal)} tokens, {suggestion}; "
-        "or keep it and give the reason in audit.ignore",
-        severity="warning" if off > WARNING_FACTOR else "info",
+        "or keep it (a tuned batch) and give the reason in audit.ignore",
     )
 
 
@@ -98,7 +101,7 @@ FAIL = [
             "batch.global_batch": "2Mi tokens",
             "phases[2].batch": {"micro_batch": 4, "grad_accum": 16},
         },
-        "warning",
+        "info",
     ),
     case(
         {
@@ -107,6 +110,6 @@ FAIL = [
             "batch.global_batch": "16Ki tokens",
             "phases[2].batch": {"micro_batch": 1, "grad_accum": 1},
         },
-        "warning",
+        "info",
     ),
 ]

@@ -7,8 +7,12 @@ Why it matters:
     (arXiv 2005.14165, App. B), Llama 2 (arXiv 2307.09288, §2.2), OLMo 2 (arXiv 2501.00656) and
     Megatron-LM (--clip-grad 1.0); it costs one norm per step.
 
+    A phase that sets its own optimizer.grad_clip: 0 turns clipping off for that phase alone (OPT-175B
+    lowered its clip mid-run, arXiv 2205.01068 §2.5; none turned it off).
+
 Flagged:
     optimizer: {kind: adamw, lr: 3.0e-4, grad_clip: 0}     # or grad_clip: null
+    phases: [{name: anneal, optimizer: {grad_clip: 0}}]     # one phase unclipped
 
 Preferred:
     optimizer: {kind: adamw, lr: 3.0e-4, grad_clip: 1.0}
@@ -38,10 +42,29 @@ def check(ctx: Context) -> Iterator[Finding]:
             f"set optimizer.grad_clip: {DEFAULT_CLIP} (clip the global gradient norm to {DEFAULT_CLIP})",
             value=DEFAULT_CLIP,
         )
+        return
+    for p in ctx.plan.phases:
+        own = p.settings.phase.optimizer
+        if own is not None and own.grad_clip == 0:  # null: the run's value
+            yield ctx.finding(
+                f"{p.settings.path}.optimizer.grad_clip",
+                f"phase {p.name!r}: optimizer.grad_clip 0 turns off the run's clipping at {clip:g} for "
+                "this phase: a single bad batch in it can make an unbounded update",
+                f"remove the phase's grad_clip, or set it to a value above 0 (the run's {clip:g}; OPT-175B lowered it to 0.3)",
+                value=clip,
+            )
 
 
-PASS = [{}, {"optimizer.grad_clip": DELETE}, {"optimizer.grad_clip": 0.3}, {"optimizer.grad_clip": 5.0}]
+PASS = [
+    {},
+    {"optimizer.grad_clip": DELETE},
+    {"optimizer.grad_clip": 0.3},
+    {"optimizer.grad_clip": 5.0},
+    {"phases[3].optimizer": {"grad_clip": 0.3}},
+    {"phases[3].optimizer": {"lr_scale": 0.5}},
+]
 FAIL = [
     case({"optimizer.grad_clip": 0}, "warning"),
     case({"optimizer.grad_clip": None}, "warning"),
+    case({"phases[3].optimizer": {"grad_clip": 0}}, "warning"),
 ]

@@ -48,8 +48,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     if spec_schedule.kind != "constant":
         items.append(("decay", spec_schedule.decay))
     for name, duration in items:
-        if duration is None or duration.unit != "steps":
-            continue
+        if duration is None or duration.unit != "steps" or duration.amount == 0:
+            continue  # no steps are the same 0 tokens at any batch size
         n = duration.amount
         read = plan.duration_tokens(duration)  # the plan counts the steps from the run's start
         steps = _steps_text(n)
@@ -87,6 +87,7 @@ PASS = [
     {},
     {"schedule.warmup": "92 steps", "schedule.decay": "736 steps"},  # tokens per step never change
     {"schedule.warmup": "24117248 tokens", "phases[2].batch": "__delete__"},
+    {"schedule.warmup": "0 steps", "batch.ramp": _RAMP},
 ]
 FAIL = [
     case({"schedule.warmup": "92 steps", "phases[2].batch": "__delete__"}, "warning"),

@@ -4,9 +4,10 @@ Why it matters:
     With warmup-stable-decay the final decay (cooldown) is where the loss drops; Hägele et al. 2024
     (arXiv 2405.18392) find that a cooldown of roughly 10-20% of the run matches or beats a
     cosine schedule, with diminishing returns beyond. A decay under 1% of the run leaves most of
-    that gain on the table (or is a unit slip, e.g. 0.1 meant as 10%); one over 30% spends a long
-    stretch below the peak and gives up the point of WSD, a long stable phase that can be
-    branched and continued. The bounds are the catalog's: wide on purpose, around the 10-20% range.
+    that gain on the table (or is a unit slip, e.g. 0.1 meant as 10%): a warning. One over 30% costs
+    no loss (Hägele et al.'s returns diminish, they do not reverse; DeepSeek-V3 decayed over about a
+    third of its tokens, arXiv 2412.19437 §4.2) but gives up the point of WSD, a long stable phase
+    that can be branched and continued: info. The bounds are wide on purpose, around 10-20%.
 
 Flagged:
     schedule: {kind: wsd, warmup: 1%, decay: 0.5%}
@@ -58,6 +59,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         message,
         f"set schedule.decay to 10-20% of the run, between {tokens_and_steps(ctx, 0.1 * run)} and {tokens_and_steps(ctx, 0.2 * run)}, "
         "or to the length of the anneal phase",
+        severity="info" if share > HIGH else None,
     )
 
 
@@ -69,6 +71,6 @@ PASS = [
 ]
 FAIL = [
     case({"schedule.decay": "0.5%"}, "warning"),
-    case({"schedule.decay": "40%"}, "warning"),
+    case({"schedule.decay": "40%"}, "info"),
     case({"schedule.decay": "__delete__"}, "warning"),
 ]
