@@ -142,9 +142,17 @@ class Plan:
         return step_at_tokens([p.span for p in self.phases], self.duration_tokens(duration))
 
     def peak_flops(self) -> float:
-        dtype = self.spec.precision.compute
-        peak = self.accelerator.peak_tflops.get(dtype) or self.accelerator.peak_tflops.get("fp32") or 0.0
-        return peak * 1e12
+        """The dense peak FLOP/s of one device that MFU and the plan's hours are quoted against."""
+        return mfu_peak_flops(self.accelerator, self.spec.precision.compute)
+
+
+def mfu_peak_flops(accelerator: Accelerator, compute: str) -> float:
+    """The dense peak FLOP/s of one device in the dtype MFU is quoted against: the compute dtype, but bf16 for
+    fp8 compute (fp8 runs only the large matmuls in fp8; torchtitan's MFU uses the bf16 peak for float8 training
+    too, pytorch/torchtitan torchtitan/tools/utils.py get_peak_flops), so an fp8 run's hours at a given MFU
+    are not halved by the fp8 peak."""
+    dtype = "bf16" if compute == "fp8" and "bf16" in accelerator.peak_tflops else compute
+    return (accelerator.peak_tflops.get(dtype) or accelerator.peak_tflops.get("fp32") or 0.0) * 1e12
 
 
 def tokenizer_ids(spec: RunSpec) -> int:
@@ -210,7 +218,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
         spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens, lr_steps
     )
 
-    peak = (accelerator.peak_tflops.get(spec.precision.compute) or accelerator.peak_tflops.get("fp32") or 0.0) * 1e12
+    peak = mfu_peak_flops(accelerator, spec.precision.compute)
     throughput = peak * spec.hardware.mfu * devices(spec)  # model FLOP/s of the whole job
     attn_width = spec.model.heads * head_dim(spec.model)
     relative = spec.model.position == "relative"  # one more score matmul per layer (flops.py)
@@ -333,9 +341,10 @@ def job_mtbf(spec: RunSpec) -> tuple[float | None, str]:
 
 
 def checkpoint_write_gb_per_s(spec: RunSpec) -> float:
-    """The rate a checkpoint is written at: each node's link, or the shared storage, whichever is slower."""
+    """The rate a checkpoint is written at: the nodes' links together, or the shared storage's cap if smaller."""
     hw = spec.hardware
-    return min(hw.nodes * hw.checkpoint_write_gb_per_s, hw.storage_write_gb_per_s)
+    nodes = hw.nodes * hw.checkpoint_write_gb_per_s
+    return min(nodes, hw.storage_write_gb_per_s) if hw.storage_write_gb_per_s is not None else nodes
 
 
 def _checkpoint_plan(

@@ -43,9 +43,7 @@ def test_the_shards_together_are_the_source_and_its_dropped_sample(joined: dict)
     assert len(train) + len(heldout) == 36 and len(heldout) == 3
     assert len({row["text"] for row in train + heldout}) == 36  # every text once
     assert all(
-        row["id"].startswith(f"{'abc'[i]}.jsonl:")
-        for i, p in enumerate(parts)
-        for row in read_lines(p / "train.jsonl")
+        row["id"].startswith(f"{'abc'[i]}.jsonl:") for i, p in enumerate(parts) for row in read_lines(p / "train.jsonl")
     )
     counts = joined["result"]["counts"]
     assert (counts["docs_train"], counts["docs_heldout"]) == (len(train), len(heldout))

@@ -8,11 +8,17 @@ Why it matters:
     hardware.node_mtbf_hours a GPU job is given Llama 3's published rate: 419 unexpected
     interruptions in 54 days on 16,384 GPUs (Dubey et al. 2024, section 3.3.4), one per ~50,700
     GPU-hours, so a job on 2,048 GPUs fails about once a day. The write time is the checkpoint
-    (weights at their highest precision + optimizer states) over the smaller of nodes x
-    hardware.checkpoint_write_gb_per_s and hardware.storage_write_gb_per_s (default 0.5 GB/s: a
-    measured 7B checkpoint, ~84 GB in 148.8 s, PyTorch blog 2024 "Reducing Model Checkpointing
-    Times by Over 10x"). Flagged when the interval is more than 3x off the optimum and that costs
+    (weights at their highest precision + optimizer states) over nodes x
+    hardware.checkpoint_write_gb_per_s (default 1 GB/s a node: Llama 3's storage sustains 2 TB/s
+    for 2,048 nodes, Dubey et al. 2024 section 3.3.1), or hardware.storage_write_gb_per_s when
+    given and smaller. A warning when the interval is more than 3x off the optimum and that costs
     at least 2% more of the run's time than the optimum does.
+
+    Young's formula is first-order: with failures at random (exponential, mean M), the expected
+    time to get through an interval of work t is M x (exp(t / M) - 1) (Daly 2006, FGCS 22(3),
+    without the write and restart times), so an interval several times the job's MTBF almost never
+    completes: at 13x, one attempt in 440,000 does. An error when the expected progress, t over
+    that time, is under half: the run spends more time redoing work than doing it.
 
 Flagged:
     hardware: {nodes: 256, devices_per_node: 8}       # 2,048 GPUs: a failure about every 25 h
@@ -35,6 +41,7 @@ CODE = "CKPT002"
 NAME = "checkpoint-interval-off-optimum"
 SEVERITY = "warning"
 FACTOR = 3.0
+LEAST_PROGRESS = 0.5  # expected work done over time spent, under exponential failures: below it, an error
 MATERIAL_FRACTION = 0.02  # of the run's time lost beyond the optimum's loss (a week-long run: 3.4 h)
 
 
@@ -66,6 +73,15 @@ def lost_fraction(interval_hours: float, write_hours: float, mtbf_hours: float) 
     return write_hours / interval_hours + interval_hours / (2 * mtbf_hours)
 
 
+def expected_progress(interval_hours: float, mtbf_hours: float) -> float:
+    """The work done over the time spent with exponential failures (Daly 2006, without write and restart times):
+    an interval over the expected time to get through it."""
+    exponent = interval_hours / mtbf_hours
+    if exponent > 700:  # exp overflows: no attempt ever completes
+        return 0.0
+    return interval_hours / (mtbf_hours * math.expm1(exponent))
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     spec, ck = ctx.spec, ctx.plan.checkpoint
     if spec.checkpoint.every is None:
@@ -79,10 +95,23 @@ def check(ctx: Context) -> Iterator[Finding]:
     if 1 / FACTOR <= ratio <= FACTOR:
         return
     write_hours = ck.write_seconds / 3600
+    optimum = _round_steps(young * steps / hours)  # hours -> steps at the interval's tokens per hour
+    progress = expected_progress(hours, mtbf)
+    if progress < LEAST_PROGRESS:
+        yield ctx.finding(
+            "checkpoint.every",
+            f"checkpoint.every: {spec.checkpoint.every} is {_span(hours)} of training, {hours / mtbf:.3g}x the job's "
+            f"MTBF {_span(mtbf)} ({ck.mtbf_basis}): with failures at random, an interval completes before a failure "
+            f"in {math.exp(-hours / mtbf):.2g} of attempts, so the run makes {_pct(progress)} of its "
+            "time's progress and redoes the rest",
+            f"set checkpoint.every: {optimum} steps (about {_span(young)}, Young's optimum)",
+            value=f"{optimum} steps",
+            severity="error",
+        )
+        return
     lost, lost_best = lost_fraction(hours, write_hours, mtbf), lost_fraction(young, write_hours, mtbf)
     if lost - lost_best < MATERIAL_FRACTION:
         return  # far from the optimum, but it costs under 2% of the run: not worth a finding
-    optimum = _round_steps(young * steps / hours)  # hours -> steps at the interval's tokens per hour
     side = f"{ratio:.1f}x longer" if ratio > 1 else f"{1 / ratio:.1f}x shorter"
     writes, redone = write_hours / hours, hours / (2 * mtbf)
     fix = f"set checkpoint.every: {optimum} steps (about {_span(young)})"
@@ -118,5 +147,7 @@ PASS = [
 FAIL = [
     # slow storage (1 MB/s: a 1.2 GB checkpoint takes 20 min) written every 100 steps (~20 s)
     case({"hardware.storage_write_gb_per_s": 0.001, "checkpoint.every": "100 steps"}, "warning"),
-    case({"hardware.node_mtbf_hours": 0.05}, "warning"),  # optimum ~0.3 min: far too rarely
+    case({"hardware.node_mtbf_hours": 0.05}, "warning"),  # MTBF 3 min, interval ~3.4 min: 0.54 progress
+    case({"hardware.node_mtbf_hours": 0.03}, "error"),  # MTBF 1.8 min: 0.33 progress
+    case({"hardware.node_mtbf_hours": 0.0044}, "error"),  # 13x the MTBF: almost never completes
 ]
