@@ -26,6 +26,7 @@ from runlib.spec.models import BatchSpec, ModelSpec, PrecisionSpec, SourceSpec
 
 __all__ = [
     "Refusal",
+    "accelerator_refusals",
     "_divisors_above_one",
     "batch_refusals",
     "input_refusals",
@@ -177,6 +178,23 @@ class TrainConfig(Protocol):
     def parallel(self) -> _Parallel: ...
 
 
+def accelerator_refusals(accelerator: str) -> list[Refusal]:
+    """An accelerator the trainer has no device for (pure; RUN014): PyTorch trains here on CUDA, ROCm or the
+    CPU, and a TPU needs torch_xla or JAX, which runlib's trainer does not drive."""
+    if not accelerator.lower().startswith("tpu"):
+        return []
+    return [
+        Refusal(
+            "RUN014",
+            "hardware.accelerator",
+            accelerator,
+            f"{accelerator} is a TPU: runlib's trainer runs PyTorch on CUDA, ROCm or the CPU and has no XLA path, so "
+            "a TPU spec is planned and audited, not trained",
+            "keep it to plan and audit the run; to train it here, give a GPU accelerator (e.g. h100-sxm)",
+        )
+    ]
+
+
 def train_config_refusals(config: TrainConfig) -> list[Refusal]:
     """The refusals of one training phase's stage config (runlib.train.config.TrainPhaseConfig): the
     trainer's last guard, the same rules as the audit's RUN checks."""
@@ -190,6 +208,7 @@ def train_config_refusals(config: TrainConfig) -> list[Refusal]:
         )
         + model_refusals(config.model, layout.tp)
         + precision_field_refusals(precision)
+        + accelerator_refusals(config.accelerator)
     )
 
 

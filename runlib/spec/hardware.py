@@ -50,6 +50,8 @@ CATALOG: dict[str, Accelerator] = {
         Accelerator(
             "h100-pcie", "NVIDIA H100 PCIe 80GB", 79.6, {"fp32": 51.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0}
         ),
+        # H800: the H100 SXM's compute and memory with NVLink cut to 400 GB/s (DeepSeek-V3, arXiv 2412.19437 §3.1)
+        Accelerator("h800", "NVIDIA H800 SXM 80GB", 79.6, {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0, "fp8": 1979.0}),
         Accelerator(
             "h200", "NVIDIA H200 SXM 141GB", 140.4, {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0, "fp8": 1979.0}
         ),
@@ -57,6 +59,11 @@ CATALOG: dict[str, Accelerator] = {
         Accelerator(
             "mi300x", "AMD Instinct MI300X 192GB", 192.0, {"fp32": 163.4, "fp16": 1307.4, "bf16": 1307.4, "fp8": 2614.9}
         ),
+        # TPUs, for planning (PaLM trained on v4): bf16 matrix units only, so no fp32 or fp16 entry. v4: 32 GiB HBM,
+        # 275 TFLOP/s bf16 (Jouppi et al. 2023, "TPU v4", ISCA, Table 1); v5p: 95 GB HBM, 459 TFLOP/s bf16
+        # (Google Cloud's TPU v5p system architecture page)
+        Accelerator("tpu-v4", "Google TPU v4 chip 32GiB", 32.0, {"bf16": 275.0}),
+        Accelerator("tpu-v5p", "Google TPU v5p chip 95GB", 88.5, {"bf16": 459.0}),
     )
 }
 

@@ -39,7 +39,7 @@ def _phase_refusals(spec, index: int = 0) -> set[str]:
 
 
 def test_run_family_is_a_warning_family():
-    assert [c.code for c in RUN_CHECKS] == [f"RUN{i:03d}" for i in range(1, 14)]
+    assert [c.code for c in RUN_CHECKS] == [f"RUN{i:03d}" for i in range(1, 15)]
     assert {c.severity for c in RUN_CHECKS} == {"warning"}
 
 
@@ -54,7 +54,7 @@ def test_trainer_guard_refuses_what_the_audit_flags(check, case):
     assert check.code in codes
     finding = next(f for f in audit(spec, select={check.code}).findings if f.code == check.code)
     assert "the runner refuses it" in finding.message
-    assert re.match(r"(phases\[\d+\]\.)?(parallelism|precision|optimizer|model)\.", finding.path)
+    assert re.match(r"(phases\[\d+\]\.)?(parallelism|precision|optimizer|model|hardware)\.", finding.path)
 
 
 @pytest.mark.parametrize(("check", "case"), [(c, f) for c in RUN_CHECKS if c.code in GATE_ONLY for f in c.fails])
