@@ -1,8 +1,14 @@
 """Hugging Face `config.json` (transformers), optionally with a TrainingArguments JSON.
 
 Families, by `model_type` (field names as transformers' configuration_<family>.py defines them):
-  llama, mistral, qwen2, olmo2   RMSNorm, SwiGLU (intermediate_size), RoPE (rope_theta), GQA
-                                 (num_key_value_heads); olmo2 adds QK-norm over the full q and k widths
+  llama, mistral, qwen2, olmo2,  RMSNorm, SwiGLU (intermediate_size), RoPE (rope_theta), GQA
+  qwen3, phi3                    (num_key_value_heads); olmo2 adds QK-norm over the full q and k widths,
+                                 qwen3 per head (held as qk_norm: the spec counts full widths); phi3 fuses
+                                 qkv_proj and gate_up_proj (the same parameters)
+  gemma2, gemma3_text            GeGLU (tanh GELU as the gate: held as swiglu, the same parameters), RMSNorm
+                                 before and after each sublayer, head_dim, tied embeddings; gemma3 adds
+                                 per-head QK-norm
+  starcoder2                     LayerNorm and biases (use_bias), a plain GELU MLP, RoPE, GQA
   gpt2                           n_layer/n_embd/n_head/n_positions, n_inner (None: 4*n_embd), LayerNorm
                                  and biases, learned positions, tied head (tie_word_embeddings default True)
   gpt_neox                       LayerNorm and biases, GELU MLP, rotary on rotary_pct of each head
@@ -27,7 +33,19 @@ from runlib.review.importers.common import fill_defaults, spec_name, whole
 from runlib.review.importers.draft import Draft, UnmappableConfig
 from runlib.spec.models import ModelSpec
 
-FAMILIES = ("llama", "mistral", "qwen2", "olmo2", "gpt2", "gpt_neox")
+FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "olmo2",
+    "phi3",
+    "gemma2",
+    "gemma3_text",
+    "starcoder2",
+    "gpt2",
+    "gpt_neox",
+)
 MAX_PRETRAIN_SEQ = 8192  # a max_position_embeddings above this is taken as a context extension, not pretraining
 CHINCHILLA_TOKENS_PER_PARAM = 20
 
@@ -102,7 +120,71 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
     d.set("model.rope_theta", float(config.get(theta_key) or 10000.0), theta_key)
     if family == "gpt_neox":
         return _neox_block(d, config, file)
+    if family == "starcoder2":
+        return _starcoder2_block(d, config, file, hidden, heads, int(kv))
+    if family in ("gemma2", "gemma3_text"):
+        return _gemma_block(d, config, family, file, hidden, heads, int(kv))
     return _swiglu_block(d, config, family, file, hidden, heads, int(kv))
+
+
+def _window_notes(config: dict[str, Any]) -> list[str]:
+    notes = []
+    if config.get("sliding_window") and config.get("use_sliding_window", True):
+        notes.append(
+            f"Sliding-window attention ({config['sliding_window']} tokens, on the layers the config names) is not "
+            "expressible: full causal attention here (no parameter change)."
+        )
+    if config.get("rope_scaling"):
+        notes.append(
+            f"rope_scaling {config['rope_scaling']} is a context extension applied after pretraining: not part of this spec."
+        )
+    return notes
+
+
+def _starcoder2_block(d: Draft, config: dict[str, Any], file: str, hidden: int, heads: int, kv: int) -> list[str]:
+    """StarCoder2 (Lozhkov et al. 2024, arXiv 2402.19173): LayerNorm, biases on every linear layer, c_fc/c_proj."""
+    act = str(config.get("hidden_act", "gelu_pytorch_tanh"))
+    if "gelu" not in act:
+        raise UnmappableConfig(f"{file}: hidden_act {act!r}: a starcoder2 MLP maps to gelu only")
+    if str(config.get("mlp_type", "default")) != "default":
+        raise UnmappableConfig(f"{file}: mlp_type {config.get('mlp_type')!r}: only StarCoder2's plain MLP maps")
+    d.set("model.activation", "gelu", f"hidden_act {act}")
+    d.set("model.norm", "layernorm", "norm_type layer_norm")
+    d.set("model.bias", bool(config.get("use_bias", True)), "use_bias")
+    d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)")
+    return _window_notes(config)
+
+
+def _gemma_block(
+    d: Draft, config: dict[str, Any], family: str, file: str, hidden: int, heads: int, kv: int
+) -> list[str]:
+    """Gemma 2 (arXiv 2408.00118) and Gemma 3 (arXiv 2503.19786): GeGLU, sandwich RMSNorm, tied embeddings."""
+    act = str(config.get("hidden_activation") or config.get("hidden_act") or "gelu_pytorch_tanh")
+    if "gelu" not in act:
+        raise UnmappableConfig(f"{file}: hidden_activation {act!r}: a {family} MLP maps to a GELU gate only")
+    d.set("model.activation", "swiglu", f"GeGLU ({act} gate): held as swiglu, the same three matrices")
+    d.set("model.norm", "rmsnorm", "RMSNorm")
+    d.set("model.bias", bool(config.get("attention_bias", False)), "attention_bias")
+    d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)")
+    layers, hd = int(d.get("model.layers")), int(config.get("head_dim") or hidden // heads)
+    norms = 2 * layers * hidden
+    caps = {k: config.get(f"{k}_logit_softcapping") for k in ("attn", "final")}
+    capped = ", ".join(f"{k} {v:g}" for k, v in caps.items() if v)
+    notes = [
+        f"{family}: the MLP's gate is {act} (GeGLU), which the spec holds as swiglu (the same parameters and FLOPs; "
+        "runlib's trainer would build SiLU); RMSNorm after each sublayer as well as before is not expressible: the "
+        f"checkpoint has {norms:,} norm parameters more than this spec counts; the embeddings are scaled by "
+        "sqrt(d_model)"
+        + (f"; logit soft-capping ({capped}) is not expressible (no parameter change)." if capped else ".")
+    ]
+    if family == "gemma3_text":
+        d.set("model.qk_norm", True, "Gemma 3: RMSNorm on q and k per head")
+        extra = layers * ((heads + kv) * hd - 2 * hd)
+        notes.append(
+            f"Gemma 3 normalizes q and k per head (2 x {hd} parameters a layer); the spec's qk_norm counts the full "
+            f"widths: {extra:,} parameters more than the checkpoint."
+        )
+    return notes + _window_notes(config)
 
 
 def _gpt2_model(d: Draft, config: dict[str, Any], file: str) -> None:
@@ -140,7 +222,8 @@ def _neox_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
 def _swiglu_block(
     d: Draft, config: dict[str, Any], family: str, file: str, hidden: int, heads: int, kv: int
 ) -> list[str]:
-    """llama, mistral, qwen2, olmo2: SwiGLU and RMSNorm; biases, QK-norm, and what the spec cannot express."""
+    """llama, mistral, qwen2, qwen3, olmo2, phi3: SwiGLU and RMSNorm; biases, QK-norm, and what the spec cannot
+    express."""
     notes: list[str] = []
     act = str(config.get("hidden_act", "silu"))
     if act not in ("silu", "swish"):
@@ -166,15 +249,19 @@ def _swiglu_block(
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
     if family == "olmo2":
         d.set("model.qk_norm", True, "OLMo 2: RMSNorm over the full q and k projections")
-    if family == "mistral" and config.get("sliding_window"):
+    if family == "qwen3":
+        d.set("model.qk_norm", True, "Qwen3: RMSNorm on q and k per head")
+        layers, hd = int(d.get("model.layers")), int(config.get("head_dim") or hidden // heads)
+        extra = layers * ((heads + kv) * hd - 2 * hd)
         notes.append(
-            f"Mistral's sliding-window attention ({config['sliding_window']} tokens) is not expressible: full causal attention here (no parameter change)."
+            f"Qwen3 normalizes q and k per head (2 x {hd} parameters a layer); the spec's qk_norm counts the full "
+            f"widths: {extra:,} parameters more than the checkpoint."
         )
-    if config.get("rope_scaling"):
+    if family == "phi3":
         notes.append(
-            f"rope_scaling {config['rope_scaling']} is a context extension applied after pretraining: not part of this spec."
+            "Phi-3 fuses q, k, v (qkv_proj) and the gate and up projections (gate_up_proj): the same parameters."
         )
-    return notes
+    return notes + _window_notes(config)
 
 
 def _seq_len(d: Draft, config: dict[str, Any], args: dict[str, Any] | None, file: str) -> int:
