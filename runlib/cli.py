@@ -271,10 +271,17 @@ def _cmd_import(args: argparse.Namespace) -> int:
     """A spec from a nanoGPT / Hugging Face / torchtitan / Megatron-LM config, then its audit (runlib.review.importers)."""
     from runlib.audit import audit_loaded
     from runlib.audit.render.text import render
-    from runlib.review.importers import import_file
+    from runlib.review.importers import HardwareChoice, import_file
     from runlib.spec import load_spec_text
 
-    imported = import_file(args.file, args.format, args.training_args, out_name=args.out or "<imported>")
+    for option in ("devices", "nodes"):
+        value = getattr(args, option)
+        if value is not None and not 1 <= value <= 1_000_000:
+            raise UserError(f"runlib import: --{option} {value}: give a whole number from 1 to 1,000,000")
+    hardware = HardwareChoice(args.devices, args.nodes, args.accelerator)
+    imported = import_file(
+        args.file, args.format, args.training_args, out_name=args.out or "<imported>", hardware=hardware
+    )
     result = audit_loaded(load_spec_text(imported.text, args.out or "<imported>"))
     _write_review_spec(imported.text, args.out, render(result), f"imported ({imported.format})")
     return result.exit_code()
@@ -436,6 +443,15 @@ def _add_review_commands(sub: Subcommands) -> None:
     p.add_argument(
         "--training-args", metavar="JSON", help="with --format hf: a TrainingArguments JSON (training_args.json)"
     )
+    p.add_argument(
+        "--devices",
+        type=int,
+        help="accelerators in all, for a file that does not state them (hf, torchtitan, megatron)",
+    )
+    p.add_argument(
+        "--nodes", type=int, help="nodes, for a file that does not state them (with --devices: devices per node follow)"
+    )
+    p.add_argument("--accelerator", help="catalog key (`runlib explain hardware`), for a file that does not state it")
     p.add_argument("-o", "--out", help="write the spec here (default: stdout, the audit on stderr)")
     p.set_defaults(func=_cmd_import)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runlib.cli import main
+from runlib.errors import UserError
 from runlib.plan import derive
 from runlib.review.importers import import_file
 from tests.heavy import heavy_imports
@@ -201,3 +202,77 @@ def test_import_and_propose_import_no_heavy_modules(tmp_path):
     )
     assert heavy_imports(code, tmp_path) == []
     assert (tmp_path / "a.yaml").exists() and (tmp_path / "b.yaml").exists()
+
+
+def test_megatron_llama3_8b_example_script_resolves_as_bash_would():
+    """NVIDIA's examples/llama/train_llama3_8b_h100_fp8.sh: its variables, ${N:-default}, arrays (quoted
+    elements expanded unquoted) and if-branches resolved without running it; the vocabulary and fp8 flags of
+    the arrays reach the spec; every flag not mapped is named in the header."""
+    imported = import_file(FIX / "megatron_llama3_8b_h100_fp8.sh")
+    spec = imported.loaded.spec
+    assert derive(spec).params.total == 8_030_261_248  # meta-llama/Meta-Llama-3-8B checkpoint
+    assert spec.model.vocab_size == 128256 and spec.precision.compute == "fp8"
+    assert (spec.hardware.nodes, spec.hardware.devices_per_node, spec.hardware.accelerator) == (1, 8, "h100-sxm")
+    assert spec.model.seq_len == 8192 and spec.model.rope_theta == 1_000_000
+    header = imported.text.split("\nname:")[0]
+    assert "Not imported" in header and "--decoupled-lr 5.0e-4" in header and "--fp8-param-gather" in header
+    assert "--master-addr" not in header  # torchrun's rendezvous is not the run's
+
+
+def test_megatron_gpt3_example_names_the_world_it_needs_and_megatrons_own_refusal(capsys):
+    """examples/gpt3/train_gpt3_175b_distributed.sh names one node for tensor 8 x pipeline 16; with --nodes 16
+    it reaches Megatron-LM's own stop: a batch ramp with --train-iters (validate_args asserts against it)."""
+    script = str(FIX / "megatron_gpt3_175b_distributed.sh")
+    assert main(["import", script]) == 2
+    err = capsys.readouterr().err
+    assert "does not divide the 8 GPUs" in err and "runlib import --devices N" in err
+    assert main(["import", script, "--nodes", "16"]) == 2
+    assert "expected no batch-size rampup for iteration-based training" in capsys.readouterr().err
+
+
+def test_the_hardware_options_size_a_file_that_does_not_state_it(tmp_path):
+    from runlib.review.importers import HardwareChoice
+
+    imported = import_file(FIX / "llama3_8b.toml", hardware=HardwareChoice(devices=64, accelerator="h800"))
+    hw = imported.loaded.spec.hardware
+    assert (hw.nodes, hw.devices_per_node, hw.accelerator) == (8, 8, "h800")
+    assert "runlib import --nodes/--devices" in imported.text
+    with pytest.raises(UserError, match="not in the catalog"):
+        import_file(FIX / "llama3_8b.toml", hardware=HardwareChoice(accelerator="tpu-v9"))
+    with pytest.raises(UserError, match="does not divide over --nodes 3"):
+        import_file(FIX / "hf" / "llama3-8b.config.json", hardware=HardwareChoice(devices=16, nodes=3))
+    with pytest.raises(UserError, match="a nanoGPT config names its launch"):
+        import_file(FIX / "train_gpt2.py", hardware=HardwareChoice(devices=16))
+
+
+@pytest.mark.parametrize(
+    "script, words",
+    [
+        ('A=${1:-"x y"}\npython pretrain_gpt.py --p "$A" --q $A\n', ["--p", "x y", "--q", "x", "y"]),
+        ("N=4\nM=$((N * 2 + 1))\npython pretrain_gpt.py --n $M\n", ["--n", "9"]),
+        ('A=( "--a 1" --b )\npython pretrain_gpt.py ${A[@]}\n', ["--a", "1", "--b"]),
+        ('A=( "--a 1" --b )\npython pretrain_gpt.py "${A[@]}"\n', ["--a 1", "--b"]),
+        (
+            'X=1\nif [[ "$X" == 2 ]]; then\n  F=--two\nelif [ -n "$X" ]; then\n  F=--one\nelse\n  F=--none\nfi\n'
+            "python pretrain_gpt.py $F\n",
+            ["--one"],
+        ),
+        (
+            "mkdir -p \"$(dirname x)\"\nS=train.py\ntorchrun --nproc_per_node 8 $S --k 'v w'\n",
+            ["torchrun", "--nproc_per_node", "8", "train.py", "--k", "v w"],
+        ),
+    ],
+)
+def test_launch_scripts_resolve_as_bash_would(script, words):
+    from runlib.review.importers.shell import training_command
+
+    command = training_command(script, "s.sh")
+    assert command is not None
+    assert command[-len(words) :] == words
+
+
+def test_a_command_substitution_that_reaches_the_run_is_refused_with_its_line():
+    from runlib.review.importers.shell import training_command
+
+    with pytest.raises(UserError, match=r"s\.sh:2: \$\(nproc\)"):
+        training_command("# launch\nGPUS=$(nproc)\ntorchrun --nproc_per_node $GPUS pretrain_gpt.py\n", "s.sh")

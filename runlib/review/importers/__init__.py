@@ -13,7 +13,8 @@ from typing import Any
 
 from runlib.errors import UserError
 from runlib.review.importers.common import parse_json_config
-from runlib.review.importers.draft import Draft, UnmappableConfig, load_draft
+from runlib.review.importers.draft import Draft, HardwareChoice, UnmappableConfig, load_draft
+from runlib.spec.hardware import CATALOG
 from runlib.util.userfile import read_bounded
 
 FORMATS = ("nanogpt", "hf", "torchtitan", "megatron")
@@ -76,7 +77,10 @@ def import_file(
     fmt: str = "auto",
     training_args: str | Path | None = None,
     out_name: str = "<imported>",
+    hardware: HardwareChoice | None = None,
 ) -> Imported:
+    """The spec of one config file; `hardware` (runlib import --devices/--nodes/--accelerator) for a file that
+    does not state the machine it runs on."""
     path = Path(path)
     text = read_config(path)
     if fmt == "auto":
@@ -85,8 +89,18 @@ def import_file(
         raise UserError(f"runlib import: unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}")
     if training_args is not None and fmt != "hf":
         raise UserError("runlib import: --training-args goes with --format hf (a config.json) only")
+    hardware = hardware or HardwareChoice()
+    if hardware != HardwareChoice() and fmt == "nanogpt":
+        raise UserError(
+            "runlib import: --devices/--nodes/--accelerator go with hf, torchtitan and megatron files; a nanoGPT "
+            "config names its launch in its torchrun comment"
+        )
+    if hardware.accelerator is not None and hardware.accelerator not in CATALOG:
+        raise UserError(
+            f"runlib import: --accelerator {hardware.accelerator!r} is not in the catalog (`runlib explain hardware`)"
+        )
     try:
-        draft = _draft(path, fmt, text, training_args)
+        draft = _draft(path, fmt, text, training_args, hardware)
     except UserError:
         raise
     except (ArithmeticError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
@@ -101,7 +115,7 @@ def import_file(
     return Imported(fmt, yaml_text, loaded)
 
 
-def _draft(path: Path, fmt: str, text: str, training_args: str | Path | None) -> Draft:
+def _draft(path: Path, fmt: str, text: str, training_args: str | Path | None, hardware: HardwareChoice) -> Draft:
     draft: Draft
     if fmt == "nanogpt":
         from runlib.review.importers.nanogpt import import_nanogpt
@@ -114,16 +128,16 @@ def _draft(path: Path, fmt: str, text: str, training_args: str | Path | None) ->
         if not isinstance(config, dict):
             raise UnmappableConfig(f"{path}: a config.json is a JSON object")
         args = read_json(Path(training_args), "the training arguments") if training_args is not None else None
-        draft = import_hf(path, config, args)
+        draft = import_hf(path, config, args, hardware)
     elif fmt == "torchtitan":
         from runlib.review.importers.torchtitan import import_torchtitan
 
-        draft = import_torchtitan(path, text)
+        draft = import_torchtitan(path, text, hardware)
     else:
         from runlib.review.importers.megatron import import_megatron
 
-        draft = import_megatron(path, text)
+        draft = import_megatron(path, text, hardware)
     return draft
 
 
-__all__ = ["FORMATS", "Imported", "UnmappableConfig", "detect_format", "import_file"]
+__all__ = ["FORMATS", "HardwareChoice", "Imported", "UnmappableConfig", "detect_format", "import_file"]

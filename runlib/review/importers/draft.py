@@ -44,6 +44,35 @@ class UnmappableConfig(UserError):
     """The source config says something a run spec cannot express (the CLI exits 2)."""
 
 
+@dataclass(frozen=True)
+class HardwareChoice:
+    """`runlib import --devices/--nodes/--accelerator`: the hardware a file does not state, or states for
+    another machine (Megatron-LM's GPT-3 175B example names one node for tensor 8 x pipeline 16)."""
+
+    devices: int | None = None
+    """Accelerators in all."""
+    nodes: int | None = None
+    accelerator: str | None = None
+
+    def layout(self, per_node_default: int = 8) -> tuple[int, int] | None:
+        """(nodes, devices per node) the options ask for; None without --devices or --nodes."""
+        if self.devices is None and self.nodes is None:
+            return None
+        if self.devices is not None and self.nodes is not None:
+            if self.devices % self.nodes:
+                raise UserError(f"runlib import: --devices {self.devices} does not divide over --nodes {self.nodes}")
+            return self.nodes, self.devices // self.nodes
+        if self.devices is not None:
+            nodes = max(1, -(-self.devices // per_node_default))
+            if self.devices % nodes:
+                raise UserError(
+                    f"runlib import: --devices {self.devices}: give a multiple of {per_node_default} or --nodes"
+                )
+            return nodes, self.devices // nodes
+        assert self.nodes is not None
+        return self.nodes, per_node_default
+
+
 @dataclass
 class Draft:
     """Dotted path -> value, in insertion order, plus a comment per path and header lines."""
@@ -51,6 +80,21 @@ class Draft:
     values: dict[str, Any] = field(default_factory=dict)
     comments: dict[str, str] = field(default_factory=dict)
     header: list[str] = field(default_factory=list)
+    choice: HardwareChoice = field(default_factory=HardwareChoice)
+    """The importing command's hardware options, which the importers apply before sizing the batch."""
+
+    def chosen_hardware(self, per_node_default: int = 8) -> int | None:
+        """Set hardware.* from the command's options (runlib import --devices/--nodes/--accelerator); the world
+        size they give, or None when they give no devices or nodes."""
+        if self.choice.accelerator is not None:
+            self.set("hardware.accelerator", self.choice.accelerator, "runlib import --accelerator")
+        layout = self.choice.layout(per_node_default)
+        if layout is None:
+            return None
+        nodes, per_node = layout
+        self.set("hardware.nodes", nodes, "runlib import --nodes/--devices")
+        self.set("hardware.devices_per_node", per_node, "runlib import --nodes/--devices")
+        return nodes * per_node
 
     def set(self, path: str, value: Any, note: str | None = None) -> None:
         self.values[path] = value

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from runlib.plan import scaling
 from runlib.plan.params import ParamCounts, count_params
 from runlib.review.importers.common import fill_defaults, spec_name, whole
-from runlib.review.importers.draft import Draft, UnmappableConfig
+from runlib.review.importers.draft import Draft, HardwareChoice, UnmappableConfig
 from runlib.spec.models import ModelSpec
 
 FAMILIES = (
@@ -307,7 +307,8 @@ def _hardware(d: Draft, params: ParamCounts) -> int:
     d.set("hardware.devices_per_node", 8, "assumed: 8-GPU nodes")
     d.set("parallelism.sharding", "fsdp", "assumed: FSDP, no model parallelism")
     d.set("parallelism.activation_checkpointing", "selective", "assumed")
-    return devices_total
+    chosen = d.chosen_hardware()
+    return chosen if chosen is not None else devices_total
 
 
 def _batch_from_args(d: Draft, args: dict[str, Any], dp: int, seq: int) -> int:
@@ -430,12 +431,14 @@ def _precision_and_cadence(d: Draft, args: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------- the steps
 
 
-def import_hf(path: Path, config: dict[str, Any], args: dict[str, Any] | None) -> Draft:
+def import_hf(
+    path: Path, config: dict[str, Any], args: dict[str, Any] | None, hardware: HardwareChoice | None = None
+) -> Draft:
     """Read and validate (model_type, the schema's bounds), map the model, then the training (from the
     arguments or assumed), and report in the header what the spec cannot express."""
     file = str(path)
     family = _family(config, file)
-    d = Draft()
+    d = Draft(choice=hardware or HardwareChoice())
     not_imported = _model(d, config, family, file)
     seq = _seq_len(d, config, args, file)
     _tokenizer(d, config, family)

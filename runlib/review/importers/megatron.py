@@ -1,4 +1,8 @@
-"""Megatron-LM: a pretrain_gpt.py argument list (a shell script or a file of flags), split with shlex.
+"""Megatron-LM: a pretrain_gpt.py argument list (a launch script or a file of flags).
+
+A launch script's training command is resolved as bash would resolve it, without running it
+(runlib.review.importers.shell: its variables, ${VAR:-default}, arrays, arithmetic and if-branches); a
+file of flags is split with shlex. Every flag the mapping does not read is listed in the spec's header.
 
 Flags and defaults are Megatron-LM's (megatron/training/arguments.py): GPT defaults are LayerNorm with
 biases, GELU MLP of 4 * hidden (--ffn-hidden-size), learned absolute positions of
@@ -18,12 +22,13 @@ import math
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from runlib.review.importers.common import check_source_values, fill_defaults, spec_name
-from runlib.review.importers.draft import Draft, UnmappableConfig
+from runlib.review.importers.draft import Draft, HardwareChoice, UnmappableConfig
+from runlib.review.importers.shell import training_command
 
 GPT2_VOCAB = 50257  # GPT2BPETokenizer (--vocab-file gpt2-vocab.json)
 UNMAPPABLE = {
@@ -52,13 +57,42 @@ SWITCHES = {
 }
 
 
+LAUNCH_ONLY = ("--master-addr", "--master-port", "--node-rank", "--rdzv")
+"""torchrun's rendezvous flags: where the processes meet, nothing of the run."""
+
 MAX_COMMAND_CHARS = 16 * 1024
 """One command, continuation lines joined: GPT-3 175B's argument list (the fixture) is ~1.5 KB. shlex.split
 of a 900 KB word took over a minute; 16 KiB takes milliseconds."""
 
 
+def parse_words(words: list[str], file: str) -> dict[str, list[str]]:
+    """--flag -> its values ([] for a switch), from one command's words (torchrun's flags among them)."""
+    out: dict[str, list[str]] = {}
+    flag = None
+    for word in words:
+        if word.startswith("--"):
+            if any(c.isspace() for c in word):
+                raise UnmappableConfig(
+                    f"{file}: {word!r} reaches the program as one argument (a quoted array element expanded "
+                    'in quotes, "${A[@]}"), which Megatron-LM would refuse: expand the array unquoted or split the '
+                    "element"
+                )
+            name, eq, value = word.partition("=")
+            flag = name.replace("_", "-")
+            out[flag] = [value] if eq else []
+            if flag in SWITCHES or eq:
+                flag = None
+        elif flag is not None:
+            out[flag].append(word)
+    return out
+
+
 def parse_args(text: str, file: str) -> dict[str, list[str]]:
-    """--flag -> its values ([] for a switch), over every command in the file (torchrun's too)."""
+    """--flag -> its values ([] for a switch): of the script's training command, resolved as bash would, or
+    over every command in a file of flags (torchrun's too)."""
+    command = training_command(text, file)
+    if command is not None:
+        return parse_words(command, file)
     joined = re.sub(r"\\\r?\n", " ", text)
     out: dict[str, list[str]] = {}
     for number, line in enumerate(joined.splitlines(), 1):
@@ -94,16 +128,25 @@ class Arguments:
 
     flags: dict[str, list[str]]
     file: str
+    read: set[str] = field(default_factory=set)
+    """The flags the mapping looked at: the others are listed in the header as not imported."""
 
     def __contains__(self, flag: str) -> bool:
+        self.read.add(flag)
         return flag in self.flags
 
     def words(self, flag: str) -> list[str]:
+        self.read.add(flag)
         return self.flags[flag]
 
     def word(self, flag: str, default: str) -> str:
         """The flag's first value; `default` when it is not given or has no value."""
+        self.read.add(flag)
         return (self.flags.get(flag) or [default])[0]
+
+    def unread(self) -> list[str]:
+        """The given flags the mapping never read, each with its values."""
+        return [" ".join([f, *v]) for f, v in self.flags.items() if f not in self.read]
 
     def count(self, flag: str, default: int | None = None) -> int:
         return self._number(flag, default, int)
@@ -112,6 +155,7 @@ class Arguments:
         return self._number(flag, default, float)
 
     def _number(self, flag: str, default: Number | None, kind: Callable[[str], Number]) -> Number:
+        self.read.add(flag)
         values = self.flags.get(flag)
         if not values:
             if default is None:
@@ -181,15 +225,21 @@ def _named_draft(path: Path, a: Arguments) -> Draft:
 # ----------------------------------------------------------------------------------- map the model
 
 
-def _hardware(d: Draft, file: str, mp: ModelParallel, per_node: int, nnodes: int) -> int:
+def _hardware(d: Draft, a: Arguments, mp: ModelParallel, per_node: int, nnodes: int) -> int:
     """hardware.*: the torchrun world, or one data-parallel replica without a torchrun line; the data
     parallelism that follows."""
-    d.set(
-        "hardware.accelerator",
-        "a100-80gb",
-        "assumed: A100 80GB, as Megatron-LM's published runs (Narayanan et al. 2021, arXiv 2104.04473)",
-    )
-    if per_node:
+    if "--fp8-format" in a:
+        d.set("hardware.accelerator", "h100-sxm", "assumed: H100 SXM, the first with fp8 (--fp8-format)")
+    else:
+        d.set(
+            "hardware.accelerator",
+            "a100-80gb",
+            "assumed: A100 80GB, as Megatron-LM's published runs (Narayanan et al. 2021, arXiv 2104.04473)",
+        )
+    chosen = d.chosen_hardware(per_node or 8)
+    if chosen is not None:
+        world = chosen
+    elif per_node:
         d.set("hardware.nodes", nnodes, "torchrun --nnodes")
         d.set("hardware.devices_per_node", per_node, "torchrun --nproc_per_node")
         world = per_node * nnodes
@@ -199,8 +249,8 @@ def _hardware(d: Draft, file: str, mp: ModelParallel, per_node: int, nnodes: int
         d.set("hardware.devices_per_node", min(world, 8), "assumed: 8-GPU nodes")
     if world % mp.size:
         raise UnmappableConfig(
-            f"{file}: tensor {mp.tensor} x pipeline {mp.pipeline} x context {mp.context} does not divide the "
-            f"{world} GPUs"
+            f"{a.file}: tensor {mp.tensor} x pipeline {mp.pipeline} x context {mp.context} does not divide the "
+            f"{world} GPUs; give the world it runs on: runlib import --devices N (or --nodes N)"
         )
     return world // mp.size
 
@@ -361,7 +411,9 @@ def _run_tokens(d: Draft, a: Arguments, global_seqs: int, seq: int) -> int:
     elif "--train-iters" in a:
         if "--rampup-batch-size" in a:
             raise UnmappableConfig(
-                f"{a.file}: --train-iters with --rampup-batch-size: give --train-samples (Megatron requires it too)"
+                f"{a.file}: --train-iters with --rampup-batch-size: Megatron-LM stops on it too (validate_args in "
+                "megatron/training/arguments.py asserts 'expected no batch-size rampup for iteration-based training'); "
+                "give --train-samples"
             )
         run_tokens = a.count("--train-iters") * global_seqs * seq
         where = "--train-iters x global batch x seq"
@@ -425,7 +477,8 @@ def _schedule(d: Draft, a: Arguments, lr: float, run_tokens: int, global_seqs: i
 
 
 def _precision(d: Draft, a: Arguments) -> None:
-    """precision.*: --fp16 (with dynamic or --loss-scale static scaling), --bf16, or fp32."""
+    """precision.*: --fp16 (with dynamic or --loss-scale static scaling), --bf16 (fp8 with --fp8-format), or
+    fp32."""
     if "--fp16" in a:
         d.set("precision.compute", "fp16", "--fp16")
         d.set(
@@ -435,6 +488,12 @@ def _precision(d: Draft, a: Arguments) -> None:
         )
         if "--loss-scale" in a:
             d.set("precision.loss_scale", a.rate("--loss-scale"), "--loss-scale")
+    elif "--bf16" in a and "--fp8-format" in a:
+        d.set(
+            "precision.compute",
+            "fp8",
+            f"--fp8-format {a.word('--fp8-format', 'hybrid')} over --bf16 (Transformer Engine)",
+        )
     elif "--bf16" in a:
         d.set("precision.compute", "bf16", "--bf16")
     else:
@@ -467,7 +526,7 @@ def _data(d: Draft, a: Arguments) -> None:
 # ----------------------------------------------------------------------------------------- the steps
 
 
-def import_megatron(path: Path, text: str) -> Draft:
+def import_megatron(path: Path, text: str, hardware: HardwareChoice | None = None) -> Draft:
     """Read and validate (a dense GPT's arguments), map the hardware and the model, then the training, each
     flag that is not given at Megatron-LM's default."""
     file = str(path)
@@ -475,7 +534,8 @@ def import_megatron(path: Path, text: str) -> Draft:
     mp = _model_parallel(a)
     per_node, nnodes = _torchrun(a)
     d = _named_draft(path, a)
-    dp = _hardware(d, file, mp, per_node, nnodes)
+    d.choice = hardware or HardwareChoice()
+    dp = _hardware(d, a, mp, per_node, nnodes)
     seq = _model(d, a)
     _vocabulary(d, a, mp.tensor, seq)
     _parallelism(d, a, mp)
@@ -486,5 +546,10 @@ def import_megatron(path: Path, text: str) -> Draft:
     _precision(d, a)
     _cadence(d, a)
     _data(d, a)
+    ignored = [w for w in a.unread() if not w.startswith(LAUNCH_ONLY)]
+    if ignored:
+        d.header.append(
+            "Not imported (no runlib field; they act in Megatron-LM only): " + ", ".join(ignored)[:2000] + "."
+        )
     fill_defaults(d, run_tokens, "corpus")
     return d

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runlib.review.importers.common import check_source_values, fill_defaults, spec_name, whole
-from runlib.review.importers.draft import Draft, UnmappableConfig
+from runlib.review.importers.draft import Draft, HardwareChoice, UnmappableConfig
 
 # torchtitan/models/llama3/__init__.py: llama3_configs (vocab from the Llama 3 tokenizer: 128,256)
 LLAMA3_FLAVORS: dict[str, dict[str, Any]] = {
@@ -121,6 +121,9 @@ def _hardware(d: Draft) -> int:
     """hardware.*: run_train.sh's default world (the TOML names none); its size."""
     world = DEFAULT_WORLD
     d.set("hardware.accelerator", "h100-sxm", "assumed: torchtitan's published benchmarks run on H100s")
+    chosen = d.chosen_hardware()
+    if chosen is not None:
+        return chosen
     d.set("hardware.nodes", max(1, world // 8), "assumed: run_train.sh's default NGPU=8 on one node")
     d.set("hardware.devices_per_node", min(world, 8), "assumed: run_train.sh's default NGPU=8")
     return world
@@ -183,7 +186,10 @@ def _parallelism(d: Draft, cfg: dict[str, Any], world: int, file: str) -> int:
     tp, pp = degree["tensor_parallel_degree"], degree["pipeline_parallel_degree"]
     cp, replicate = degree["context_parallel_degree"], degree["data_parallel_replicate_degree"]
     if world % (tp * pp * cp):
-        raise UnmappableConfig(f"{file}: tensor {tp} x pipeline {pp} x context {cp} does not divide the {world} GPUs")
+        raise UnmappableConfig(
+            f"{file}: tensor {tp} x pipeline {pp} x context {cp} does not divide the {world} GPUs; give the world it "
+            "runs on: runlib import --devices N (or --nodes N)"
+        )
     dp = world // (tp * pp * cp)
     d.set("parallelism.tensor", tp, "tensor_parallel_degree")
     d.set("parallelism.pipeline", pp, "pipeline_parallel_degree")
@@ -333,7 +339,7 @@ def _cadence(d: Draft, cfg: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------- the steps
 
 
-def import_torchtitan(path: Path, text: str) -> Draft:
+def import_torchtitan(path: Path, text: str, hardware: HardwareChoice | None = None) -> Draft:
     """Read and validate (the TOML, a llama3 flavor), map the hardware (assumed), the flavor's model and the
     tokenizer, then the training from the TOML's sections, torchtitan's defaults where a key is missing."""
     file = str(path)
@@ -341,6 +347,7 @@ def import_torchtitan(path: Path, text: str) -> Draft:
     model = cfg.get("model", {})
     flavor = _flavor(model, file)
     d = _named_draft(path, cfg, flavor)
+    d.choice = hardware or HardwareChoice()
     world = _hardware(d)
     seq = _model(d, cfg, flavor, file)
     _tokenizer(d, model)
