@@ -498,6 +498,8 @@ def _precision(d: Draft, a: Arguments) -> None:
         d.set("precision.compute", "bf16", "--bf16")
     else:
         d.set("precision.compute", "fp32", "neither --fp16 nor --bf16")
+    if "--grad-reduce-in-bf16" in a:
+        d.set("precision.grads", "bf16", "--grad-reduce-in-bf16 (the gradient buffer in bf16)")
 
 
 def _cadence(d: Draft, a: Arguments) -> None:
