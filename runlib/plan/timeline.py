@@ -101,22 +101,29 @@ def linear_ramp_points(spec: RunSpec) -> list[tuple[float, BatchSize]]:
 
 
 def ramp_points(spec: RunSpec) -> list[tuple[float, BatchSize]]:
-    """(threshold tokens, BatchSize) in spec order; percent thresholds are of the run's tokens."""
+    """(threshold tokens, BatchSize) in spec order; percent thresholds are of the run's tokens, and a step
+    threshold is the run's optimizer steps from its start: the tokens of that many steps at the batches before
+    it (PaLM's "1024 sequences from step 50k", arXiv 2204.02311 section 5). Before the first stage the batch is
+    batch.global_batch (else the first stage's)."""
     if spec.batch.linear_ramp is not None:
         return list(linear_ramp_points(spec))
     if not spec.batch.ramp:
         return []
+    seq = spec.model.seq_len
+    first = spec.batch.global_batch or spec.batch.ramp[0].global_batch
+    tokens_at, steps_at, per_step = 0.0, 0.0, float(first.tokens(seq))  # the last threshold reached, in order
     points = []
     for stage in spec.batch.ramp:
         after = stage.after
         if after.unit == "percent":
             threshold = after.amount / 100.0 * spec.tokens
         elif after.unit == "steps":
-            threshold = after.amount * stage.global_batch.amount  # a step threshold counts steps of that stage's batch
-            if stage.global_batch.unit == "sequences":
-                threshold *= spec.model.seq_len
+            threshold = tokens_at + max(0.0, after.amount - steps_at) * per_step
         else:
             threshold = after.amount
+        if threshold >= tokens_at:  # stages in order: the steps so far, and the batch from here on
+            steps_at += (threshold - tokens_at) / per_step
+            tokens_at, per_step = threshold, float(stage.global_batch.tokens(seq))
         points.append((threshold, stage.global_batch))
     return points
 

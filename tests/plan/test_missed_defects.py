@@ -10,8 +10,9 @@ from runlib.audit.cases import apply_patch, case_data
 from runlib.audit.registry import summarize
 from runlib.cli import main
 from runlib.errors import SpecError
+from runlib.plan import derive
 from runlib.plan.derive import DEVICE_MTBF_HOURS
-from runlib.spec import load_spec_text, validate_data
+from runlib.spec import load_spec, load_spec_text, validate_data
 from runlib.spec.loader import parse_yaml
 from tests.conftest import BASE_SPEC, ROOT
 
@@ -132,3 +133,24 @@ def test_docs_of_changed_checks(capsys):
         assert main(["explain", code]) == 0
     out = capsys.readouterr().out
     assert "Dubey et al. 2024" in out and "CODE@PATH" in out and "Liu et al." in out and "mean_doc_tokens" in out
+
+
+def test_a_ramp_stage_after_n_steps_starts_after_n_optimizer_steps_of_the_run():
+    """PaLM 540B (arXiv 2204.02311 section 5): 512 sequences until step 50k, 1024 until 115k, 2048 after, 780B
+    tokens in about 255k steps. A step threshold used to count steps of the stage's own batch: 'after 50000
+    steps' at 1024 sequences began at step 100,000, and the run took 351k steps, without a word."""
+    plan = derive(load_spec(str(ROOT / "specs" / "palm-540b.yaml")).spec)
+    starts = [seg.start_step for p in plan.phases for seg in p.span.segments]
+    assert starts == [0, 50_000, 115_000]
+    assert 255_000 <= plan.steps_total <= 257_000
+    assert abs(plan.params.total - 540.35e9) / 540.35e9 < 0.005  # [P] Table 1
+
+
+def test_palm_without_its_z_loss_is_warned():
+    """The planted defect: z-loss removed from PaLM's 540B run at LR 1e-2 (the spec keeps PaLM's 1e-4)."""
+    data, _ = parse_yaml((ROOT / "specs" / "palm-540b.yaml").read_text(), "palm-540b.yaml")
+    clean = audit(validate_data(data).spec, select={"OPT003"})
+    planted = audit(validate_data(apply_patch(data, {"optimizer.z_loss": 0.0})).spec, select={"OPT003"})
+    assert not clean.findings
+    [f] = planted.findings
+    assert f.severity == "warning" and "peak LR of 0.01" in f.message

@@ -5,7 +5,9 @@ Why it matters:
     that traffic needs the intra-node links (NVLink, Infinity Fabric). Across nodes it runs over
     the much slower network and dominates the step time. Narayanan et al. 2021 (arXiv 2104.04473,
     takeaway #1) use tensor parallelism up to the devices of one server and pipeline (and data)
-    parallelism across servers.
+    parallelism across servers. Not checked on a TPU: the chips of a pod share one torus interconnect
+    across their hosts (Jouppi et al. 2023, "TPU v4"), and PaLM ran 12-way model parallelism over 4-chip
+    hosts (arXiv 2204.02311 §4).
 
 Flagged:
     hardware: {nodes: 4, devices_per_node: 8}
@@ -43,6 +45,8 @@ def _problem(tensor: int, per_node: int) -> tuple[str, str] | None:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    if ctx.spec.hardware.accelerator.lower().startswith("tpu"):
+        return  # a TPU pod's chips share one interconnect across hosts: no bandwidth cliff at a host
     per_node = ctx.spec.hardware.devices_per_node
     phases = ctx.plan.phases
     own, global_names = split_by_override(ctx, overrides_parallelism("tensor"))
@@ -66,6 +70,14 @@ def check(ctx: Context) -> Iterator[Finding]:
 PASS = [
     {},
     {"hardware.nodes": 2, "hardware.devices_per_node": 4, "parallelism.tensor": 4},
+    # a TPU pod: 8 hosts of 4 chips on one interconnect, tensor 8 spans two hosts
+    {
+        "hardware.accelerator": "tpu-v4",
+        "hardware.nodes": 8,
+        "hardware.devices_per_node": 4,
+        "parallelism.tensor": 8,
+        "batch.micro_batch": 16,
+    },
     {
         "hardware.nodes": 2,
         "hardware.devices_per_node": 4,
