@@ -111,8 +111,8 @@ class JobResources:
             work = self.graph.bytes_read(node)
         else:
             total = sum(self.graph.bytes_read(n) for n in shards)
-            per_shard = stage in ("filter_shard", "tokenize")
-            work = curated_estimate(self.spec, name, total) // (len(shards) if per_shard else 1)
+            one_shard = stage in ("filter_shard", "tokenize")  # a job per shard: its share of the curated bytes
+            work = curated_estimate(self.spec, name, total) // (len(shards) if one_shard else 1)
         fixed = stage_kind(stage).resources
         assert fixed is not None
         seconds = job_seconds(stage, work, source.input.format, source.input.extract)

@@ -178,13 +178,19 @@ def _gemma_block(
         + (f"; logit soft-capping ({capped}) is not expressible (no parameter change)." if capped else ".")
     ]
     if family == "gemma3_text":
-        d.set("model.qk_norm", True, "Gemma 3: RMSNorm on q and k per head")
-        extra = layers * ((heads + kv) * hd - 2 * hd)
-        notes.append(
-            f"Gemma 3 normalizes q and k per head (2 x {hd} parameters a layer); the spec's qk_norm counts the full "
-            f"widths: {extra:,} parameters more than the checkpoint."
-        )
+        notes.append(_per_head_qk_norm(d, "Gemma 3", layers, heads, kv, hd))
     return notes + _window_notes(config)
+
+
+def _per_head_qk_norm(d: Draft, model: str, layers: int, heads: int, kv: int, head_dim: int) -> str:
+    """model.qk_norm for a per-head QK-norm (2 x head_dim parameters a layer), and the header's note: the spec
+    counts the norms over the full q and k widths."""
+    d.set("model.qk_norm", True, f"{model}: RMSNorm on q and k per head")
+    extra = layers * ((heads + kv) * head_dim - 2 * head_dim)
+    return (
+        f"{model} normalizes q and k per head (2 x {head_dim} parameters a layer); the spec's qk_norm counts the "
+        f"full widths: {extra:,} parameters more than the checkpoint."
+    )
 
 
 def _gpt2_model(d: Draft, config: dict[str, Any], file: str) -> None:
@@ -250,13 +256,8 @@ def _swiglu_block(
     if family == "olmo2":
         d.set("model.qk_norm", True, "OLMo 2: RMSNorm over the full q and k projections")
     if family == "qwen3":
-        d.set("model.qk_norm", True, "Qwen3: RMSNorm on q and k per head")
-        layers, hd = int(d.get("model.layers")), int(config.get("head_dim") or hidden // heads)
-        extra = layers * ((heads + kv) * hd - 2 * hd)
-        notes.append(
-            f"Qwen3 normalizes q and k per head (2 x {hd} parameters a layer); the spec's qk_norm counts the full "
-            f"widths: {extra:,} parameters more than the checkpoint."
-        )
+        hd = int(config.get("head_dim") or hidden // heads)
+        notes.append(_per_head_qk_norm(d, "Qwen3", int(d.get("model.layers")), heads, kv, hd))
     if family == "phi3":
         notes.append(
             "Phi-3 fuses q, k, v (qkv_proj) and the gate and up projections (gate_up_proj): the same parameters."

@@ -105,16 +105,7 @@ def parse_args(text: str, file: str) -> dict[str, list[str]]:
             words = shlex.split(line, comments=True)
         except ValueError as exc:
             raise UnmappableConfig(f"{file}: cannot split the arguments ({exc})") from None
-        flag = None
-        for word in words:
-            if word.startswith("--"):
-                name, eq, value = word.partition("=")
-                flag = name.replace("_", "-")
-                out[flag] = [value] if eq else []
-                if flag in SWITCHES or eq:
-                    flag = None
-            elif flag is not None:
-                out[flag].append(word)
+        out.update(parse_words(words, file))
     return out
 
 

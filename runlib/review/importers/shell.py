@@ -296,37 +296,37 @@ class Shell:
         """The words one word becomes: expansions, then word splitting of what was not quoted."""
         fields: list[str] = []
         current: list[str] = []
-        started = False
+        started = False  # a word is under way (a quoted empty string is a word)
+
+        def cut() -> None:
+            nonlocal current, started
+            if started or current:
+                fields.append("".join(current))
+            current, started = [], False
+
+        def add(pieces: list[str]) -> None:
+            """Pieces that are words of their own, the first joined to the word under way."""
+            nonlocal started
+            for k, piece in enumerate(pieces):
+                if k:
+                    cut()
+                current.append(piece)
+                started = True
+
         for part in word.parts:
             for value, expanded in self._pieces(part, word.line):
                 if isinstance(value, list):  # ${A[@]}: quoted, one word per element; else each element split
-                    elements = value if part.quoted else [w for e in value for w in e.split()]
-                    for k, element in enumerate(elements):
-                        if k:
-                            fields.append("".join(current))
-                            current = []
-                        current.append(element)
-                        started = True
-                    continue
-                if expanded and not part.quoted:
-                    pieces = value.split()
-                    if value[:1].isspace() and (started or current):
-                        fields.append("".join(current))
-                        current, started = [], False
-                    for k, piece in enumerate(pieces):
-                        if k:
-                            fields.append("".join(current))
-                            current = []
-                        current.append(piece)
-                        started = True
-                    if value[-1:].isspace() and (started or current):
-                        fields.append("".join(current))
-                        current, started = [], False
-                    continue
-                current.append(value)
-                started = started or part.quoted or bool(value)
-        if started or current:
-            fields.append("".join(current))
+                    add(value if part.quoted else [w for e in value for w in e.split()])
+                elif expanded and not part.quoted:  # split on whitespace, which also ends or starts a word
+                    if value[:1].isspace():
+                        cut()
+                    add(value.split())
+                    if value[-1:].isspace():
+                        cut()
+                else:
+                    current.append(value)
+                    started = started or part.quoted or bool(value)
+        cut()
         return fields
 
     def expand_text(self, text: str, line: int) -> list[str]:
@@ -345,8 +345,7 @@ class Shell:
             self.scalars.pop(name, None)
             return
         rest = Word(self._after_equals(word, len(m.group(0))), word.line)
-        value = "".join(self.expand(rest)) if rest.parts else ""
-        value = " ".join(self.expand(rest)) if len(self.expand(rest)) > 1 else value
+        value = " ".join(self.expand(rest))  # an assignment does not split: the words rejoined
         if name in self.arrays and append:
             self.arrays[name].append(value)
         else:
@@ -423,7 +422,7 @@ def training_command(text: str, file: str) -> list[str] | None:
 
     for command in _lex(text, file):
         head = command[0].raw
-        if head == "if" or head == "elif":
+        if head in ("if", "elif"):
             words = command[1:]
             cut = next((k for k, w in enumerate(words) if w.raw == "then"), len(words))
             if head == "if":
@@ -434,20 +433,13 @@ def training_command(text: str, file: str) -> list[str] | None:
                 take = not done and all(t for t, _ in branches[:-1]) and shell.test(words[:cut])
                 branches[-1] = [take, done or take]
             command = words[cut + 1 :]
-            if not command:
-                continue
-            head = command[0].raw
-        if head == "then":
+        while command and command[0].raw in ("then", "else"):  # a keyword that starts the line's command
+            if command[0].raw == "else":
+                branches[-1] = [not branches[-1][1], True]
             command = command[1:]
-            if not command:
-                continue
-            head = command[0].raw
-        if head == "else":
-            branches[-1] = [not branches[-1][1], True]
-            command = command[1:]
-            if not command:
-                continue
-            head = command[0].raw
+        if not command:
+            continue
+        head = command[0].raw
         if head == "fi":
             branches.pop()
             continue
