@@ -50,6 +50,7 @@ ROUNDED: dict[str, tuple[int, str]] = {
     "specs/deepseek-llm-67b.yaml": (67_400_000_000, "deepseek-ai/deepseek-llm-67b-base: 67.4B (arXiv 2401.02954: 67B)"),
     # 280,226,709,504 with the Transformer-XL relative-position projections (21.5B of them)
     "specs/gopher-280b.yaml": (280_000_000_000, "Gopher, arXiv 2112.11446 Table 1: 280B"),
+    "specs/chinchilla-70b.yaml": (70_000_000_000, "Chinchilla, arXiv 2203.15556 Table 4: 70B"),  # 70,320,136,192
 }
 
 

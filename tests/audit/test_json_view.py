@@ -138,3 +138,14 @@ def test_a_ladder_prediction_of_other_keys_is_refused() -> None:
     result = replace(audit_spec_file(DEMO), ladder_prediction={"loss": 1.0})
     with pytest.raises(KeyError):
         json_view.render(result)
+
+
+def test_hours_are_named_in_the_device_they_count():
+    from runlib.audit.render.json_view import device_hours_unit
+
+    assert [device_hours_unit(a) for a in ("cpu", "h100-sxm", "tpu-v4", "my-npu")] == [
+        "core-hours",
+        "GPU-hours",
+        "TPU chip-hours",
+        "device-hours",
+    ]

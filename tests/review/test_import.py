@@ -14,7 +14,7 @@ import pytest
 from runlib.cli import main
 from runlib.errors import UserError
 from runlib.plan import derive
-from runlib.review.importers import import_file
+from runlib.review.importers import HardwareChoice, import_file
 from tests.heavy import heavy_imports
 
 ROOT = Path(__file__).parent.parent.parent
@@ -25,6 +25,7 @@ PUBLISHED = {
     # nanoGPT logs 123.59M without the 786,432 wpe weights (bias=False, vocab 50304): 123,587,328 + 786,432
     "train_gpt2.py": (124_373_760, "karpathy/nanoGPT train.py + config/train_gpt2.py"),
     "llama3_8b.toml": (8_030_261_248, "meta-llama/Meta-Llama-3-8B checkpoint"),
+    "llama3_70b.toml": (70_553_706_496, "meta-llama/Meta-Llama-3-70B checkpoint"),
     "hf/llama3-8b.config.json": (8_030_261_248, "meta-llama/Meta-Llama-3-8B checkpoint"),
     "hf/mistral-7b.config.json": (7_241_732_096, "mistralai/Mistral-7B-v0.1 checkpoint"),
     "hf/gpt2.config.json": (124_439_808, "openai-community/gpt2 checkpoint"),
@@ -33,6 +34,16 @@ PUBLISHED = {
     "hf/phi3-mini-4k.config.json": (
         3_821_079_552,
         "microsoft/Phi-3-mini-4k-instruct checkpoint (3.8B, arXiv 2404.14219)",
+    ),
+    # bigcode/starcoder2-15b: the model card rounds to 16B (arXiv 2402.19173: "15B"); the tensors of
+    # transformers' modeling_starcoder2.py over this config, every Linear with a bias (use_bias) and
+    # nn.LayerNorm with one: 2 x 49152 x 6144 (untied) + 40 x (2 x 6144^2 + 2 x 6144 x 512 + 2 x 6144 x 24576
+    # + biases 2 x 6144 + 2 x 512 + 24576 + 6144 + norms 4 x 6144) + the final norm 2 x 6144
+    "hf/starcoder2-15b.config.json": (
+        2 * 49152 * 6144
+        + 40 * (2 * 6144**2 + 2 * 6144 * 512 + 2 * 6144 * 24576 + 2 * 6144 + 2 * 512 + 24576 + 6144 + 4 * 6144)
+        + 2 * 6144,
+        "bigcode/starcoder2-15b tensors from config.json and modeling_starcoder2.py (card: 16B)",
     ),
 }
 # fixture -> (published total, where, the spec's count minus it, the figures the header names): what a spec
@@ -45,8 +56,6 @@ NEAR = {
     "hf/gemma2-9b.config.json": (9_241_705_984, "google/gemma-2-9b, arXiv 2408.00118 Table 1", -301_056, ["301,056"]),
     # google/gemma-3-1b-pt: 302M embedding + 698M non-embedding (arXiv 2503.19786, Table 1)
     "hf/gemma3-1b.config.json": (999_885_952, "google/gemma-3-1b-pt checkpoint", 19_968 - 59_904, ["19,968", "59,904"]),
-    # bigcode/starcoder2-15b model card: 16B (arXiv 2402.19173: "15B")
-    "hf/starcoder2-15b.config.json": (16_000_000_000, "bigcode/starcoder2-15b model card, rounded", None, []),
 }
 QWEN2_05B = 494_032_768  # Qwen/Qwen2-0.5B checkpoint, with the q/k/v biases a spec cannot express
 QWEN2_QKV_BIASES = 24 * (14 * 64 + 2 * 2 * 64)
@@ -219,19 +228,28 @@ def test_megatron_llama3_8b_example_script_resolves_as_bash_would():
     assert "--master-addr" not in header  # torchrun's rendezvous is not the run's
 
 
-def test_megatron_gpt3_example_names_the_world_it_needs_and_megatrons_own_refusal(capsys):
+def test_megatron_gpt3_example_names_the_world_it_needs_and_imports_on_16_nodes(capsys):
     """examples/gpt3/train_gpt3_175b_distributed.sh names one node for tensor 8 x pipeline 16; with --nodes 16
-    it reaches Megatron-LM's own stop: a batch ramp with --train-iters (validate_args asserts against it)."""
+    it imports as GPT-3 175B. It sets a batch ramp with --train-iters, which Megatron-LM itself refuses
+    (validate_args asserts against it): the iterations are read as samples at the full batch, and the spec says
+    so at its line."""
     script = str(FIX / "megatron_gpt3_175b_distributed.sh")
     assert main(["import", script]) == 2
     err = capsys.readouterr().err
     assert "does not divide the 8 GPUs" in err and "runlib import --devices N" in err
-    assert main(["import", script, "--nodes", "16"]) == 2
-    assert "expected no batch-size rampup for iteration-based training" in capsys.readouterr().err
+    imported = import_file(FIX / "megatron_gpt3_175b_distributed.sh", hardware=HardwareChoice(nodes=16))
+    plan = derive(imported.loaded.spec)
+    assert plan.params.total == 174_615_846_912  # Narayanan et al. 2021 (arXiv 2104.04473) Table 1: 174.6B
+    assert abs(plan.params.total / 175e9 - 1) < 0.005  # arXiv 2005.14165 Table 2.1: 175.0B
+    assert plan.tokens_total == pytest.approx(500_000 * 1536 * 2048, rel=1e-5)  # --train-iters x batch x seq
+    [line] = [x for x in imported.text.splitlines() if x.startswith("tokens:")]
+    assert "expected no batch-size rampup for iteration-based training" in line and "assumed:" in line
+    spec = imported.loaded.spec
+    assert (spec.parallelism.tensor, spec.parallelism.pipeline, spec.hardware.nodes) == (8, 16, 16)
+    assert len(spec.batch.ramp) == 96 and spec.precision.compute == "fp16"
 
 
 def test_the_hardware_options_size_a_file_that_does_not_state_it(tmp_path):
-    from runlib.review.importers import HardwareChoice
 
     imported = import_file(FIX / "llama3_8b.toml", hardware=HardwareChoice(devices=64, accelerator="h800"))
     hw = imported.loaded.spec.hardware
@@ -243,6 +261,51 @@ def test_the_hardware_options_size_a_file_that_does_not_state_it(tmp_path):
         import_file(FIX / "hf" / "llama3-8b.config.json", hardware=HardwareChoice(devices=16, nodes=3))
     with pytest.raises(UserError, match="a nanoGPT config names its launch"):
         import_file(FIX / "train_gpt2.py", hardware=HardwareChoice(devices=16))
+
+
+LLAMA3_70B = 70_553_706_496  # meta-llama/Meta-Llama-3-70B checkpoint
+
+
+def test_torchtitan_70b_preset_on_its_64_gpus_counts_llama3_70b_and_audits_clean():
+    """torchtitan's llama3_70b.toml ("a preset for 64 A100 GPUs", 8-way TP): imported onto 8 nodes of 8
+    H100s, the published 70B within 0.5% (exactly, in fact), tensor 8 x FSDP 8, and no audit error."""
+    from runlib.audit import audit_loaded
+
+    for choice in (HardwareChoice(nodes=8), HardwareChoice(devices=64, accelerator="h100-sxm")):
+        imported = import_file(FIX / "llama3_70b.toml", hardware=choice)
+        spec = imported.loaded.spec
+        total = derive(spec).params.total
+        assert abs(total - LLAMA3_70B) / LLAMA3_70B < 0.005, f"{total:,} against {LLAMA3_70B:,}"
+        hw = spec.hardware
+        assert (hw.nodes, hw.devices_per_node, hw.accelerator) == (8, 8, "h100-sxm")
+        assert (spec.parallelism.tensor, spec.parallelism.sharding) == (8, "fsdp")
+        assert (spec.batch.micro_batch, spec.batch.grad_accum) == (8, 1)
+        assert spec.tokens == 1000 * 8 * 8 * 8192  # steps x local_batch_size x dp 8 x seq_len
+        assert "Hardware assumed" not in imported.text
+        errors = [f for f in audit_loaded(imported.loaded).findings if f.severity == "error"]
+        assert errors == [], [f"{f.code}: {f.message}" for f in errors]
+
+
+def test_torchtitan_70b_without_hardware_options_says_its_world_was_assumed(tmp_path, capsys):
+    """Without --nodes/--devices the 70B preset lands on run_train.sh's default 8 GPUs, where it does not fit
+    (MEM001): the header says the world size was assumed, quotes the file's own "64 A100 GPUs" and names
+    the options that set it."""
+    from runlib.audit import audit_loaded
+
+    imported = import_file(FIX / "llama3_70b.toml")
+    hw = imported.loaded.spec.hardware
+    assert (hw.nodes, hw.devices_per_node) == (1, 8)
+    codes = {f.code for f in audit_loaded(imported.loaded).findings if f.severity == "error"}
+    assert "MEM001" in codes
+    header = imported.text.split("\nname:")[0]
+    assert "Hardware assumed: the TOML does not state its world size" in header
+    assert '"NOTE: this toml config is a preset for 64 A100 GPUs."' in header
+    assert "runlib import --nodes N or --devices N" in header
+    out = tmp_path / "t70.yaml"
+    assert main(["import", str(FIX / "llama3_70b.toml"), "-o", str(out)]) == 1
+    assert "MEM001" in capsys.readouterr().out and "runlib import --nodes N" in out.read_text()
+    assert main(["import", str(FIX / "llama3_70b.toml"), "-o", str(out), "--nodes", "8"]) == 0
+    assert "0 error(s)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

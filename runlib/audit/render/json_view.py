@@ -91,10 +91,13 @@ def _scalar(x: object) -> JsonValue:
 
 def device_hours_unit(accelerator: str) -> str:
     """The unit of `gpu_hours` in words: 'core-hours' on a CPU (the catalog's cpu device is one core),
-    'GPU-hours' on a catalogued GPU, 'device-hours' on an accelerator given by its numbers."""
+    'TPU chip-hours' on a catalogued TPU (PaLM's and Gopher's papers count chips), 'GPU-hours' on a catalogued
+    GPU, 'device-hours' on an accelerator given by its numbers."""
     if accelerator == "cpu":
         return "core-hours"
-    return "GPU-hours" if accelerator in CATALOG else "device-hours"
+    if accelerator not in CATALOG:
+        return "device-hours"
+    return "TPU chip-hours" if accelerator.startswith("tpu") else "GPU-hours"
 
 
 def hours_text(hours: float | None) -> str:

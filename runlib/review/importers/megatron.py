@@ -400,14 +400,15 @@ def _run_tokens(d: Draft, a: Arguments, global_seqs: int, seq: int) -> int:
         run_tokens = a.count("--train-samples") * seq
         where = f"--train-samples x {seq}"
     elif "--train-iters" in a:
-        if "--rampup-batch-size" in a:
-            raise UnmappableConfig(
-                f"{a.file}: --train-iters with --rampup-batch-size: Megatron-LM stops on it too (validate_args in "
-                "megatron/training/arguments.py asserts 'expected no batch-size rampup for iteration-based training'); "
-                "give --train-samples"
-            )
         run_tokens = a.count("--train-iters") * global_seqs * seq
         where = "--train-iters x global batch x seq"
+        if "--rampup-batch-size" in a:
+            # NVIDIA's own examples/gpt3/train_gpt3_175b_distributed.sh sets both: the run is still readable
+            where = (
+                "assumed: --train-iters x the full global batch x seq, as samples: Megatron-LM refuses "
+                "--train-iters with --rampup-batch-size (validate_args in megatron/training/arguments.py: "
+                "'expected no batch-size rampup for iteration-based training'); give --train-samples to run it there"
+            )
     else:
         raise UnmappableConfig(f"{a.file}: neither --train-samples nor --train-iters: the run has no length")
     d.set("tokens", run_tokens, where)

@@ -7,7 +7,9 @@ hidden = int(2 * 4 * dim / 3), times ffn_dim_multiplier, rounded up to multiple_
 mixed_precision_param/_reduce), [lr_scheduler] (warmup_steps, decay_ratio, decay_type, min_lr_factor;
 older files: training.warmup_steps), [optimizer], [parallelism] (older: training.*_degree),
 [checkpoint], [activation_checkpoint], [model] converters (float8). The world size is not in the TOML
-(run_train.sh's NGPU, default 8): assumed 8 unless given.
+(run_train.sh's NGPU, default 8): assumed 8 unless given, and then the header says so, quotes the file's own
+comment on its GPUs (the presets' "# NOTE: this toml config is a preset for 64 A100 GPUs.") and names
+runlib import --nodes/--devices/--accelerator.
 """
 
 from __future__ import annotations
@@ -117,8 +119,20 @@ def _named_draft(path: Path, cfg: dict[str, Any], flavor: str) -> Draft:
 # ----------------------------------------------------------------------------------- map the model
 
 
-def _hardware(d: Draft) -> int:
-    """hardware.*: run_train.sh's default world (the TOML names none); its size."""
+def _gpu_comments(text: str) -> list[str]:
+    """The TOML's comment lines that speak of GPUs (the presets' "# NOTE: ... a preset for 64 A100 GPUs."):
+    the only place a job TOML speaks of its machine. Quoted in the header, never mapped: the presets copy it
+    between files (llama3_8b.toml's also says 64 A100s) and the world is run_train.sh's NGPU, not the TOML's."""
+    return [
+        line.strip().lstrip("#").strip()[:160]
+        for line in text.splitlines()
+        if line.strip().startswith("#") and "gpu" in line.lower()
+    ][:2]
+
+
+def _hardware(d: Draft, text: str) -> int:
+    """hardware.*: run_train.sh's default world (the TOML names none); its size. Without --devices/--nodes the
+    header says the world is assumed, quotes what the file's comments say of its GPUs, and how to set it."""
     world = DEFAULT_WORLD
     d.set("hardware.accelerator", "h100-sxm", "assumed: torchtitan's published benchmarks run on H100s")
     chosen = d.chosen_hardware()
@@ -126,6 +140,14 @@ def _hardware(d: Draft) -> int:
         return chosen
     d.set("hardware.nodes", max(1, world // 8), "assumed: run_train.sh's default NGPU=8 on one node")
     d.set("hardware.devices_per_node", min(world, 8), "assumed: run_train.sh's default NGPU=8")
+    said = _gpu_comments(text)
+    d.header += [
+        f"Hardware assumed: the TOML does not state its world size; {world} x {d.get('hardware.accelerator')} is "
+        "run_train.sh's default NGPU=8.",
+        *(f'The file\'s comment says: "{c}"' for c in said),
+        "Set the machine it runs on with runlib import --nodes N or --devices N (and --accelerator KEY):",
+        "the batch, the sharding and the memory follow from it.",
+    ]
     return world
 
 
@@ -160,7 +182,10 @@ def _tokenizer(d: Draft, model: dict[str, Any]) -> None:
     d.set(
         "tokenizer.pretrained",
         "tokenizers/llama3/tokenizer.model",
-        f"tokenizer_path {model.get('tokenizer_path', '')}".strip(),
+        next(
+            (f"{key} {model[key]}" for key in ("tokenizer_path", "hf_assets_path") if key in model),
+            "tokenizer_path",
+        ),  # newer files (Aug 2025 on) name the Hugging Face assets' directory instead
     )
     d.set("tokenizer.vocab_size", 128000, "128,000 BPE tokens")
     d.set("tokenizer.reserved_tokens", 256, "special tokens 128000-128255")
@@ -348,7 +373,7 @@ def import_torchtitan(path: Path, text: str, hardware: HardwareChoice | None = N
     flavor = _flavor(model, file)
     d = _named_draft(path, cfg, flavor)
     d.choice = hardware or HardwareChoice()
-    world = _hardware(d)
+    world = _hardware(d, text)
     seq = _model(d, cfg, flavor, file)
     _tokenizer(d, model)
     dp = _parallelism(d, cfg, world, file)
