@@ -29,6 +29,7 @@ PUBLISHED: dict[str, tuple[int, str]] = {
     "specs/llama2-7b.yaml": (6_738_415_616, "meta-llama/Llama-2-7b-hf checkpoint (arXiv 2307.09288)"),
     "specs/llama3-8b.yaml": (8_030_261_248, "meta-llama/Meta-Llama-3-8B checkpoint (arXiv 2407.21783)"),
     "specs/olmo2-7b.yaml": (7_298_617_344, "allenai/OLMo-2-1124-7B checkpoint (arXiv 2501.00656)"),
+    "specs/olmo2-32b.yaml": (32_234_279_936, "allenai/OLMo-2-0325-32B checkpoint, config.json (arXiv 2501.00656)"),
     "specs/tinyllama-1.1b.yaml": (
         1_100_048_384,
         "TinyLlama-1.1B-intermediate-step-1431k-3T checkpoint (arXiv 2401.02385)",
