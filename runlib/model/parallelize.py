@@ -74,8 +74,13 @@ the compute dtype is torch.autocast (`forward_context`) over fp32 parameters; gr
 is bf16_compress_hook (all-reduced in bf16, accumulated in fp32); under DDP with master_weights none
 the gradients are all-reduced in the compute dtype whatever precision.grads says.
 
+Context parallelism (cp > 1, runlib.model.context_parallel: Llama 3's all-gather form): the model's
+context_parallel is the mesh's "cp" group; the cp ranks shard the states with the dp_shard ranks
+(FSDP2 over the flattened dp_shard_cp, 2-D with dp_replicate for hsdp) and average gradients with every
+data-parallel rank (DDP or replicate over the flattened dp_cp).
+
 Not enacted here (the gate refuses them: Layout.refusals, read by runlib.plan.enact): context parallelism
-(cp > 1), pipeline parallelism (pp > 1), tensor parallelism the model's shape does not divide, offload
+the sequence length does not divide into 2 x cp chunks, or with ALiBi; pipeline parallelism (pp > 1), tensor parallelism the model's shape does not divide, offload
 where FSDP2 cannot offload, fp8 compute: build_mesh and parallelize raise NotImplementedError with the
 refusal's code, field, reason and fix.
 """
@@ -105,6 +110,7 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from runlib.model.context_parallel import ContextParallel
 from runlib.model.transformer import Transformer
 from runlib.plan.enact import precision_refusals
 from runlib.plan.layout import Layout, Refusal, Wrapper, data_parallel_wrapper
@@ -194,7 +200,28 @@ def build_mesh(parallel: Parallel) -> DeviceMesh | None:
     mesh = init_device_mesh(_device_type(), layout.mesh_shape, mesh_dim_names=layout.mesh_dim_names)
     if layout.data_parallel_dims:
         mesh[layout.data_parallel_dims]._flatten("dp")  # all data-parallel ranks, as accelerate's "dp"
+    # context-parallel ranks hold other tokens of the same rows: they shard the states with the dp_shard
+    # ranks and average gradients with all data-parallel ranks (torchtitan's dp_shard_cp and dp_cp)
+    shard_dims = tuple(d for d in ("dp_shard", "cp") if d in layout.mesh_dim_names)
+    if len(shard_dims) == 2:
+        mesh[shard_dims]._flatten("dp_shard_cp")
+    if layout.cp > 1 and len(layout.gradient_dims) > 1:
+        mesh[layout.gradient_dims]._flatten("dp_cp")
     return mesh
+
+
+def _one_dim(mesh: DeviceMesh, dims: tuple[str, ...], flattened: str) -> DeviceMesh:
+    """mesh[dims] as one dimension: the dimension itself, or the one build_mesh flattened them into."""
+    return mesh[dims[0]] if len(dims) == 1 else mesh[flattened]
+
+
+def gradient_group(mesh: DeviceMesh | None) -> dist.ProcessGroup | None:
+    """The process group of every rank whose gradients are averaged with this one's (data-parallel and
+    context-parallel ranks); None when there is none."""
+    dims = tuple(d for d in ("dp_replicate", "dp_shard", "cp") if d in _dims(mesh))
+    if mesh is None or not dims:
+        return None
+    return _one_dim(mesh, dims, "dp_cp" if "cp" in dims else "dp").get_group()
 
 
 def _dims(mesh: DeviceMesh | None) -> tuple[str, ...]:
@@ -250,9 +277,11 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
     tp = _size(mesh, "tp")
     if mesh is not None and tp > 1:
         apply_tensor_parallel(model, mesh["tp"])
+    if mesh is not None and "cp" in _dims(mesh):
+        model.context_parallel = ContextParallel(mesh["cp"].get_group())
     set_recompute(model, parallel.activation_checkpointing)
 
-    dp_dims = tuple(d for d in ("dp_replicate", "dp_shard") if d in _dims(mesh))
+    dp_dims = tuple(d for d in ("dp_replicate", "dp_shard", "cp") if d in _dims(mesh))
     wrapper: Wrapper = data_parallel_wrapper(layout.sharding, dp_dims, tp)
     fsdp = wrapper in ("fully_shard", "replicate")  # FSDP2's policy casts; DDP and one process autocast
     model.runlib_autocast = None if fsdp or compute == torch.float32 or precision.master_weights == "none" else compute
@@ -263,12 +292,16 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
     if mesh is None or wrapper == "none":
         return model
     if wrapper == "fully_shard":
-        apply_fsdp(model, mesh[dp_dims], precision, layout.reshard_after_forward, layout.offload)
+        shard_dims = tuple(d for d in ("dp_shard", "cp") if d in dp_dims)
+        shard = shard_dims[0] if len(shard_dims) == 1 else "dp_shard_cp"
+        fsdp_mesh = mesh[("dp_replicate", shard)] if "dp_replicate" in dp_dims else mesh[shard]
+        apply_fsdp(model, fsdp_mesh, precision, layout.reshard_after_forward, layout.offload)
         return model
+    replicas = _one_dim(mesh, dp_dims, "dp_cp")  # the replicating ranks: dp_replicate, with cp its flattened dp_cp
     if wrapper == "replicate":  # hsdp with one process per shard group, or DDP arithmetic under tp
-        apply_replicate(model, mesh, precision)
+        apply_replicate(model, replicas, precision)
         return model
-    return apply_ddp(model, mesh["dp_replicate"], precision)
+    return apply_ddp(model, replicas, precision)
 
 
 def _precision_fields(precision: Precision) -> dict[str, str]:
@@ -426,14 +459,14 @@ def apply_fsdp(
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=False, mp_policy=policy, offload_policy=offload_policy)
 
 
-def apply_replicate(model: Transformer, mesh: DeviceMesh, precision: Precision) -> None:
-    """DDP arithmetic for a tensor-parallel model (DTensor parameters): FSDP2's replicate on dp_replicate."""
+def apply_replicate(model: Transformer, replicas: DeviceMesh, precision: Precision) -> None:
+    """DDP arithmetic for a tensor-parallel model (DTensor parameters): FSDP2's replicate over the replicas."""
     # a private module (torch 2.13): imported only where this layout is built
     from torch.distributed._composable.replicate_with_fsdp import replicate
 
     for block in model.blocks():
-        replicate(block, mesh=mesh["dp_replicate"], mp_policy=_mixed_precision(precision))
-    replicate(model, mesh=mesh["dp_replicate"], mp_policy=_mixed_precision(precision))
+        replicate(block, mesh=replicas, mp_policy=_mixed_precision(precision))
+    replicate(model, mesh=replicas, mp_policy=_mixed_precision(precision))
 
 
 def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh, precision: Precision) -> nn.Module:

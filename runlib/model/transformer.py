@@ -2,6 +2,8 @@
 
     Transformer(model_spec, vocab_rows, max_seq_len)
     model(input_ids [n, L], position_ids [n, L] | None, doc_ids [n, L] | None) -> logits [n, L, V], float32
+    (in training mode under context parallelism: logits [n, L / cp, V] of this rank's tokens,
+    model.context_parallel.local(targets) are their targets)
 
 The parts, by the papers that introduced them:
   * pre-norm blocks (x + attn(norm(x)), then x + mlp(norm(x))) and a final norm, with RMSNorm
@@ -64,6 +66,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from runlib.model.context_parallel import ContextParallel
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
 from runlib.plan.params import norm_has_bias
@@ -161,6 +164,17 @@ def document_causal_mask(doc_ids: torch.Tensor) -> torch.Tensor:
     return (same_doc & causal)[:, None]
 
 
+def context_parallel_mask(query: torch.Tensor, keys: torch.Tensor, doc_ids: torch.Tensor | None) -> torch.Tensor:
+    """The boolean SDPA mask [n or 1, 1, Lq, Lk] of local queries at global positions `query` [Lq] over
+    gathered keys at global positions `keys` [Lk] (runlib.model.context_parallel): same document (doc_ids
+    [n, L] of the whole rows) and key at or before the query."""
+    allowed = keys[None, :] <= query[:, None]
+    if doc_ids is None:
+        return allowed[None, None]
+    same_doc = doc_ids[:, query][:, :, None] == doc_ids[:, keys][:, None, :]
+    return (same_doc & allowed)[:, None]
+
+
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -195,15 +209,35 @@ def flex_attention_fn(device: torch.device) -> Callable[..., Any]:
     return compiled
 
 
-def flex_block_mask(doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device) -> Any:
+def context_parallel_mask_mod(query: torch.Tensor, keys: torch.Tensor, doc_ids: torch.Tensor | None) -> MaskMod:
+    """The flex_attention mask_mod of context_parallel_mask: q_idx and kv_idx index `query` and `keys`."""
+
+    def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        causal = keys[kv_idx] <= query[q_idx]
+        if doc_ids is None:
+            return causal
+        return causal & (doc_ids[b, query[q_idx]] == doc_ids[b, keys[kv_idx]])
+
+    return mask_mod
+
+
+def flex_block_mask(
+    doc_ids: torch.Tensor | None,
+    n: int,
+    length: int,
+    device: torch.device,
+    mask_mod: MaskMod | None = None,
+    kv_length: int | None = None,
+) -> Any:
+    """A BlockMask of the document-causal mask (or of `mask_mod`, over `kv_length` keys)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     return create_block_mask(
-        document_causal_mask_mod(doc_ids),
+        mask_mod or document_causal_mask_mod(doc_ids),
         B=n if doc_ids is not None else None,
         H=None,
         Q_LEN=length,
-        KV_LEN=length,
+        KV_LEN=kv_length or length,
         device=device,
         _compile=device.type == "cuda",
     )
@@ -243,6 +277,9 @@ class Attention(nn.Module):
         v = v.view(n, length, -1, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if isinstance(mask, AttentionMask) and mask.context_parallel is not None:
+            # context parallelism: every rank's keys and values (runlib.model.context_parallel)
+            k, v = mask.context_parallel.gather(k, dim=2), mask.context_parallel.gather(v, dim=2)
         if self.recompute_core and torch.is_grad_enabled():
             # selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, section 4.1): the
             # attention core's activations are not kept; it runs again in the backward pass
@@ -338,10 +375,18 @@ class Block(nn.Module):
 
 class AttentionMask:
     """What one forward's attention layers share: an SDPA mask (boolean, or additive float with ALiBi), a
-    flex BlockMask (with ALiBi's score_mod), or neither (causal)."""
+    flex BlockMask (with ALiBi's score_mod), or neither (causal); under context parallelism, the group
+    whose keys and values each layer gathers (the masks are then over the gathered keys)."""
 
-    def __init__(self, bool_mask: torch.Tensor | None = None, block_mask: Any = None, score_mod: Any = None) -> None:
+    def __init__(
+        self,
+        bool_mask: torch.Tensor | None = None,
+        block_mask: Any = None,
+        score_mod: Any = None,
+        context_parallel: ContextParallel | None = None,
+    ) -> None:
         self.bool_mask, self.block_mask, self.score_mod = bool_mask, block_mask, score_mod
+        self.context_parallel = context_parallel
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -355,6 +400,8 @@ class Transformer(nn.Module):
     rope_cos: torch.Tensor
     rope_sin: torch.Tensor
     runlib_autocast: torch.dtype | None = None  # set by runlib.model.parallelize: the dtype forward_context casts to
+    # set by runlib.model.parallelize: in training mode each rank computes its share of every row's tokens
+    context_parallel: ContextParallel | None = None
 
     def __init__(self, model: ModelSpec, vocab_rows: int, max_seq_len: int) -> None:
         super().__init__()
@@ -422,6 +469,18 @@ class Transformer(nn.Module):
 
     # -- forward
 
+    def context_parallel_attention_mask(
+        self, cp: ContextParallel, doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device
+    ) -> AttentionMask:
+        """The mask of this rank's queries over the gathered keys of rows of `length` tokens (built once)."""
+        query, keys = cp.query_index(length, device), cp.key_index(length, device)
+        docs = doc_ids if doc_ids is not None and has_documents(doc_ids) else None
+        if self.attention_backend == "flex" or (self.attention_backend == "auto" and device.type == "cuda"):
+            mask_mod = context_parallel_mask_mod(query, keys, docs)
+            block = flex_block_mask(docs, n, query.numel(), device, mask_mod=mask_mod, kv_length=length)
+            return AttentionMask(block_mask=block, context_parallel=cp)
+        return AttentionMask(bool_mask=context_parallel_mask(query, keys, docs), context_parallel=cp)
+
     def attention_mask(self, doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device) -> AttentionMask:
         """The mask every layer of this forward uses (built once)."""
         backend = self.attention_backend
@@ -459,6 +518,12 @@ class Transformer(nn.Module):
         n, length = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(length, device=input_ids.device).expand(n, length)
+        # context parallelism splits training rows only: evaluation runs whole windows on every rank
+        cp = self.context_parallel if self.training else None
+        if cp is not None:
+            if self.spec.position == "alibi":
+                raise ValueError("context parallelism with ALiBi is not enacted (RUN001 refuses it)")
+            input_ids, position_ids = cp.local(input_ids), cp.local(position_ids)
         x = self.tok_embeddings(input_ids)
         rope = None
         if self.pos_embeddings is not None:
@@ -475,7 +540,10 @@ class Transformer(nn.Module):
             x = self.embedding_norm(x)
         if self.embedding_dropout is not None:
             x = self.embedding_dropout(x)
-        mask = self.attention_mask(doc_ids, n, length, input_ids.device)
+        if cp is not None:
+            mask = self.context_parallel_attention_mask(cp, doc_ids, n, length, input_ids.device)
+        else:
+            mask = self.attention_mask(doc_ids, n, length, input_ids.device)
         for layer in self.blocks():
             x = layer(x, rope, mask)
         logits: torch.Tensor = self.lm_head(self.norm(x))

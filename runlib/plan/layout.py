@@ -91,14 +91,15 @@ def split_data_parallel(sharding: Sharding, data_parallel: int, nodes: int) -> t
 
 
 def data_parallel_wrapper(sharding: Sharding, dp_dims: tuple[str, ...], tp: int) -> Wrapper:
-    """How runlib.model.parallelize wraps a model whose mesh has the data-parallel dimensions `dp_dims`
-    ("dp_replicate", "dp_shard" present) and tensor degree `tp`: FSDP2's fully_shard over them (2-D: HSDP),
-    FSDP2's replicate (DDP arithmetic for DTensor parameters, or hsdp with one rank per shard group), DDP,
-    or nothing (no data parallelism). ValueError: a sharded layout other than hsdp without a dp_shard
-    dimension (Layout.world_errors says so first)."""
+    """How runlib.model.parallelize wraps a model whose mesh has the gradient-averaging dimensions `dp_dims`
+    ("dp_replicate", "dp_shard", "cp" present: Layout.gradient_dims) and tensor degree `tp`: FSDP2's
+    fully_shard over them (the shard group dp_shard x cp; 2-D with dp_replicate: HSDP), FSDP2's replicate
+    (DDP arithmetic for DTensor parameters, or hsdp with one rank per shard group), DDP, or nothing (no
+    data parallelism). ValueError: a sharded layout other than hsdp without a shard dimension
+    (Layout.world_errors says so first)."""
     if not dp_dims:
         return "none"
-    if sharding in SHARDED and "dp_shard" in dp_dims:
+    if sharding in SHARDED and ("dp_shard" in dp_dims or "cp" in dp_dims):
         return "fully_shard"
     if sharding in SHARDED and sharding != "hsdp":
         raise ValueError(f"sharding {sharding} needs dp_shard > 1 (the mesh has {', '.join(dp_dims)})")
@@ -180,6 +181,12 @@ class Layout:
         """The mesh dimensions a data-parallel wrapper spans (flattened into "dp"): 2-D for hsdp."""
         return tuple(name for name in self.mesh_dim_names if name.startswith("dp_"))
 
+    @property
+    def gradient_dims(self) -> tuple[str, ...]:
+        """The mesh dimensions whose ranks average gradients: the data-parallel ones and cp (context-parallel
+        ranks compute the gradient of other tokens of the same rows)."""
+        return tuple(name for name in self.mesh_dim_names if name.startswith("dp_") or name == "cp")
+
     def world_errors(self, world: int) -> list[str]:
         """Why this layout cannot be built as a mesh of `world` processes ([] when it can)."""
         errors = []
@@ -226,7 +233,7 @@ class Layout:
     @property
     def wrapper(self) -> Wrapper:
         """How the data-parallel ranks hold the model (data_parallel_wrapper over this layout's mesh)."""
-        return data_parallel_wrapper(self.sharding, self.data_parallel_dims, self.tp)
+        return data_parallel_wrapper(self.sharding, self.gradient_dims, self.tp)
 
     # ---- what the trainer enacts
 
@@ -236,31 +243,44 @@ class Layout:
         pipeline, RUN003 tensor, RUN004 hsdp, RUN005 offload. The audit, the trainer's last guard
         (runlib.plan.enact.train_config_refusals) and runlib.model.parallelize all read these."""
         return [
-            *self._context_refusals(accelerator),
+            *self._context_refusals(model, seq_len),
             *self._pipeline_refusals(),
             *(self._tensor_refusals(model, seq_len) if model is not None else []),
             *self._hsdp_refusals(),
             *self._offload_refusals(accelerator),
         ]
 
-    def _context_refusals(self, accelerator: str) -> list[Refusal]:
+    def _context_refusals(self, model: ModelSpec | None, seq_len: int | None) -> list[Refusal]:
+        """Context parallelism (runlib.model.context_parallel) cuts each sequence into 2 x cp chunks (a
+        length that does not cut is PAR004's error, and the model's ValueError), and under tensor
+        parallelism a rank's share into tp more for sequence parallelism; its mask has no ALiBi bias."""
         if self.cp == 1:
             return []
-        why = (
-            "on cpu the gloo backend has no ring attention to exchange keys and values between ranks"
-            if accelerator == "cpu"
-            else "runlib's document-masked attention has no context-parallel path yet"
-        )
-        return [
-            Refusal(
-                "RUN001",
-                "parallelism.context",
-                self.cp,
-                f"context parallelism {self.cp} is not enacted: {why}",
-                "use context: 1; for memory, use activation_checkpointing: full, a smaller micro_batch "
-                "with a larger grad_accum, fsdp sharding, or tensor parallelism",
+        out = []
+        if seq_len is not None and seq_len % (2 * self.cp) == 0 and (seq_len // self.cp) % self.tp:
+            need = 2 * self.cp * self.tp // math.gcd(2, self.tp)
+            out.append(
+                Refusal(
+                    "RUN001",
+                    "parallelism.context",
+                    self.cp,
+                    f"context parallelism {self.cp} gives each rank 1/{self.cp} of the sequence, which sequence "
+                    f"parallelism splits again over tensor {self.tp}: seq_len {seq_len} is not divisible by {need}",
+                    f"use a seq_len divisible by {need} (2 x context x tensor), or degrees that divide it",
+                )
             )
-        ]
+        if model is not None and model.position == "alibi":
+            out.append(
+                Refusal(
+                    "RUN001",
+                    "parallelism.context",
+                    self.cp,
+                    f"context parallelism {self.cp} with position alibi is not enacted: the context-parallel "
+                    "mask carries no ALiBi bias",
+                    "use context: 1 with ALiBi (shard with fsdp, recompute activations), or position: rope",
+                )
+            )
+        return out
 
     def _pipeline_refusals(self) -> list[Refusal]:
         if self.pp == 1:

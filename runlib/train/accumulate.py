@@ -101,7 +101,7 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 
 def accumulate(
     micro_batches: Sequence[MicroBatch],
     loss_sum: Callable[[MicroBatch], torch.Tensor],
-    scored: Callable[[MicroBatch], int],
+    scored: Callable[[MicroBatch], float],
     total_scored: int | None = None,
     world_size: int = 1,
     backward: Callable[[torch.Tensor], None] = torch.autograd.backward,

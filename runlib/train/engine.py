@@ -65,6 +65,9 @@ class Engine:
         self.mesh = build_mesh(self.parallel)  # None on one process
         self.dp_rank, self.dp_size = data_parallel_rank_and_size(self.mesh)
         self.model = parallelize(model.to(accelerator.device), self.mesh, self.parallel, cfg.precision)
+        # the ranks of one row's tokens (None without context parallelism): train_step scores their share
+        self.context_parallel = model.context_parallel
+        self.cp_size = self.context_parallel.size if self.context_parallel is not None else 1
         # Accelerate's optimizer wrapper steps the fp16 GradScaler
         self.optimizer = accelerator.prepare(build_optimizer(self.model, cfg.optimizer, cfg.precision))
 
@@ -112,12 +115,18 @@ class Engine:
         micro-batch, which keeps its gradients sharded (runlib.model.parallelize.no_sync)."""
         return [no_sync(self.model) if m < accum - 1 else contextlib.nullcontext() for m in range(accum)]
 
+    def local(self, rows: torch.Tensor) -> torch.Tensor:
+        """This rank's tokens of rows [n, L] (all of them without context parallelism)."""
+        return self.context_parallel.local(rows) if self.context_parallel is not None else rows
+
     def dp_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum over the data-parallel ranks (ranks of one tensor-parallel group hold the same numbers)."""
+        """Sum over the data-parallel and context-parallel ranks, whose numbers are of different tokens (the
+        ranks of one tensor-parallel or pipeline group hold the same numbers)."""
         if self.world == 1:
             return tensor
         total: torch.Tensor = self.accelerator.reduce(tensor.clone(), reduction="sum")
-        return total / self.parallel.layout.model_parallel  # each data-parallel rank counted once
+        layout = self.parallel.layout
+        return total / (layout.tp * layout.pp)  # each data-parallel and context-parallel rank counted once
 
     def clip_gradients(self, max_norm: float | None) -> float:
         if self.accelerator.scaler is not None:

@@ -41,21 +41,27 @@ def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data:
     by_source = torch.zeros(2, len(loader.source_names))  # [loss sum, scored tokens] per source
 
     def loss_sum(b: Batch) -> torch.Tensor:
-        # one pass over the logits: the loss (CE + z-loss) and the CE per source (accumulate.py)
-        loss, cross_entropy = token_losses(engine.forward(b), b.targets, cfg.optimizer.z_loss)
+        # one pass over the logits: the loss (CE + z-loss) and the CE per source (accumulate.py); under
+        # context parallelism the logits and targets are this rank's tokens of the rows
+        targets = engine.local(b.targets)
+        loss, cross_entropy = token_losses(engine.forward(b), targets, cfg.optimizer.z_loss)
         by_source[0].index_add_(0, b.source_index, cross_entropy.sum(1))
-        by_source[1].index_add_(0, b.source_index, (b.targets != IGNORE_INDEX).sum(1, dtype=torch.float32))
+        by_source[1].index_add_(0, b.source_index, (targets != IGNORE_INDEX).sum(1, dtype=torch.float32))
         return loss.sum()
 
     engine.model.train()
+    # the ranks whose gradients the wrapper averages: data-parallel x context-parallel
+    grad_ranks = dp_size * engine.cp_size
     # global_tokens: one token mean over the whole step on all ranks; micro_batch_mean: mean of means
-    total_scored = int(engine.dp_sum(torch.tensor([float(sum(b.scored_tokens for b in batches))])).item())
+    local_scored = sum(int((engine.local(b.targets) != IGNORE_INDEX).sum()) for b in batches)
+    total_scored = int(engine.dp_sum(torch.tensor([float(local_scored)])).item())
     local_loss = accumulate(
         batches,
         loss_sum,
-        lambda b: b.scored_tokens,
+        # micro_batch_mean: a context-parallel rank's share of its micro-batch's mean (whole rows' tokens)
+        lambda b: b.scored_tokens / engine.cp_size,
         total_scored,
-        dp_size,
+        grad_ranks,
         engine.backward,
         engine.sync_contexts(accum),
         cfg.loss_normalization,
@@ -64,6 +70,6 @@ def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data:
     summed = engine.dp_sum(torch.cat([torch.tensor([local_loss]), by_source.flatten()]))
     loss = float(summed[0])
     if cfg.loss_normalization == "micro_batch_mean":
-        loss /= dp_size  # the mean over ranks of each rank's mean of micro-batch means
+        loss /= grad_ranks  # the mean over ranks of each rank's mean of micro-batch means
     grad_norm = engine.clip_gradients(cfg.optimizer.grad_clip)
     return StepResult(loss, summed[1:].view_as(by_source), total_scored, grad_norm, lr, tokens_per_step)

@@ -80,10 +80,15 @@ def test_trainer_guard_accepts_the_pass_cases(check, case):
         assert check.code not in _phase_refusals(spec, i)
 
 
-def test_cpu_context_refusal_names_gloo():
-    spec = validate_data(case_data({"hardware.accelerator": "cpu", "parallelism.context": 2})).spec
+def test_context_parallelism_is_refused_only_where_the_chunks_do_not_fit():
+    """Context 2 on cpu is enacted (gloo all-gathers the keys); a seq_len that 2 x cp does not divide is not."""
+    fits = validate_data(case_data({"hardware.accelerator": "cpu", "parallelism.context": 2})).spec
+    assert [f for f in audit(fits, select={"RUN001"}).findings if f.code == "RUN001"] == []
+    patch = {"phases[2].parallelism": {"context": 2, "tensor": 4}, "phases[2].seq_len": 4100}
+    spec = validate_data(case_data(patch)).spec  # 4100 cuts into 4 chunks, but a rank's 2050 not into tensor 4
     (finding,) = [f for f in audit(spec, select={"RUN001"}).findings if f.code == "RUN001"]
-    assert finding.path == "parallelism.context" and "gloo" in finding.message and "context: 1" in finding.fix
+    assert finding.path == "phases[2].parallelism.context" and "seq_len 4100 is not divisible by 8" in finding.message
+    assert "divisible by 8" in finding.fix
 
 
 def _demo_with(tmp_path, text: str):
@@ -100,19 +105,19 @@ def gate_env(work, tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_gate_refuses_context_parallelism_on_cpu(gate_env, capsys):
-    # twice the processes, split in two for the sequence: the same data-parallel degree and batch
+def test_gate_refuses_a_context_degree_the_sequence_does_not_divide(gate_env, capsys):
+    # three times the processes, the sequence in 2 x 3 chunks: 256 tokens do not cut into 6
     text = (
-        DEMO.read_text().replace("context: 1,", "context: 2,", 1).replace("devices_per_node: 2", "devices_per_node: 4")
+        DEMO.read_text().replace("context: 1,", "context: 3,", 1).replace("devices_per_node: 2", "devices_per_node: 6")
     )
     spec = load_spec_text(text).spec
-    assert (spec.parallelism.context, spec.hardware.devices_per_node) == (2, 4)
+    assert (spec.parallelism.context, spec.hardware.devices_per_node) == (3, 6)
     spec_path = _demo_with(gate_env, text)
-    with pytest.raises(GateRefused, match="cannot run"):
+    with pytest.raises(GateRefused, match="the audit found"):
         Workflow(spec_path)
     err = capsys.readouterr().err
-    assert re.search(r"variant\.yaml:64: RUN001 parallelism\.context: .*gloo", err)
-    assert "fix: use context: 1" in err
+    assert re.search(r"variant\.yaml:64:\d+: PAR004 parallelism\.context", err)  # the audit's error
+    assert "not divisible by 2 x" in err
 
 
 def test_gate_refusal_is_not_lifted_by_audit_ignore(gate_env, capsys):
@@ -149,7 +154,7 @@ def test_hsdp_memory_shards_within_a_node():
 
 def test_train_phase_stage_refuses_what_the_gate_refuses(tmp_path):
     """A train_phase run by hand (past the gate) stops before launching anything."""
-    spec = validate_data(case_data({"parallelism.context": 2})).spec
+    spec = validate_data(case_data({"parallelism.context": 2, "model.position": "alibi"})).spec
     config = build_train_phase_configs(spec, derive(spec))[0]
     with pytest.raises(UserError, match="RUN001 parallelism.context"):
         train_phase(config, {}, tmp_path / "out", "0" * 16)

@@ -26,15 +26,31 @@ ROOT = Path(__file__).parent.parent.parent
 PLANTED: dict[str, tuple[str, dict[str, object], str, str, str]] = {
     # the anneal's LR scale typed 10 for 0.1: its LR 10x the run's peak
     # (late in Llama 3's cosine the anneal sits at ~1% of the peak: 10x stays below it, and still raises it)
-    "anneal_lr_scale_typo": ("llama3-8b", {"phases[2].optimizer": {"lr_scale": 10}}, "SCHED010", "phases[2]", "warning"),
+    "anneal_lr_scale_typo": (
+        "llama3-8b",
+        {"phases[2].optimizer": {"lr_scale": 10}},
+        "SCHED010",
+        "phases[2]",
+        "warning",
+    ),
     # OLMo 2's Dolmino anneal starts near the cosine's floor (0.1x the peak): 10x takes it back to the peak
-    "anneal_lr_scale_typo_olmo2": ("olmo2-7b", {"phases[1].optimizer": {"lr_scale": 10}}, "SCHED010", "phases[1]", "warning"),
+    "anneal_lr_scale_typo_olmo2": (
+        "olmo2-7b",
+        {"phases[1].optimizer": {"lr_scale": 10}},
+        "SCHED010",
+        "phases[1]",
+        "warning",
+    ),
     # rolling back 5,000 steps while 2 checkpoints 2,000 steps apart are kept
     "rollback_past_kept_checkpoints": (
         "llama3-8b",
-        {"monitor.spike": {"zscore": 5.0, "window": 200, "action": "rollback", "rollback": "5000 steps"},
-         "checkpoint.keep": 2},
-        "MON003", "monitor.spike", "error",
+        {
+            "monitor.spike": {"zscore": 5.0, "window": 200, "action": "rollback", "rollback": "5000 steps"},
+            "checkpoint.keep": 2,
+        },
+        "MON003",
+        "monitor.spike",
+        "error",
     ),
     # a phase without clipping (OPT001 read only the run-level value)
     "phase_grad_clip_zero": ("olmo2-7b", {"phases[1].optimizer": {"grad_clip": 0}}, "OPT001", "phases[1]", "warning"),
@@ -42,7 +58,11 @@ PLANTED: dict[str, tuple[str, dict[str, object], str, str, str]] = {
     "weight_decay_typo": ("olmo2-7b", {"optimizer.weight_decay": 1.0}, "OPT004", "optimizer.weight_decay", "warning"),
     # a 13x-MTBF checkpoint interval on 2,048 GPUs: almost never reaches a save
     "checkpoint_interval_past_mtbf": (
-        "llama3-8b", {"hardware.nodes": 256, "checkpoint.every": "300000 steps"}, "CKPT002", "checkpoint.every", "error",
+        "llama3-8b",
+        {"hardware.nodes": 256, "checkpoint.every": "300000 steps"},
+        "CKPT002",
+        "checkpoint.every",
+        "error",
     ),
     # z-loss removed from PaLM's 256K-vocabulary run at its Adafactor LR 1e-2
     "palm_z_loss_removed": ("palm-540b", {"optimizer.z_loss": 0.0}, "OPT003", "optimizer", "warning"),
@@ -50,12 +70,19 @@ PLANTED: dict[str, tuple[str, dict[str, object], str, str, str]] = {
     "warmup_past_the_run": ("pythia-1b", {"schedule.warmup": "100%"}, "SCHED001", "schedule.warmup", "error"),
     # fp16 without a loss scale on a run that trained in bf16
     "fp16_without_loss_scaling": (
-        "tinyllama-1.1b", {"precision.compute": "fp16", "precision.loss_scaling": "none"},
-        "PREC001", "precision.loss_scaling", "error",
+        "tinyllama-1.1b",
+        {"precision.compute": "fp16", "precision.loss_scaling": "none"},
+        "PREC001",
+        "precision.loss_scaling",
+        "error",
     ),
     # a source shrunk to a twentieth: repeated ~20 times
     "source_repeated_twenty_times": (
-        "deepseek-llm-67b", {"data.sources.bilingual.tokens": "100B"}, "MIX003", "data.sources.bilingual.tokens", "error",
+        "deepseek-llm-67b",
+        {"data.sources.bilingual.tokens": "100B"},
+        "MIX003",
+        "data.sources.bilingual.tokens",
+        "error",
     ),
     # a cosine decay over half the run, copied from a shorter run
     "decay_half_the_run": ("falcon-7b", {"schedule.decay": "50%"}, "SCHED002", "schedule.decay", "warning"),

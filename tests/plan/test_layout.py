@@ -157,7 +157,11 @@ def test_hand_made_layouts_that_are_no_mesh() -> None:
 # the refusals as data: (case, hardware, parallelism, model overrides, seq_len) -> [(code, field)]
 REFUSALS = [
     ("nothing refused", "h100-sxm", (1, 8), {"sharding": "fsdp", "tensor": 2}, {}, 128, []),
-    ("context", "h100-sxm", (1, 8), {"context": 2}, {}, 128, [("RUN001", "parallelism.context")]),
+    ("context", "h100-sxm", (1, 8), {"context": 2}, {}, 128, []),
+    ("context on cpu", "cpu", (1, 4), {"context": 2}, {}, 128, []),
+    ("context not dividing seq_len: PAR004's", "h100-sxm", (1, 8), {"context": 4}, {}, 132, []),
+    ("context x tensor not dividing seq_len", "h100-sxm", (1, 8), {"context": 2, "tensor": 4}, {}, 132, [("RUN001", "parallelism.context")]),
+    ("context with alibi", "h100-sxm", (1, 8), {"context": 2}, {"position": "alibi"}, 128, [("RUN001", "parallelism.context")]),
     ("pipeline", "h100-sxm", (1, 8), {"pipeline": 2}, {}, 128, [("RUN002", "parallelism.pipeline")]),
     ("tensor not dividing heads", "h100-sxm", (1, 8), {"tensor": 8}, {"kv_heads": 2}, 128, [("RUN003", "parallelism.tensor")]),
     ("tensor not dividing seq_len", "h100-sxm", (1, 8), {"tensor": 4}, {}, 130, [("RUN003", "parallelism.tensor")]),
@@ -175,7 +179,7 @@ REFUSALS = [
         "cpu",
         (1, 8),
         {"context": 2, "pipeline": 2, "tensor": 2, "offload": True},
-        {"qk_norm": True},
+        {"qk_norm": True, "position": "alibi"},
         128,
         [("RUN001", "parallelism.context"), ("RUN002", "parallelism.pipeline"), ("RUN003", "parallelism.tensor")]
         + [("RUN005", "parallelism.offload")],

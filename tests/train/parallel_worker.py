@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from runlib.model.parallelize import (
     build_mesh,
     clip_grad_norm_,
-    data_parallel_group,
     data_parallel_rank_and_size,
     forward_context,
+    gradient_group,
     no_sync,
     parallelize,
 )
@@ -66,12 +66,12 @@ BF16 = SimpleNamespace(compute="bf16", master_weights="fp32", grads="fp32", opti
 BF16_PURE = SimpleNamespace(compute="bf16", master_weights="none", grads="bf16", optimizer_states="bf16")
 
 
-def layout(dp_replicate=1, dp_shard=1, tp=1, sharding="none", recompute="none"):
+def layout(dp_replicate=1, dp_shard=1, tp=1, sharding="none", recompute="none", cp=1):
     return SimpleNamespace(
         dp_replicate=dp_replicate,
         dp_shard=dp_shard,
         tp=tp,
-        cp=1,
+        cp=cp,
         pp=1,
         sharding=sharding,
         activation_checkpointing=recompute,
@@ -94,31 +94,53 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens[:, :-1], tokens[:, 1:]
 
 
+def documents(rows: int, first_row: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """position_ids and doc_ids [rows, SEQ] of packed documents 11 tokens long, each row's first cut
+    elsewhere (row r of the batch starts 5r tokens into a document): the masks differ per row."""
+    index = torch.arange(SEQ)[None, :] + 5 * torch.arange(first_row, first_row + rows)[:, None]
+    doc_ids = index // 11
+    return index % 11, doc_ids
+
+
+def local(model, rows: torch.Tensor) -> torch.Tensor:
+    """This rank's tokens of rows under context parallelism (runlib.model.context_parallel)."""
+    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    return inner.context_parallel.local(rows) if inner.context_parallel is not None else rows
+
+
 def build(parallel, precision=FP32, model_name="llama", kind="adamw"):
     mesh = build_mesh(parallel)
     model = parallelize(tiny_model(model_name), mesh, parallel, precision)
     return mesh, model, build_optimizer(model, optimizer_cfg(kind), precision)
 
 
-def train(mesh, model, optimizer, steps: range) -> dict[str, list[float]]:
-    """Token-mean cross-entropy over the whole step's batch; gradients clipped to norm 1."""
+def train(mesh, model, optimizer, steps: range, docs: bool = False) -> dict[str, list[float]]:
+    """Token-mean cross-entropy over the whole step's batch; gradients clipped to norm 1. docs: rows packed
+    with documents (`documents`), attention masked between them."""
     rank, size = data_parallel_rank_and_size(mesh)
-    group = data_parallel_group(mesh)
+    group = gradient_group(mesh)
+    averaged = group.size() if group is not None else 1  # data-parallel x context-parallel ranks
     out = {"losses": [], "grad_norms": []}
     rows = BATCH // size
     micro = min(MICRO, rows)  # 2 micro-batches per step, 1 when a rank has 1 row (4-way data parallel)
     for step in steps:
         inputs, targets = batch(step)
         inputs, targets = inputs[rank * rows : (rank + 1) * rows], targets[rank * rows : (rank + 1) * rows]
+        position_ids, doc_ids = documents(rows, rank * rows) if docs else (None, None)
         total = BATCH * SEQ  # every token is scored: the step's token count is known to every rank
         loss_sum = torch.zeros(())
         for m in range(micro):
             part = slice(m * rows // micro, (m + 1) * rows // micro)
             with no_sync(model) if m < micro - 1 else contextlib.nullcontext(), forward_context(model):
-                logits = model(inputs[part])
-                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[part].flatten(), reduction="sum")
-            # gradients are averaged over the data-parallel ranks, so each contributes size / total
-            (loss * (size / total)).backward()
+                if docs:
+                    logits = model(inputs[part], position_ids[part], doc_ids[part])
+                else:
+                    logits = model(inputs[part])
+                loss = F.cross_entropy(
+                    logits.flatten(0, 1).float(), local(model, targets[part]).flatten(), reduction="sum"
+                )
+            # gradients are averaged over the ranks, so each contributes `averaged` / total
+            (loss * (averaged / total)).backward()
             loss_sum += loss.detach()
         out["grad_norms"].append(clip_grad_norm_(model, 1.0))
         optimizer.step()
@@ -137,16 +159,25 @@ def result(model, *parts: dict) -> dict:
     return out
 
 
-def run(parallel, steps=STEPS, **kwargs) -> dict:
+def run(parallel, steps=STEPS, docs=False, **kwargs) -> dict:
     mesh, model, optimizer = build(parallel, **kwargs)
-    return result(model, train(mesh, model, optimizer, range(steps)))
+    return result(model, train(mesh, model, optimizer, range(steps), docs=docs))
 
 
-def resume(parallel, ckpt: Path, **kwargs) -> dict:
+def resume(parallel, ckpt: Path, docs=False, **kwargs) -> dict:
     mesh, model, optimizer = build(parallel, **kwargs)
     extra = load_checkpoint(ckpt, model, optimizer)
     torch.set_rng_state(extra["rng"])
-    return result(model, train(mesh, model, optimizer, range(extra["step"], STEPS)))
+    return result(model, train(mesh, model, optimizer, range(extra["step"], STEPS), docs=docs))
+
+
+def checkpointed(parallel, ckpt: Path, docs=False) -> tuple[dict, dict]:
+    """Trained to CKPT_STEP, saved (DCP), trained on; and the run resumed from that save in a fresh model."""
+    mesh, model, optimizer = build(parallel)
+    first = train(mesh, model, optimizer, range(CKPT_STEP), docs=docs)
+    save_checkpoint(ckpt, model, optimizer, {"step": CKPT_STEP, "rng": torch.get_rng_state()})
+    whole = result(model, first, train(mesh, model, optimizer, range(CKPT_STEP, STEPS), docs=docs))
+    return whole, resume(parallel, ckpt, docs=docs)
 
 
 def resume_full(parallel, path: Path, **kwargs) -> dict:
@@ -185,6 +216,14 @@ def two_processes(ckpt: Path) -> dict:
     out["fsdp_bf16_pure"] = run(layout(dp_shard=2, sharding="fsdp"), precision=BF16_PURE)
     out["ddp_bf16"] = run(layout(dp_replicate=2), precision=BF16)
     out["tp_bf16"] = run(layout(tp=2), precision=BF16)
+    # context parallelism (runlib.model.context_parallel): DDP over the cp ranks, FSDP2 sharded over them
+    out["cp"] = run(layout(cp=2))
+    out["cp_docs"] = run(layout(cp=2), docs=True)
+    out["cp_gpt2"] = run(layout(cp=2), model_name="gpt2")  # learned positions, tied embeddings
+    out["cp_fsdp_docs"], out["cp_fsdp_docs_resumed"] = checkpointed(
+        layout(cp=2, sharding="fsdp"), ckpt.with_name("cp-step-2"), docs=True
+    )
+    out["cp_fsdp_full"] = run(layout(cp=2, sharding="fsdp", recompute="full"), docs=True)
     return out
 
 
@@ -196,6 +235,9 @@ def four_processes(ckpt: Path) -> dict:
     out["fsdp_tp_muon"] = run(layout(dp_shard=2, tp=2, sharding="fsdp"), kind="muon")
     out["fsdp_tp_adafactor"] = run(layout(dp_shard=2, tp=2, sharding="fsdp"), kind="adafactor")
     out["resumed_fsdp_tp"] = resume(layout(dp_shard=2, tp=2, sharding="fsdp"), ckpt)
+    out["cp_fsdp2_docs"] = run(layout(dp_shard=2, cp=2, sharding="fsdp"), docs=True)  # states over dp_shard x cp
+    out["cp_tp_docs"] = run(layout(cp=2, tp=2), docs=True)
+    out["cp_ddp"] = run(layout(dp_replicate=2, cp=2))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The parallel engine against one process: FSDP2, DDP, HSDP, tensor parallel, 2x2, DCP resume, recompute, optimizers, bf16.
+"""The parallel engine against one process: FSDP2, DDP, HSDP, tensor and context parallel, 2x2, DCP resume, recompute, optimizers, bf16.
 
 Two launches (torchrun, gloo on CPU) of tests/train/parallel_worker.py, 2 and 4 processes, train a
 tiny transformer (2 layers, d_model 64, 4 heads, 2 kv heads, vocab 256, seq 32) for 4 AdamW updates
@@ -71,11 +71,11 @@ def runs(tmp_path_factory) -> dict:
 _refs: dict = {}
 
 
-def reference(model_name="llama", kind="adamw", precision=w.FP32) -> dict:
+def reference(model_name="llama", kind="adamw", precision=w.FP32, docs=False) -> dict:
     """The same training on one process, no process group."""
-    key = (model_name, kind, id(precision))
+    key = (model_name, kind, id(precision), docs)
     if key not in _refs:
-        _refs[key] = w.run(w.layout(), model_name=model_name, kind=kind, precision=precision)
+        _refs[key] = w.run(w.layout(), model_name=model_name, kind=kind, precision=precision, docs=docs)
     return _refs[key]
 
 
@@ -110,6 +110,34 @@ def test_tensor_parallel_equals_one_process(runs, name, model) -> None:
 def test_two_by_two_equals_one_process(runs, name) -> None:
     """4 processes: dp_shard 2 x tp 2 (FSDP2 over tensor-parallel DTensors), dp_replicate 2 x tp 2."""
     assert_matches(runs[name], reference())
+
+
+@pytest.mark.parametrize(
+    "name,model,docs",
+    [
+        ("cp", "llama", False),
+        ("cp_docs", "llama", True),
+        ("cp_gpt2", "gpt2", False),
+        ("cp_fsdp_docs", "llama", True),
+        ("cp_fsdp_full", "llama", True),
+        ("cp_fsdp2_docs", "llama", True),
+        ("cp_tp_docs", "llama", True),
+        ("cp_ddp", "llama", False),
+    ],
+)
+def test_context_parallel_equals_one_process(runs, name, model, docs) -> None:
+    """Context parallelism 2 (Llama 3's all-gather form, load-balanced chunks): alone (DDP over the cp ranks),
+    with documents packed into the rows (their mask over the gathered keys), learned positions and tied
+    embeddings, FSDP2 over the cp ranks (with full recomputation: the gather runs again in the backward),
+    and on 4 processes FSDP2 over dp_shard 2 x cp 2, cp 2 x tp 2 and DDP 2 x cp 2."""
+    assert_matches(runs[name], reference(model, docs=docs))
+
+
+def test_context_parallel_resumes_bitwise_on_the_same_layout(runs) -> None:
+    uninterrupted, resumed = runs["cp_fsdp_docs"], runs["cp_fsdp_docs_resumed"]
+    assert resumed["losses"] == uninterrupted["losses"][w.CKPT_STEP :]
+    for key, value in uninterrupted["params"].items():
+        assert torch.equal(resumed["params"][key], value), key
 
 
 # ----------------------------------------------------------------------------------------- checkpoints
@@ -304,8 +332,8 @@ def test_bf16_trains_close_to_fp32(runs, name) -> None:
 def test_one_process_has_no_mesh_and_refuses_what_is_not_enacted() -> None:
     assert build_mesh(w.layout()) is None
     assert data_parallel_rank_and_size(None) == (0, 1)
-    with pytest.raises(NotImplementedError, match="context"):
-        build_mesh(SimpleNamespace(**{**vars(w.layout()), "cp": 2}))
+    with pytest.raises(ValueError, match="world size 1"):
+        build_mesh(w.layout(cp=2))  # context parallelism is enacted; one process cannot hold 2 ranks
     with pytest.raises(NotImplementedError, match="pipeline"):
         build_mesh(SimpleNamespace(**{**vars(w.layout()), "pp": 2}))
     with pytest.raises(ValueError, match="world size 1"):

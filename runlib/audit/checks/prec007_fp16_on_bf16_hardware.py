@@ -61,6 +61,16 @@ PASS = [
 FAIL = [
     case({"precision.compute": "fp16", "precision.loss_scaling": "dynamic"}, "info"),  # a 100M model
     case({"precision.compute": "fp16", "precision.loss_scaling": "static"}, "warning"),
-    case({"precision.compute": "fp16", "precision.loss_scaling": "dynamic", "model.layers": 80, "model.d_model": 8192,
-          "model.heads": 64, "model.kv_heads": 8, "model.d_ff": 28672}, "warning"),  # 70B
+    case(
+        {
+            "precision.compute": "fp16",
+            "precision.loss_scaling": "dynamic",
+            "model.layers": 80,
+            "model.d_model": 8192,
+            "model.heads": 64,
+            "model.kv_heads": 8,
+            "model.d_ff": 28672,
+        },
+        "warning",
+    ),  # 70B
 ]

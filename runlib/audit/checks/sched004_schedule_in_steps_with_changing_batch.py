@@ -28,6 +28,7 @@ How to fix:
 from collections.abc import Iterator
 
 from runlib.audit.registry import Context, Finding, case
+from runlib.plan import Plan
 from runlib.spec.units import Duration, format_count
 
 CODE = "SCHED004"
@@ -39,7 +40,7 @@ def _steps_text(steps: float) -> str:
     return f"{steps:,.1f}".removesuffix(".0")
 
 
-def _batch_sizes_within(plan, start_tokens: float, end_tokens: float) -> set[int]:
+def _batch_sizes_within(plan: Plan, start_tokens: float, end_tokens: float) -> set[int]:
     """The tokens per step of the stretches that overlap [start_tokens, end_tokens)."""
     return {
         seg.tokens_per_step

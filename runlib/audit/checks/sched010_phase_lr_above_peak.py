@@ -75,5 +75,7 @@ FAIL = [
     case({"phases[3].optimizer": {"lr_scale": 10}}, "error"),
     case({"phases[1].optimizer": {"lr_scale": 1.5}}, "warning"),  # the enrichment phase runs at the peak
     # an anneal late in a cosine run: 2x stays below the peak, but raises what an anneal should lower
-    case({"schedule.kind": "cosine", "schedule.decay": "__delete__", "phases[3].optimizer": {"lr_scale": 2.0}}, "warning"),
+    case(
+        {"schedule.kind": "cosine", "schedule.decay": "__delete__", "phases[3].optimizer": {"lr_scale": 2.0}}, "warning"
+    ),
 ]
