@@ -104,6 +104,19 @@ def synthetic_inputs(spec: RunSpec, root: Path) -> dict[str, Path]:
     return dirs
 
 
+def part_input(data: dict[str, Path], role: str, root: Path) -> Path:
+    """The directory of an input role: a source's synthetic tokens are its first part ("tokens:NAME/0"), and
+    its other parts are empty (a source is read as its parts in order, runlib.data.shards.SourceShard)."""
+    name, _, part = role.partition("/")
+    if not part or part == "0":
+        return data[name]
+    empty = root / f"empty-{name.removeprefix('tokens:')}-{part}"
+    if not empty.exists():
+        for split in ("train", "heldout"):
+            write_shard(empty, split, [], np.uint16)
+    return empty
+
+
 def short_config(config: TrainPhaseConfig, steps: int) -> TrainPhaseConfig:
     """The phase's config cut to `steps` optimizer steps, with one resumable checkpoint and one evaluation inside."""
     span = config.span
@@ -138,7 +151,7 @@ def run_layout(spec: RunSpec, layout: str, steps: int, data: dict[str, Path], ro
     phases = [(node, node.config_as(TrainPhaseConfig)) for node in graph.of("train_phase")]
     for node, phase_config in sorted(phases, key=lambda pair: pair[1].phase_index):
         config = short_config(phase_config, steps)
-        inputs = {role: data[role] for role in graph.input_nodes(node) if role != "previous"}
+        inputs = {role: part_input(data, role, root) for role in graph.input_nodes(node) if role != "previous"}
         if previous is not None:
             inputs["previous"] = previous
         out = root / f"{layout}-{config.phase_name}"

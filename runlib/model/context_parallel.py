@@ -48,14 +48,14 @@ class _GatherAlong(torch.autograd.Function):
         ctx.dim, ctx.group, ctx.size = dim, group, size
         moved = x.movedim(dim, 0).contiguous()
         out = torch.empty((size * moved.shape[0], *moved.shape[1:]), dtype=x.dtype, device=x.device)
-        dist.all_gather_into_tensor(out, moved, group=group)
+        dist.all_gather_single(out, moved, group=group)
         return out.movedim(0, dim)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         moved = grad.movedim(ctx.dim, 0).contiguous()
         out = torch.empty((moved.shape[0] // ctx.size, *moved.shape[1:]), dtype=grad.dtype, device=grad.device)
-        dist.reduce_scatter_tensor(out, moved, group=ctx.group)
+        dist.reduce_scatter_single(out, moved, group=ctx.group)
         return out.movedim(0, ctx.dim), None, None, None
 
 

@@ -216,7 +216,8 @@ def activation_bytes_per_layer(
     # torchtitan torchtitan/parallelisms/parallelize_llama.py @ 9dec370ad26b5f8e9a7333a0e36165018262644b)
     gathered = s * b * 2 * h * act_bytes if gathered_inputs else 0.0
     mlp_hidden = 4 * f if model.activation == "swiglu" else 2 * f  # SwiGLU: gate, up, silu(gate), product
-    inside = s * b * act_bytes * (a * hd + 2 * kv * hd + a * hd + mlp_hidden)  # q, k, v, attention out, MLP
+    # q, k, v (under context parallelism the kernel keeps the row's gathered k and v), attention out, MLP
+    inside = s * b * act_bytes * (a * hd + 2 * kv * hd * context + a * hd + mlp_hidden)
     if attention_kernel == "eager" and not selective:
         # the softmax output (a x s x s_keys per sequence), with dropout its mask (1 byte) and output
         inside += a * s * seq_len * b * (act_bytes + (1 + act_bytes if dropout else 0))
@@ -257,7 +258,7 @@ def cpu_activation_bytes_per_layer(
         * (
             4 * h  # two norm inputs, two norm outputs
             + a * hd
-            + 2 * kv * hd  # RoPE-rotated q, k; v
+            + 2 * kv * hd * context  # RoPE-rotated k and v: under context parallelism, gathered over the row
             + (1 if selective else 2) * a * hd  # the kernel's output (not under selective), the o-projection's input
             + (4 * f if model.activation == "swiglu" else 2 * f)  # MLP hidden
             + ((a + kv) * hd if model.qk_norm else 0)  # QK-norm inputs
@@ -510,7 +511,7 @@ def cpu_phase_memory(
     states = phase_memory(model, precision, params, vocab_rows, settings, 0.0, nodes)
     # FSDP gathers one layer ahead: 2 unsharded layers (runlib's CPU path: no root group held, measured)
     buffers = 2 * params.per_layer * state_bytes_per_param(precision)[0] / t if layout.is_sharded("weights") else 0.0
-    if layout.sharding == "none" and layout.data_parallel > 1:  # DDP's gradient buckets
+    if layout.sharding == "none" and layout.data_parallel * layout.cp > 1:  # DDP's gradient buckets (over dp x cp)
         buffers += params.total / (t * p) * state_bytes_per_param(precision)[2]
     act_bytes = 4 if precision.compute == "fp32" else 2
     s, b = settings.seq_len / c, settings.micro_batch

@@ -178,7 +178,7 @@ def _layout(spec_data: dict[str, Any], per_rank_seqs: int) -> Layout:
             return Layout(sharding, recompute, micro, factor, memory / capacity)
     raise UserError(
         "runlib propose: no data-parallel layout fits the compute-optimal model in device memory "
-        "(runlib enacts no tensor or pipeline parallelism); give more memory per device (another --accelerator)"
+        "(it searches sharding, micro-batch and recomputation only); give more memory per device (another --accelerator), or write tensor or context parallelism into the spec yourself"
     )
 
 

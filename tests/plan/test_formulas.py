@@ -141,7 +141,8 @@ def test_activation_bytes_per_layer_by_hand():
     model = ModelSpec(layers=12, d_model=768, heads=12, kv_heads=4, d_ff=2048, seq_len=2048)
     assert activation_bytes_per_layer(model, 2048, 1, 1, 1, 2) == 2048 * 13312 * 2
     assert activation_bytes_per_layer(model, 2048, 1, 2, 1, 2) == 2048 * 13312  # tensor + sequence parallel halve it
-    assert activation_bytes_per_layer(model, 2048, 1, 1, 4, 2) == 512 * 13312 * 2  # context parallel splits s
+    # context parallel splits s, but the attention kernel keeps the row's gathered k and v (2 x 256 per token)
+    assert activation_bytes_per_layer(model, 2048, 1, 1, 4, 2) == (512 * (13312 - 512) + 2048 * 512) * 2
     # without sequence parallelism the norm, attention and MLP inputs (4h) stay whole on each tensor rank
     no_sp = activation_bytes_per_layer(model, 2048, 1, 2, 1, 2, sequence_parallel=False)
     assert no_sp == 2048 * (13312 - 4 * 768) + 2048 * 4 * 768 * 2

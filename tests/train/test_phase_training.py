@@ -1,5 +1,5 @@
-"""Training through the project's own launcher: 2-process DDP on CPU equals one process, FSDP2 and
-tensor parallelism equal DDP, and a phase killed with SIGKILL resumes to bitwise the same weights as an
+"""Training through the project's own launcher: 2-process DDP on CPU equals one process, FSDP2, tensor
+and context parallelism equal DDP, and a phase killed with SIGKILL resumes to bitwise the same weights as an
 uninterrupted run."""
 
 import json
@@ -129,6 +129,12 @@ def test_two_processes_make_the_same_update_as_one(tokenized, tmp_path):
             {"dp_replicate": 1, "dp_shard": 1, "tp": 2},
         ),
         (
+            "context",
+            "parallelism: {sharding: none}\nbatch: {micro_batch: 4, grad_accum: 1,",
+            "parallelism: {sharding: none, context: 2}\nbatch: {micro_batch: 4, grad_accum: 2,",
+            {"dp_replicate": 1, "cp": 2},
+        ),
+        (
             "recompute",
             "parallelism: {sharding: none}",
             "parallelism: {sharding: none, activation_checkpointing: full}",
@@ -150,7 +156,10 @@ def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, ddp_reference,
     a = ddp_reference
     b = checkpoint_weights(variant, tmp_path / f"{layout}-s" / "step-2")
     for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=2e-6)
+        # Adam turns a gradient entry within rounding of zero (a rare token's embedding row) into an update of
+        # up to ~lr in either direction: 5e-6 absolute, as tests/train/test_parallel.py; a missing or doubled
+        # reduction moves every parameter by ~lr (tiny's 3e-3)
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=5e-6)
 
 
 TWO_NODES = ("devices_per_node: 2", "devices_per_node: 1", "nodes: 1,", "nodes: 2,")

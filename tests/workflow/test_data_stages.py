@@ -12,6 +12,7 @@ from runlib.graph.build import build_graph
 from runlib.graph.plan_view import plan_rows
 from runlib.spec import load_spec
 from runlib.store.keys import spec_key
+from runlib.store.manifest import read_manifest
 from tests.workflow.conftest import TINY, snakemake
 
 pytestmark = pytest.mark.slow
@@ -190,6 +191,27 @@ def test_data_dag_end_to_end(workdir):
     export_and_compare(branch, workdir / "exports" / "tiny" / "anneal@code-heavy", branched)
     provenance = json.loads((workdir / "exports" / "tiny" / "anneal@code-heavy" / "runlib_export.json").read_text())
     assert provenance["train_phase_key"] == branch.key != last_train.key
+
+    # the long phase with context parallelism 2 (each row's 256 tokens over both processes, dp 1, twice the
+    # accumulation): only it and what follows retrain, its manifest records cp 2, and it reaches the
+    # data-parallel run's loss (the same batches and arithmetic, reduced in another order)
+    context = edited(
+        workdir,
+        "context.yaml",
+        "batch: {micro_batch: 2}, mixture: {docs: 0.5, code: 0.5}}",
+        "batch: {micro_batch: 2, grad_accum: 2}, parallelism: {context: 2}, mixture: {docs: 0.5, code: 0.5}}",
+    )
+    built = snakemake(workdir, context, "--cores", "2")
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert jobs_run(built).count("train_phase") == 2  # long and anneal
+    context_graph = build_graph(load_spec(context).spec)
+    dp_long, cp_long = graph.find("train_phase", phase=2), context_graph.find("train_phase", phase=2)
+    assert cp_long.key != dp_long.key and cp_long.inputs["previous"] == dp_long.inputs["previous"]
+    dp_manifest, cp_manifest = read_manifest(dp_long.dir), read_manifest(cp_long.dir)
+    mesh = (cp_manifest.details["mesh"]["cp"], cp_manifest.details["mesh"]["dp_replicate"])
+    assert mesh + (dp_manifest.details["mesh"]["cp"],) == (2, 1, 1)
+    dp_loss, cp_loss = dp_manifest.counts["final_loss"], cp_manifest.counts["final_loss"]
+    assert abs(cp_loss - dp_loss) <= 1e-3 * dp_loss, (cp_loss, dp_loss)
 
 
 def test_gate_refuses_a_spec_with_audit_errors(workdir):

@@ -91,7 +91,7 @@ def _with_parallelism(s: PhaseSettings, **update: Any) -> PhaseSettings:
 Option = tuple[tuple[tuple[str, Any], ...], str, PhaseSettings]  # ((knob path, value), ...), note, new settings
 
 
-def _knobs(s: PhaseSettings) -> list[list[Option]]:
+def _knobs(s: PhaseSettings, position: str) -> list[list[Option]]:
     """Groups of options in order of throughput cost; each group's options from the mildest to the strongest."""
     par = s.parallelism
     groups: list[list[Option]] = []
@@ -128,11 +128,14 @@ def _knobs(s: PhaseSettings) -> list[list[Option]]:
                 )
             ]
         )
-    if s.seq_len >= LONG_SEQ or s.phase.kind == "long_context":
+    # context parallelism where the trainer enacts it (runlib.plan.layout: no ALiBi, a rank's share of the
+    # sequence split again by tensor)
+    if (s.seq_len >= LONG_SEQ or s.phase.kind == "long_context") and position != "alibi":
         options: list[Option] = []
         c = par.context * 2
         while par.tensor * par.pipeline * c <= s.devices:
-            if s.devices % (par.tensor * par.pipeline * c) == 0 and s.seq_len % (2 * c) == 0:
+            fits = s.seq_len % (2 * c) == 0 and (s.seq_len // c) % par.tensor == 0
+            if s.devices % (par.tensor * par.pipeline * c) == 0 and fits:
                 options.append(
                     (
                         (("parallelism.context", c),),
@@ -188,7 +191,7 @@ def _pick(ctx: Context, options: list[tuple[Knobs, str, PhaseSettings]], limit: 
 def _suggest(ctx: Context, s: PhaseSettings, limit: float, prefix: str) -> tuple[str, Knobs, float]:
     """(fix text, knobs, new total) of the cheapest knob(s) that bring the phase under `limit` bytes;
     no knobs when nothing is enough."""
-    groups = _knobs(s)
+    groups = _knobs(s, ctx.spec.model.position)
     for group in groups:
         k, total = _pick(ctx, group, limit)
         if total <= limit:
@@ -291,8 +294,8 @@ def memory_findings(ctx: Context, low: float, high: float | None, severity: Seve
             value = knobs[0][1] if len(knobs) == 1 or knobs[0][0] == "batch.micro_batch" and len(knobs) == 2 else None
         else:
             fix = (
-                "no sharding, micro-batch, recompute or context-parallel setting is enough: add tensor or pipeline "
-                "parallelism, offload the optimizer, or use a device with more memory"
+                "no sharding, micro-batch, recompute or context-parallel setting is enough: add tensor parallelism, "
+                "offload the optimizer, or use a device with more memory"
             )
             path = "parallelism" if glob else f"phases[{members[0]}]"
             value = None

@@ -45,6 +45,8 @@ PASS = [
     {"hardware.accelerator": "cpu", "parallelism.context": 2},
 ]
 FAIL = [
-    case({"phases[2].parallelism": {"context": 2, "tensor": 4}, "phases[2].seq_len": 4100}, "warning"),  # 2050 over tp 4
+    case(
+        {"phases[2].parallelism": {"context": 2, "tensor": 4}, "phases[2].seq_len": 4100}, "warning"
+    ),  # 2050 over tp 4
     case({"model.position": "alibi", "phases[2].parallelism": {"context": 2}}, "warning"),
 ]
