@@ -1,6 +1,7 @@
 """Benchmark the training step: runlib's real loop against a bare nanoGPT-style loop, interleaved.
 
     python -m runlib.bench.train_step [--pairs 6] [--steps 12] [--accum 2] [--processes 2] [--spec specs/demo.yaml]
+        [--phase NAME] [--context C]
 
 What it measures: tokens/s of training steps on --processes CPU processes (DDP over gloo, one process
 group, torch.multiprocessing), the two loops taking turns in the same processes (bare, runlib, bare,
@@ -27,6 +28,11 @@ medians, and the median of the per-pair ratios).
           require_backward_grad_sync on the last, torch's clip_grad_norm_, AdamW with weight decay on
           the matrices, loss.item() once per step.
 
+  cp      with --context C: runlib's loop again, the same config with context parallelism C (each row's
+          tokens over C processes, runlib.model.context_parallel; the data-parallel degree / C and the
+          accumulation x C, so the same batch), a third turn in every pair; printed against runlib's DDP
+          turn. --phase picks the spec's phase (the demo's `long`: seq 512).
+
 Tokens: synthetic (seeded, uniform ids below the vocabulary's last four rows, which serve as EOS and the
 FIM ids; documents of a few hundred tokens ending in EOS; one shard per source of the phase's mixture), so it runs from a clean clone without the
 data stages. Goal: runlib >= 1.0x bare.
@@ -43,6 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +57,10 @@ import numpy as np
 
 from runlib.data.shards import write_shard
 from runlib.plan import derive
+from runlib.plan.layout import Layout
 from runlib.plan.params import head_dim, kv_heads
 from runlib.spec import load_spec
-from runlib.train.config import TrainPhaseConfig, build_train_phase_configs
+from runlib.train.config import ParallelConfig, TrainPhaseConfig, build_train_phase_configs
 
 if TYPE_CHECKING:  # torch, accelerate and the runlib modules that import torch load in the functions that train
     import torch
@@ -70,10 +78,16 @@ def free_port() -> int:
         return port
 
 
-def phase_config(spec_path: str, processes: int, accum: int, steps: int) -> TrainPhaseConfig:
-    """The spec's first phase's TrainPhaseConfig, with the benchmark's changes (see the docstring)."""
+def phase_config(spec_path: str, processes: int, accum: int, steps: int, phase: str | None = None) -> TrainPhaseConfig:
+    """The spec's phase `phase` (default the first) TrainPhaseConfig, with the benchmark's changes (see the
+    docstring): the data-parallel layout (DDP) on `processes`."""
     spec = load_spec(spec_path).spec
-    cfg = build_train_phase_configs(spec, derive(spec))[0]
+    configs = build_train_phase_configs(spec, derive(spec))
+    cfg = next((c for c in configs if c.phase_name == phase), None) if phase else configs[0]
+    if cfg is None:
+        raise ValueError(f"no phase {phase!r} in {spec_path}: {', '.join(c.phase_name for c in configs)}")
+    layout = Layout(1, processes, dp_replicate=processes, dp_shard=1)
+    cfg = cfg.model_copy(update={"parallel": ParallelConfig.of(layout, cfg.parallel.activation_checkpointing)})
     batch = cfg.micro_batch * processes * accum
     loader = cfg.loader.model_copy(
         update={
@@ -91,6 +105,13 @@ def phase_config(spec_path: str, processes: int, accum: int, steps: int) -> Trai
             "monitor": cfg.monitor.model_copy(update={"eval_every_steps": None, "log_every_tokens": 2**62}),  # end only
         }
     )
+
+
+def context_config(cfg: TrainPhaseConfig, context: int) -> TrainPhaseConfig:
+    """cfg with context parallelism `context` on its processes: dp / context, the batch unchanged."""
+    ddp = cfg.parallel.layout
+    layout = replace(ddp, dp_replicate=ddp.dp_replicate // context, cp=context)
+    return cfg.model_copy(update={"parallel": ParallelConfig.of(layout, cfg.parallel.activation_checkpointing)})
 
 
 def special_ids(cfg: TrainPhaseConfig) -> dict[str, int]:
@@ -275,7 +296,9 @@ def turn_figures(marks: list[tuple[float, float]], tokens_per_step: int, process
     }
 
 
-def worker(rank: int, args: argparse.Namespace, cfg_json: str, dirs: dict[str, str], work_dir: str, port: int) -> None:
+def worker(
+    rank: int, args: argparse.Namespace, cfg_json: str, cp_json: str, dirs: dict[str, str], work_dir: str, port: int
+) -> None:
     os.environ.update(
         {
             "MASTER_ADDR": "127.0.0.1",
@@ -310,9 +333,18 @@ def worker(rank: int, args: argparse.Namespace, cfg_json: str, dirs: dict[str, s
             tokens_per_step,
             args.processes,
         )
-        rows.append(
-            {"pair": turn, **{f"bare_{k}": v for k, v in bare.items()}, **{f"runlib_{k}": v for k, v in ours.items()}}
-        )
+        row = {"pair": turn, **{f"bare_{k}": v for k, v in bare.items()}, **{f"runlib_{k}": v for k, v in ours.items()}}
+        if cp_json:
+            cp_cfg = TrainPhaseConfig.model_validate_json(cp_json)
+            cp_marks = runlib_turn(cp_cfg, {k: Path(v) for k, v in dirs.items()}, accelerator, work / f"c{rank}", turn)
+            row.update({f"cp_{k}": v for k, v in turn_figures(cp_marks, tokens_per_step, args.processes).items()})
+            if rank == 0:
+                print(
+                    f"pair {turn}: runlib context {args.context} {row['cp_tokens_per_s']:,.0f} tok/s against its DDP "
+                    f"{ours['tokens_per_s']:,.0f}: ratio {row['cp_tokens_per_s'] / ours['tokens_per_s']:.3f}",
+                    flush=True,
+                )
+        rows.append(row)
         if rank == 0:
             print(
                 f"pair {turn}: bare {bare['tokens_per_s']:,.0f} tok/s, runlib {ours['tokens_per_s']:,.0f} tok/s, "
@@ -342,6 +374,13 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, Any]:
             "ratio_of_medians": ours / bare,
             "median_pair_ratio": statistics.median(r[f"runlib_{figure}"] / r[f"bare_{figure}"] for r in rows),
         }
+        if f"cp_{figure}" in rows[0]:
+            cp = statistics.median(r[f"cp_{figure}"] for r in rows)
+            out[figure].update(
+                cp_median=cp,
+                cp_over_runlib=cp / ours,
+                cp_median_pair_ratio=statistics.median(r[f"cp_{figure}"] / r[f"runlib_{figure}"] for r in rows),
+            )
     return out
 
 
@@ -352,16 +391,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps per turn")
     parser.add_argument("--accum", type=int, default=2, help="micro-batches per step on each process")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--phase", default=None, help="the spec's phase to train (default: the first)")
+    parser.add_argument("--context", type=int, default=1, help="also time runlib with this context parallelism")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows and summary here")
     args = parser.parse_args(argv)
-    if min(args.pairs, args.steps, args.accum, args.processes) < 1:
-        print("train_step: --pairs, --steps, --accum and --processes must be >= 1", file=sys.stderr)
+    if min(args.pairs, args.steps, args.accum, args.processes, args.context) < 1:
+        print("train_step: --pairs, --steps, --accum, --processes and --context must be >= 1", file=sys.stderr)
+        return 2
+    if args.processes % args.context:
+        print(f"train_step: --context {args.context} must divide --processes {args.processes}", file=sys.stderr)
         return 2
     from torch.multiprocessing.spawn import spawn
 
     from runlib.model.transformer import Transformer  # imports torch
 
-    cfg = phase_config(args.spec, args.processes, args.accum, args.steps)
+    try:
+        cfg = phase_config(args.spec, args.processes, args.accum, args.steps, args.phase)
+    except ValueError as exc:
+        print(f"train_step: {exc}", file=sys.stderr)
+        return 2
+    cp_json = context_config(cfg, args.context).model_dump_json() if args.context > 1 else ""
 
     ours = sum(p.numel() for p in Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows).parameters())
     peer = sum(p.numel() for p in bare_model(cfg).parameters())
@@ -380,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="runlib-train-step-") as tmp:
         work = Path(tmp)
         dirs = {k: str(v) for k, v in write_shards(cfg, work / "tokens", cfg.seed).items()}
-        spawn_args = (args, cfg.model_dump_json(), dirs, str(work), free_port())
+        spawn_args = (args, cfg.model_dump_json(), cp_json, dirs, str(work), free_port())
         spawn(worker, args=spawn_args, nprocs=args.processes)  # type: ignore[no-untyped-call]  # torch: unannotated
         rows = json.loads((work / "rows.json").read_text())
     summary = summarise(rows)
@@ -390,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
             f"median {label}: bare {f['bare_median']:,.0f}, runlib {f['runlib_median']:,.0f}; runlib / bare "
             f"{f['ratio_of_medians']:.3f} (median of pair ratios {f['median_pair_ratio']:.3f})"
         )
+        if "cp_median" in f:
+            print(
+                f"median {label}: runlib context {args.context} {f['cp_median']:,.0f} against runlib DDP "
+                f"{f['runlib_median']:,.0f}: {f['cp_over_runlib']:.3f} (median of pair ratios "
+                f"{f['cp_median_pair_ratio']:.3f})"
+            )
     if args.json is not None:
         args.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=2) + "\n")
     return 0
