@@ -90,7 +90,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -190,7 +190,7 @@ def build_mesh(parallel: Parallel) -> DeviceMesh | None:
     "dp"; None on one process. Raises what the layout refuses (NotImplementedError: context or pipeline
     parallelism, offload where it is not enacted) and a layout that is not the world (ValueError)."""
     layout = layout_of(parallel)
-    _refuse(layout.refusals(_device_type()))
+    _refuse(layout.refusals(_device_type(), pipeline_loop=True))
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
     errors = layout.world_errors(world)
     if errors:
@@ -213,6 +213,13 @@ def build_mesh(parallel: Parallel) -> DeviceMesh | None:
 def _one_dim(mesh: DeviceMesh, dims: tuple[str, ...], flattened: str) -> DeviceMesh:
     """mesh[dims] as one dimension: the dimension itself, or the one build_mesh flattened them into."""
     return mesh[dims[0]] if len(dims) == 1 else mesh[flattened]
+
+
+def pipeline_rank_and_group(mesh: DeviceMesh | None) -> tuple[int, dist.ProcessGroup | None]:
+    """(this rank's pipeline stage rank, the pipeline group); (0, None) without pipeline parallelism."""
+    if mesh is None or "pp" not in _dims(mesh):
+        return 0, None
+    return mesh["pp"].get_local_rank(), mesh["pp"].get_group()
 
 
 def gradient_group(mesh: DeviceMesh | None) -> dist.ProcessGroup | None:
@@ -265,7 +272,7 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
     layout = layout_of(parallel)
     device = mesh.device_type if mesh is not None else next(model.parameters()).device.type
     _refuse(
-        layout.refusals(device, model.spec)
+        layout.refusals(device, model.spec, pipeline_loop=True)
         + [r for r in precision_refusals(**_precision_fields(precision)) if r.field == "precision.compute"]
     )
     compute = DTYPES[precision.compute]
@@ -282,7 +289,7 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
     set_recompute(model, parallel.activation_checkpointing)
 
     dp_dims = tuple(d for d in ("dp_replicate", "dp_shard", "cp") if d in _dims(mesh))
-    wrapper: Wrapper = data_parallel_wrapper(layout.sharding, dp_dims, tp)
+    wrapper: Wrapper = data_parallel_wrapper(layout.sharding, dp_dims, tp, layout.pp)
     fsdp = wrapper in ("fully_shard", "replicate")  # FSDP2's policy casts; DDP and one process autocast
     model.runlib_autocast = None if fsdp or compute == torch.float32 or precision.master_weights == "none" else compute
     if layout.offload and wrapper != "fully_shard":
@@ -384,23 +391,30 @@ def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
     is checked against the degree by the layout's refusals (runlib.plan.layout, RUN003) before."""
 
     tp = tp_mesh.size()
-    tied = model.lm_head.weight is model.tok_embeddings.weight
-    plan: dict[str, ParallelStyle] = {
+    # a pipeline stage (runlib.model.pipeline) holds the embedding only on the first stage and the head only on
+    # the last; a later stage receives the residual stream as this rank's sequence shard already
+    first, last = model.tok_embeddings is not None, model.lm_head is not None
+    tied = first and last and model.lm_head.weight is model.tok_embeddings.weight
+    plan: dict[str, ParallelStyle] = {}
+    if first:
         # the residual stream enters the first block split along the sequence (a local slice, no traffic)
-        "layers.0": PrepareModuleInput(
+        plan["layers.0"] = PrepareModuleInput(
             input_layouts=(Replicate(), None, None),
             desired_input_layouts=(Shard(1), None, None),
             use_local_output=True,
-        ),
-        "norm": SequenceParallel(),
-    }
-    if tied or model.vocab_rows % tp:
-        plan["lm_head"] = PrepareModuleInput(
-            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
         )
+    if last:
+        plan["norm"] = SequenceParallel()
+    if tied or model.vocab_rows % tp:
+        if last:
+            plan["lm_head"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+            )
     else:
-        plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
-        plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+        if first:
+            plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        if last:
+            plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     parallelize_module(model, tp_mesh, plan)
     block_plan: dict[str, ParallelStyle] = {
         "attention_norm": SequenceParallel(),
@@ -426,7 +440,8 @@ def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
         if input_ids.shape[1] % tp:
             raise ValueError(f"sequence parallelism: sequence length {input_ids.shape[1]} is not divisible by tp {tp}")
 
-    model.register_forward_pre_hook(check_length, with_kwargs=True)
+    if first:
+        model.register_forward_pre_hook(check_length, with_kwargs=True)
 
 
 def _mixed_precision(precision: Precision) -> MixedPrecisionPolicy:
@@ -504,21 +519,30 @@ def _grad_norm_squared(grads: list[torch.Tensor]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
+def clip_grad_norm_(
+    model: nn.Module | Sequence[nn.Module], max_norm: float, pipeline_group: dist.ProcessGroup | None = None
+) -> float:
     """Scale the gradients to a global L2 norm of at most max_norm; return the norm before clipping.
 
     Works when gradients are DTensors of different meshes (FSDP x TP parameters beside FSDP-only
     ones), where torch.nn.utils.clip_grad_norm_ cannot combine the per-parameter norms. Partial
     gradients (tensor parallelism without FSDP) are all-reduced first, so call it every step (with
-    max_norm inf for no clipping)."""
+    max_norm inf for no clipping). Under pipeline parallelism `model` is this rank's stage modules and
+    the squares are summed over the pipeline group (each stage holds other parameters)."""
 
-    for p in model.parameters():
+    modules = [model] if isinstance(model, nn.Module) else list(model)
+    params = [p for m in modules for p in m.parameters()]
+    for p in params:
         g = p.grad
         if isinstance(g, DTensor) and any(pl.is_partial() for pl in g.placements):
             # a replicated weight used on sequence shards (sequence-parallel norms) gets partial sums
             p.grad = g.redistribute(g.device_mesh, [Replicate() if pl.is_partial() else pl for pl in g.placements])
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    total = float(_grad_norm_squared(grads).sqrt()) if grads else 0.0
+    grads = [p.grad for p in params if p.grad is not None]
+    squares = _grad_norm_squared(grads) if grads else torch.zeros((), dtype=torch.float32)
+    if pipeline_group is not None:
+        squares = squares.to(params[0].device if params else "cpu")  # NCCL reduces device tensors
+        dist.all_reduce(squares, group=pipeline_group)
+    total = float(squares.sqrt())
     coef = max_norm / (total + 1e-6)  # torch.nn.utils.clip_grad_norm_'s formula
     if coef < 1.0:
         for g in grads:

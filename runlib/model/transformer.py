@@ -481,8 +481,11 @@ class Transformer(nn.Module):
             return AttentionMask(block_mask=block, context_parallel=cp)
         return AttentionMask(bool_mask=context_parallel_mask(query, keys, docs), context_parallel=cp)
 
-    def attention_mask(self, doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device) -> AttentionMask:
-        """The mask every layer of this forward uses (built once)."""
+    def attention_mask(
+        self, doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device, dtype: torch.dtype
+    ) -> AttentionMask:
+        """The mask every layer of this forward uses (built once); ALiBi's additive mask in `dtype` (the
+        residual stream's: the embedding's output)."""
         backend = self.attention_backend
         if self.training and self.spec.dropout > 0 and torch.is_grad_enabled():
             backend = "sdpa"  # flex_attention has no dropout on the attention probabilities
@@ -504,7 +507,7 @@ class Transformer(nn.Module):
                 allowed = document_causal_mask(doc_ids)
             else:
                 allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
-            return AttentionMask(bool_mask=alibi_bias(self.alibi, allowed, self.tok_embeddings.weight.dtype))
+            return AttentionMask(bool_mask=alibi_bias(self.alibi, allowed, dtype))
         if doc_ids is not None and has_documents(doc_ids):
             return AttentionMask(bool_mask=document_causal_mask(doc_ids))
         return AttentionMask()
@@ -515,21 +518,25 @@ class Transformer(nn.Module):
         position_ids: torch.Tensor | None = None,
         doc_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        n, length = input_ids.shape
+        # a pipeline stage after the first (runlib.model.pipeline) receives the residual stream [n, L, d] (a
+        # tensor-parallel rank's sequence shard of it): the row length is position_ids'
+        first_stage = self.tok_embeddings is not None
+        n, length = input_ids.shape[0], (input_ids.shape[1] if position_ids is None else position_ids.shape[1])
+        device = input_ids.device
         if position_ids is None:
-            position_ids = torch.arange(length, device=input_ids.device).expand(n, length)
+            position_ids = torch.arange(length, device=device).expand(n, length)
         # context parallelism splits training rows only: evaluation runs whole windows on every rank
         cp = self.context_parallel if self.training else None
         if cp is not None:
             if self.spec.position == "alibi":
                 raise ValueError("context parallelism with ALiBi is not enacted (RUN001 refuses it)")
             input_ids, position_ids = cp.local(input_ids), cp.local(position_ids)
-        x = self.tok_embeddings(input_ids)
+        x = self.tok_embeddings(input_ids) if first_stage else input_ids
         rope = None
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(position_ids)
         elif self.spec.position == "rope":  # (alibi: positions enter as the attention bias, attention_mask)
-            if input_ids.device.type != "cuda" and int(position_ids.max()) >= self.rope_cos.shape[0]:
+            if device.type != "cuda" and int(position_ids.max()) >= self.rope_cos.shape[0]:
                 raise ValueError(
                     f"position {int(position_ids.max())} is beyond the RoPE table of {self.rope_cos.shape[0]}; "
                     "call set_rope(theta, max_seq_len) first"
@@ -541,10 +548,12 @@ class Transformer(nn.Module):
         if self.embedding_dropout is not None:
             x = self.embedding_dropout(x)
         if cp is not None:
-            mask = self.context_parallel_attention_mask(cp, doc_ids, n, length, input_ids.device)
+            mask = self.context_parallel_attention_mask(cp, doc_ids, n, length, device)
         else:
-            mask = self.attention_mask(doc_ids, n, length, input_ids.device)
+            mask = self.attention_mask(doc_ids, n, length, device, x.dtype)
         for layer in self.blocks():
             x = layer(x, rope, mask)
+        if self.lm_head is None:  # a pipeline stage before the last: the residual stream goes on
+            return x
         logits: torch.Tensor = self.lm_head(self.norm(x))
         return logits.float()

@@ -90,11 +90,11 @@ def split_data_parallel(sharding: Sharding, data_parallel: int, nodes: int) -> t
     return 1, data_parallel
 
 
-def data_parallel_wrapper(sharding: Sharding, dp_dims: tuple[str, ...], tp: int) -> Wrapper:
+def data_parallel_wrapper(sharding: Sharding, dp_dims: tuple[str, ...], tp: int, pp: int = 1) -> Wrapper:
     """How runlib.model.parallelize wraps a model whose mesh has the gradient-averaging dimensions `dp_dims`
     ("dp_replicate", "dp_shard", "cp" present: Layout.gradient_dims) and tensor degree `tp`: FSDP2's
     fully_shard over them (the shard group dp_shard x cp; 2-D with dp_replicate: HSDP), FSDP2's replicate
-    (DDP arithmetic for DTensor parameters, or hsdp with one rank per shard group), DDP, or nothing (no
+    (DDP arithmetic for DTensor parameters or pipeline stages, or hsdp with one rank per shard group), DDP, or nothing (no
     data parallelism). ValueError: a sharded layout other than hsdp without a shard dimension
     (Layout.world_errors says so first)."""
     if not dp_dims:
@@ -103,7 +103,7 @@ def data_parallel_wrapper(sharding: Sharding, dp_dims: tuple[str, ...], tp: int)
         return "fully_shard"
     if sharding in SHARDED and sharding != "hsdp":
         raise ValueError(f"sharding {sharding} needs dp_shard > 1 (the mesh has {', '.join(dp_dims)})")
-    if sharding == "hsdp" or tp > 1:
+    if sharding == "hsdp" or tp > 1 or pp > 1:  # DDP's reducer breaks on pipeline stages (torch 2.13)
         return "replicate"
     return "ddp"
 
@@ -233,18 +233,25 @@ class Layout:
     @property
     def wrapper(self) -> Wrapper:
         """How the data-parallel ranks hold the model (data_parallel_wrapper over this layout's mesh)."""
-        return data_parallel_wrapper(self.sharding, self.gradient_dims, self.tp)
+        return data_parallel_wrapper(self.sharding, self.gradient_dims, self.tp, self.pp)
 
     # ---- what the trainer enacts
 
-    def refusals(self, accelerator: str, model: ModelSpec | None = None, seq_len: int | None = None) -> list[Refusal]:
+    def refusals(
+        self,
+        accelerator: str,
+        model: ModelSpec | None = None,
+        seq_len: int | None = None,
+        *,
+        pipeline_loop: bool = False,
+    ) -> list[Refusal]:
         """What runlib's trainer cannot enact of this layout on `accelerator` (hardware.accelerator, or the
         mesh's device type), for `model` at `seq_len` (None: not checked here): RUN001 context, RUN002
         pipeline, RUN003 tensor, RUN004 hsdp, RUN005 offload. The audit, the trainer's last guard
         (runlib.plan.enact.train_config_refusals) and runlib.model.parallelize all read these."""
         return [
             *self._context_refusals(model, seq_len),
-            *self._pipeline_refusals(),
+            *self._pipeline_refusals(model, pipeline_loop),
             *(self._tensor_refusals(model, seq_len) if model is not None else []),
             *self._hsdp_refusals(),
             *self._offload_refusals(accelerator),
@@ -282,19 +289,46 @@ class Layout:
             )
         return out
 
-    def _pipeline_refusals(self) -> list[Refusal]:
+    def _pipeline_refusals(self, model: ModelSpec | None, pipeline_loop: bool) -> list[Refusal]:
+        """runlib.model.pipeline splits the blocks into stages; runlib's training loop does not run them yet
+        (`pipeline_loop`: a caller that runs the schedule itself, as tests/train/parallel_worker.py)."""
         if self.pp == 1:
             return []
-        return [
-            Refusal(
-                "RUN002",
-                "parallelism.pipeline",
-                self.pp,
-                f"pipeline parallelism {self.pp} is not enacted: runlib's trainer has no pipeline schedule yet",
-                "use pipeline: 1, with sharding: fsdp (or hsdp across nodes) and, if one layer's weights "
-                "are too large, tensor parallelism",
+        out = []
+        if not pipeline_loop:
+            out.append(
+                Refusal(
+                    "RUN002",
+                    "parallelism.pipeline",
+                    self.pp,
+                    f"pipeline parallelism {self.pp} is not enacted: runlib's training loop has no pipeline "
+                    "schedule yet",
+                    "use pipeline: 1, with sharding: fsdp (or hsdp across nodes) and, if one layer's weights "
+                    "are too large, tensor parallelism",
+                )
             )
-        ]
+        if model is not None and model.tie_embeddings:
+            out.append(
+                Refusal(
+                    "RUN002",
+                    "parallelism.pipeline",
+                    self.pp,
+                    f"pipeline parallelism {self.pp} with tie_embeddings is not enacted: the embedding is on the "
+                    "first stage and the head on the last, and nothing keeps the two copies equal",
+                    "use tie_embeddings: false with pipeline parallelism, or pipeline: 1",
+                )
+            )
+        if self.cp > 1:
+            out.append(
+                Refusal(
+                    "RUN002",
+                    "parallelism.pipeline",
+                    self.pp,
+                    f"pipeline parallelism {self.pp} with context parallelism {self.cp} is not enacted",
+                    "use one of them: context for long sequences, pipeline for models whose layers do not fit",
+                )
+            )
+        return out
 
     def _tensor_refusals(self, model: ModelSpec, seq_len: int | None) -> list[Refusal]:
         tp = self.tp

@@ -237,7 +237,7 @@ def test_flex_forward_equals_sdpa_forward_on_cpu() -> None:
 def test_auto_backend_is_sdpa_on_cpu() -> None:
     model = tiny()
     assert model.attention_backend == "auto"
-    mask = model.attention_mask(packed([3, 5])[0], 1, 8, torch.device("cpu"))
+    mask = model.attention_mask(packed([3, 5])[0], 1, 8, torch.device("cpu"), torch.float32)
     assert mask.block_mask is None and mask.bool_mask is not None
 
 
@@ -353,7 +353,7 @@ def test_alibi_attention_equals_scores_minus_slope_times_distance() -> None:
     x = torch.randn(1, 12, TINY["d_model"])
     n, length = 1, 12
     with torch.no_grad():
-        got = attn(x, None, model.attention_mask(None, 1, length, x.device))
+        got = attn(x, None, model.attention_mask(None, 1, length, x.device, x.dtype))
         q = attn.wq(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
         k = attn.wk(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
         v = attn.wv(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
@@ -393,7 +393,7 @@ def test_parallel_block_is_one_norm_and_two_branches() -> None:
     block = model.layers[0]
     assert block.mlp_norm is None
     x = torch.randn(2, 8, TINY["d_model"])
-    mask = model.attention_mask(None, 2, 8, x.device)
+    mask = model.attention_mask(None, 2, 8, x.device, x.dtype)
     rope = (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None])
     with torch.no_grad():
         h = block.attention_norm(x)

@@ -30,7 +30,9 @@ from runlib.model.parallelize import (
     gradient_group,
     no_sync,
     parallelize,
+    pipeline_rank_and_group,
 )
+from runlib.model.pipeline import build_schedule, pipeline_stage, rank_stage_indices, stage_chunks, stage_module
 from runlib.model.transformer import Transformer
 from runlib.spec.models import ModelSpec
 from runlib.train.dist_checkpoint import (
@@ -47,6 +49,8 @@ LR = 1e-4  # Adam's update of a gradient within fp32 rounding of zero is up to ~
 STEPS, CKPT_STEP = 4, 2
 MODELS = {
     "llama": dict(layers=2, d_model=64, heads=4, kv_heads=2, d_ff=128, seq_len=SEQ),
+    # four blocks: two pipeline stages of two, or four virtual stages of one
+    "llama4": dict(layers=4, d_model=64, heads=4, kv_heads=2, d_ff=128, seq_len=SEQ),
     # tied embeddings, learned positions, LayerNorm with biases, GELU: the other tensor-parallel paths
     "gpt2": dict(
         layers=2,
@@ -66,13 +70,13 @@ BF16 = SimpleNamespace(compute="bf16", master_weights="fp32", grads="fp32", opti
 BF16_PURE = SimpleNamespace(compute="bf16", master_weights="none", grads="bf16", optimizer_states="bf16")
 
 
-def layout(dp_replicate=1, dp_shard=1, tp=1, sharding="none", recompute="none", cp=1):
+def layout(dp_replicate=1, dp_shard=1, tp=1, sharding="none", recompute="none", cp=1, pp=1):
     return SimpleNamespace(
         dp_replicate=dp_replicate,
         dp_shard=dp_shard,
         tp=tp,
         cp=cp,
-        pp=1,
+        pp=pp,
         sharding=sharding,
         activation_checkpointing=recompute,
         offload=False,
@@ -151,6 +155,82 @@ def train(mesh, model, optimizer, steps: range, docs: bool = False) -> dict[str,
     return out
 
 
+def build_pipeline(parallel, schedule: str, virtual: int = 1, model_name="llama4", precision=FP32):
+    """This rank's stage modules (runlib.model.pipeline), each parallelised like a model, their PipelineStages
+    and one optimizer over them."""
+    mesh = build_mesh(parallel)
+    pp_rank, pp_group = pipeline_rank_and_group(mesh)
+    chunks = stage_chunks(MODELS[model_name]["layers"], parallel.pp, virtual)
+    ids = rank_stage_indices(pp_rank, parallel.pp, virtual)
+    modules = [
+        parallelize(
+            stage_module(tiny_model(model_name), chunks[i], i == 0, i == len(chunks) - 1), mesh, parallel, precision
+        )
+        for i in ids
+    ]
+    stages = [
+        pipeline_stage(m, i, len(chunks), torch.device("cpu"), pp_group) for m, i in zip(modules, ids, strict=True)
+    ]
+    optimizer = build_optimizer(torch.nn.ModuleList(modules), optimizer_cfg(), precision)
+    return mesh, modules, stages, optimizer, schedule
+
+
+def train_pipeline(mesh, modules, stages, optimizer, schedule_kind, steps: range, docs: bool = False) -> dict:
+    """`train` through a pipeline schedule: the micro-batches are the schedule's, the loss (on the last stage)
+    carries the step's normalization, and the gradient norm is summed over the stages."""
+    rank, size = data_parallel_rank_and_size(mesh)
+    _, pp_group = pipeline_rank_and_group(mesh)
+    group = gradient_group(mesh)
+    averaged = group.size() if group is not None else 1
+    rows = BATCH // size
+    micro = min(MICRO, rows)
+    total = BATCH * SEQ
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="sum")
+        return loss * (averaged / total)
+
+    schedule = build_schedule(schedule_kind, stages, micro, loss_fn)
+    out = {"losses": [], "grad_norms": []}
+    for step in steps:
+        inputs, targets = batch(step)
+        inputs, targets = inputs[rank * rows : (rank + 1) * rows], targets[rank * rows : (rank + 1) * rows]
+        position_ids, doc_ids = documents(rows, rank * rows) if docs else (torch.arange(SEQ).expand(rows, SEQ), None)
+        kwargs = {"position_ids": position_ids, **({"doc_ids": doc_ids} if docs else {})}
+        # the micro-batches' losses as loss_fn returned them (its first step also calls it once to infer shapes)
+        losses: list[torch.Tensor] = []
+        schedule.step(inputs, target=targets, losses=losses, **kwargs)
+        loss_sum = sum((x.detach() for x in losses), torch.zeros(())) * (total / averaged)
+        out["grad_norms"].append(clip_grad_norm_(modules, 1.0, pp_group))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        summed = loss_sum.clone()
+        dist.all_reduce(summed, group=pp_group)  # only the last stage computed it
+        if group is not None:
+            dist.all_reduce(summed, group=group)
+        out["losses"].append(float(summed) / total)
+    return out
+
+
+def pipeline_result(mesh, modules, part: dict) -> dict:
+    """The whole model's parameters on rank 0: every stage's full tensors, gathered over the pipeline group."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    _, pp_group = pipeline_rank_and_group(mesh)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=False)
+    mine = {k: v.detach().cpu() for m in modules for k, v in get_model_state_dict(m, options=options).items()}
+    dst = dist.get_global_rank(pp_group, 0)  # each pipeline group gathers on its first stage
+    parts = [None] * dist.get_world_size(pp_group) if dist.get_rank() == dst else None
+    dist.gather_object(mine, parts, dst=dst, group=pp_group)
+    params = {k: v for p in parts for k, v in p.items()} if parts is not None and dist.get_rank() == 0 else {}
+    return {"params": params, **part}
+
+
+def run_pipeline(parallel, schedule: str, virtual: int = 1, docs: bool = False) -> dict:
+    mesh, modules, stages, optimizer, kind = build_pipeline(parallel, schedule, virtual)
+    return pipeline_result(mesh, modules, train_pipeline(mesh, modules, stages, optimizer, kind, range(STEPS), docs))
+
+
 def result(model, *parts: dict) -> dict:
     out = {"params": full_model_state_dict(model), "losses": [], "grad_norms": []}
     for part in parts:
@@ -224,6 +304,10 @@ def two_processes(ckpt: Path) -> dict:
         layout(cp=2, sharding="fsdp"), ckpt.with_name("cp-step-2"), docs=True
     )
     out["cp_fsdp_full"] = run(layout(cp=2, sharding="fsdp", recompute="full"), docs=True)
+    # pipeline parallelism (runlib.model.pipeline): 4 blocks over 2 stages, or 4 virtual stages of 1
+    out["pp_1f1b"] = run_pipeline(layout(pp=2), "1f1b")
+    out["pp_gpipe_docs"] = run_pipeline(layout(pp=2), "gpipe", docs=True)
+    out["pp_interleaved_docs"] = run_pipeline(layout(pp=2), "interleaved_1f1b", virtual=2, docs=True)
     return out
 
 
@@ -238,6 +322,9 @@ def four_processes(ckpt: Path) -> dict:
     out["cp_fsdp2_docs"] = run(layout(dp_shard=2, cp=2, sharding="fsdp"), docs=True)  # states over dp_shard x cp
     out["cp_tp_docs"] = run(layout(cp=2, tp=2), docs=True)
     out["cp_ddp"] = run(layout(dp_replicate=2, cp=2))
+    out["pp_ddp"] = run_pipeline(layout(pp=2, dp_replicate=2), "1f1b")  # FSDP2's replicate on each stage
+    out["pp_fsdp_docs"] = run_pipeline(layout(pp=2, dp_shard=2, sharding="fsdp"), "1f1b", docs=True)
+    out["pp_tp_docs"] = run_pipeline(layout(pp=2, tp=2), "1f1b", docs=True)
     return out
 
 

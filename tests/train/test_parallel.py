@@ -133,6 +133,25 @@ def test_context_parallel_equals_one_process(runs, name, model, docs) -> None:
     assert_matches(runs[name], reference(model, docs=docs))
 
 
+@pytest.mark.parametrize(
+    "name,docs",
+    [
+        ("pp_1f1b", False),
+        ("pp_gpipe_docs", True),
+        ("pp_interleaved_docs", True),
+        ("pp_ddp", False),
+        ("pp_fsdp_docs", True),
+        ("pp_tp_docs", True),
+    ],
+)
+def test_pipeline_parallel_equals_one_process(runs, name, docs) -> None:
+    """Pipeline parallelism 2 over a 4-block model (torch.distributed.pipelining): 1F1B, GPipe and interleaved
+    1F1B with 2 virtual stages per rank; on 4 processes 1F1B with replicated stages (dp 2), FSDP2-sharded
+    stages (dp_shard 2) and tensor-parallel stages (tp 2). The loss carries the step's normalization, the
+    gradient norm is summed over the stages."""
+    assert_matches(runs[name], reference("llama4", docs=docs))
+
+
 def test_context_parallel_resumes_bitwise_on_the_same_layout(runs) -> None:
     uninterrupted, resumed = runs["cp_fsdp_docs"], runs["cp_fsdp_docs_resumed"]
     assert resumed["losses"] == uninterrupted["losses"][w.CKPT_STEP :]
@@ -334,7 +353,7 @@ def test_one_process_has_no_mesh_and_refuses_what_is_not_enacted() -> None:
     assert data_parallel_rank_and_size(None) == (0, 1)
     with pytest.raises(ValueError, match="world size 1"):
         build_mesh(w.layout(cp=2))  # context parallelism is enacted; one process cannot hold 2 ranks
-    with pytest.raises(NotImplementedError, match="pipeline"):
-        build_mesh(SimpleNamespace(**{**vars(w.layout()), "pp": 2}))
+    with pytest.raises(ValueError, match="world size 1"):
+        build_mesh(w.layout(pp=2))  # pipeline stages are built (runlib.model.pipeline); one process holds one
     with pytest.raises(ValueError, match="world size 1"):
         build_mesh(w.layout(dp_shard=2, sharding="fsdp"))
