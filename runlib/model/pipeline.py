@@ -5,7 +5,7 @@
     schedule = build_schedule(kind, stages, pp_group, micro_batches, loss_fn)
 
 The split is Megatron-LM's (--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers:
-the stated first and last stages, the rest evenly over the middle ones; runlib.plan.memory
+the stated first and last stages, the rest evenly over the middle ones; runlib.plan.layout
 pipeline_stage_layers), the schedules torch.distributed.pipelining's (GPipe: Huang et al. 2019, arXiv
 1811.06965; 1F1B: Narayanan et al. 2019, PipeDream, arXiv 1806.03377 and Megatron-LM, arXiv
 2104.04473 section 2.2.1; interleaved 1F1B with virtual stages: the same, section 2.2.2). Each stage
@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from runlib.model.transformer import Transformer
-from runlib.plan.memory import pipeline_stage_layers
+from runlib.plan.layout import pipeline_stage_layers
 
 SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
 

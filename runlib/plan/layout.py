@@ -123,6 +123,11 @@ class Layout:
     ep: int = 1
     sharding: Sharding = "none"
     offload: bool = False
+    # with pp > 1: the schedule, model chunks per rank and the stated first/last stage layers
+    pp_schedule: str = "1f1b"
+    pp_virtual: int = 1
+    pp_first_layers: int | None = None
+    pp_last_layers: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep"):
@@ -295,6 +300,31 @@ class Layout:
         if self.pp == 1:
             return []
         out = []
+        interleaved = self.pp_schedule == "interleaved_1f1b"
+        if interleaved != (self.pp_virtual > 1):
+            out.append(
+                Refusal(
+                    "RUN002",
+                    "parallelism.pipeline_virtual_stages",
+                    self.pp_virtual,
+                    f"pipeline_schedule {self.pp_schedule} runs "
+                    + ("at least 2 model chunks per rank" if interleaved else "one model chunk per rank")
+                    + f", not {self.pp_virtual}",
+                    "use pipeline_virtual_stages: 2 or more with interleaved_1f1b, 1 with 1f1b and gpipe",
+                )
+            )
+        elif model is not None and pipeline_stage_layers(
+            model.layers, self.pp * self.pp_virtual, self.pp_first_layers, self.pp_last_layers
+        ) is None and self.pp_virtual > 1:
+            out.append(
+                Refusal(
+                    "RUN002",
+                    "parallelism.pipeline_virtual_stages",
+                    self.pp_virtual,
+                    f"{model.layers} layers do not split into pipeline {self.pp} x {self.pp_virtual} virtual stages",
+                    "use a number of virtual stages whose product with pipeline divides the layers",
+                )
+            )
         if not pipeline_loop:
             out.append(
                 Refusal(
@@ -419,6 +449,26 @@ class Layout:
         return [Refusal("RUN005", "parallelism.offload", True, reason, fix)]
 
 
+def pipeline_stage_layers(
+    layers: int, pipeline: int, first: int | None = None, last: int | None = None
+) -> list[int] | None:
+    """Transformer layers per pipeline stage, first to last, as Megatron-LM splits them
+    (--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the stated first and
+    last stages, the rest evenly over the middle ones); None when they do not split: a remainder, a
+    stage left empty, or first/last adding up to more than the layers."""
+    if pipeline <= 1:
+        return [layers] if first is None and last is None or pipeline == 1 else None
+    head = [first] if first is not None else []
+    tail = [last] if last is not None else []
+    rest = layers - sum(head) - sum(tail)
+    middle = pipeline - len(head) - len(tail)
+    if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest % middle or rest // middle < 1)):
+        return None
+    if any(n < 1 for n in head + tail):
+        return None
+    return head + [rest // middle] * middle + tail if middle else head + tail
+
+
 def planned_degrees(parallelism: ParallelismSpec, devices: int) -> tuple[int, int]:
     """(data parallel, model parallel) of a parallelism on `devices` devices: model parallel = tensor x
     pipeline x context, data parallel = devices // that, at least 1 (a remainder idles: PAR001; fewer
@@ -442,4 +492,8 @@ def build_layout(parallelism: ParallelismSpec, *, nodes: int, devices_per_node: 
         pp=parallelism.pipeline,
         sharding=parallelism.sharding,
         offload=parallelism.offload,
+        pp_schedule=parallelism.pipeline_schedule,
+        pp_virtual=parallelism.pipeline_virtual_stages,
+        pp_first_layers=parallelism.pipeline_first_stage_layers,
+        pp_last_layers=parallelism.pipeline_last_stage_layers,
     )

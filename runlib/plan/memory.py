@@ -80,7 +80,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runlib.plan.effective import PhaseSettings
-from runlib.plan.layout import Layout, build_layout
+from runlib.plan.layout import Layout, build_layout, pipeline_stage_layers
 from runlib.plan.params import ParamCounts, head_dim, kv_heads
 from runlib.spec.models import ModelSpec, PrecisionSpec
 
@@ -275,26 +275,6 @@ def pipeline_buffer_bytes(stage_output_bytes: float, in_flight: int, pipeline: i
     if pipeline <= 1 or last:
         return 0.0
     return (in_flight + 1) * stage_output_bytes
-
-
-def pipeline_stage_layers(
-    layers: int, pipeline: int, first: int | None = None, last: int | None = None
-) -> list[int] | None:
-    """Transformer layers per pipeline stage, first to last, as Megatron-LM splits them
-    (--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the stated first and
-    last stages, the rest evenly over the middle ones); None when they do not split: a remainder, a
-    stage left empty, or first/last adding up to more than the layers."""
-    if pipeline <= 1:
-        return [layers] if first is None and last is None or pipeline == 1 else None
-    head = [first] if first is not None else []
-    tail = [last] if last is not None else []
-    rest = layers - sum(head) - sum(tail)
-    middle = pipeline - len(head) - len(tail)
-    if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest % middle or rest // middle < 1)):
-        return None
-    if any(n < 1 for n in head + tail):
-        return None
-    return head + [rest // middle] * middle + tail if middle else head + tail
 
 
 def phase_layout(settings: PhaseSettings, nodes: int) -> Layout:

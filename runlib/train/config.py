@@ -11,7 +11,7 @@ layout, checkpointing and monitoring. No torch import here: `runlib plan` builds
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -22,9 +22,10 @@ from runlib.plan.layout import Layout, build_layout
 from runlib.plan.schedule import Schedule
 from runlib.plan.timeline import PhaseSpan
 from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec, RunSpec, SpikeSpec
-from runlib.spec.models.training import Recompute
+from runlib.spec.models.training import ParallelismSpec, Recompute
 from runlib.spec.units import Duration
 from runlib.store.stageconfig import StageConfig
+from runlib.util.keyed import omit_new_fields_at_default
 
 TRAINING_EVAL_TOKENS = 32 * 1024  # held-out tokens per source in an evaluation during training by default
 
@@ -58,13 +59,45 @@ class ParallelConfig(_Part):
     """parallelism.activation_checkpointing."""
     offload: bool
     """parallelism.offload."""
+    pipeline_schedule: Literal["1f1b", "interleaved_1f1b", "gpipe"] = "1f1b"
+    """parallelism.pipeline_schedule (with pp > 1)."""
+    pipeline_virtual_stages: int = 1
+    """parallelism.pipeline_virtual_stages."""
+    pipeline_first_stage_layers: int | None = None
+    """parallelism.pipeline_first_stage_layers."""
+    pipeline_last_stage_layers: int | None = None
+    """parallelism.pipeline_last_stage_layers."""
+
+    # fields added after the keys existed: left out of the key at their default, so no dense run reruns
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
+        {"pipeline_schedule", "pipeline_virtual_stages", "pipeline_first_stage_layers", "pipeline_last_stage_layers"}
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_new_fields_at_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return omit_new_fields_at_default(self, self.KEYED_WHEN_SET, data)
 
     @classmethod
-    def of(cls, layout: Layout, activation_checkpointing: Recompute) -> ParallelConfig:
-        """The config of a layout (its ep must be 1: no field holds it, so dense runs keep their keys)."""
+    def of(
+        cls, layout: Layout, activation_checkpointing: Recompute, pipeline: ParallelismSpec | None = None
+    ) -> ParallelConfig:
+        """The config of a layout (its ep must be 1: no field holds it, so dense runs keep their keys), with
+        the pipeline's schedule and split from `pipeline` (the phase's parallelism; keyed only when set)."""
         if layout.ep != 1:
             raise ValueError(f"expert parallelism {layout.ep}: the train_phase config has no field for it yet")
+        extra: dict[str, Any] = (
+            {
+                "pipeline_schedule": pipeline.pipeline_schedule,
+                "pipeline_virtual_stages": pipeline.pipeline_virtual_stages,
+                "pipeline_first_stage_layers": pipeline.pipeline_first_stage_layers,
+                "pipeline_last_stage_layers": pipeline.pipeline_last_stage_layers,
+            }
+            if pipeline is not None
+            else {}
+        )
         return cls(
+            **extra,
             nodes=layout.nodes,
             processes_per_node=layout.devices_per_node,
             dp_replicate=layout.dp_replicate,
@@ -89,6 +122,10 @@ class ParallelConfig(_Part):
             pp=self.pp,
             sharding=self.sharding,
             offload=self.offload,
+            pp_schedule=self.pipeline_schedule,
+            pp_virtual=self.pipeline_virtual_stages,
+            pp_first_layers=self.pipeline_first_stage_layers,
+            pp_last_layers=self.pipeline_last_stage_layers,
         )
 
     @property
@@ -284,7 +321,7 @@ def parallel_config(spec: RunSpec, settings: PhaseSettings) -> ParallelConfig:
     """The phase's layout (runlib.plan.layout.build_layout) on the run's hardware, as its config holds it."""
     hw, p = spec.hardware, settings.parallelism
     layout = build_layout(p, nodes=hw.nodes, devices_per_node=hw.devices_per_node)
-    return ParallelConfig.of(layout, p.activation_checkpointing)
+    return ParallelConfig.of(layout, p.activation_checkpointing, p)
 
 
 def _steps(plan: Plan, duration: Duration | None) -> int | None:

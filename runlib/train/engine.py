@@ -45,7 +45,10 @@ def effective_parallel(parallel: ParallelConfig, world: int) -> ParallelConfig:
     size on one machine; model-parallel degrees stay, the data-parallel degree follows the world
     (runlib.plan.layout.Layout.on_processes)."""
     layout = parallel.layout.on_processes(world)
-    return parallel if layout == parallel.layout else ParallelConfig.of(layout, parallel.activation_checkpointing)
+    if layout == parallel.layout:
+        return parallel
+    update = {"nodes": layout.nodes, "processes_per_node": layout.devices_per_node}
+    return parallel.model_copy(update={**update, "dp_replicate": layout.dp_replicate, "dp_shard": layout.dp_shard})
 
 
 def mesh_dims(parallel: ParallelConfig) -> dict[str, int]:

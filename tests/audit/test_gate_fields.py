@@ -231,6 +231,8 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "parallelism.activation_checkpointing": ("runlib/model/parallelize.py",),
     "phases[].parallelism.sharding": ("runlib/model/parallelize.py", "runlib/plan/layout.py"),
     "phases[].parallelism.activation_checkpointing": ("runlib/model/parallelize.py",),
+    "parallelism.pipeline_schedule": ("runlib/model/pipeline.py",),
+    "phases[].parallelism.pipeline_schedule": ("runlib/model/pipeline.py",),
     "optimizer.kind": ("runlib/train/optim.py",),
     "schedule.kind": ("runlib/train/config.py", "runlib/plan/schedule.py"),
     "precision.compute": ("runlib/model/parallelize.py", "runlib/train/optim.py"),

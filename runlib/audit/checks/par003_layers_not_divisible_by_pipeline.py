@@ -34,7 +34,7 @@ from collections.abc import Iterator
 
 from runlib.audit.checks._shared import overrides_parallelism, split_by_override, who
 from runlib.audit.registry import Context, Finding, case
-from runlib.plan.memory import pipeline_stage_layers
+from runlib.plan.layout import pipeline_stage_layers
 from runlib.spec.models import ParallelismSpec
 
 CODE = "PAR003"

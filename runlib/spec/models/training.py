@@ -39,10 +39,14 @@ class ParallelismSpec(SpecModel):
     """With tensor > 1: norms and residuals split along the sequence over the tensor ranks (Korthikanti et al. 2022 section 4.2.2; runlib's trainer always does); false: replicated, as Megatron-LM without --sequence-parallel (BLOOM), for the memory model (planning only: read by the audit, not by any stage)."""
     attention_kernel: Literal["fused", "eager"] = Field("fused", json_schema_extra=PLANNING_ONLY)
     """fused: a Flash-style kernel that stores no s x s scores (runlib's trainer: scaled_dot_product_attention); eager: softmax scores kept for the backward, 2 bytes x heads x s^2 per sequence and layer (Megatron's fused softmax, as BLOOM trained), for the memory model (planning only: read by the audit, not by any stage)."""
-    pipeline_first_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
-    """Transformer layers on the first pipeline stage when the split is uneven (Megatron-LM --decoder-first-pipeline-num-layers; e.g. Llama 3.1 405B: 126 layers over 16 stages, 7 on the first and last); the other stages share the rest evenly (planning only: read by the audit, not by any stage)."""
-    pipeline_last_stage_layers: int | None = Field(None, ge=1, le=100_000, json_schema_extra=PLANNING_ONLY)
-    """Transformer layers on the last pipeline stage when the split is uneven (Megatron-LM --decoder-last-pipeline-num-layers) (planning only: read by the audit, not by any stage)."""
+    pipeline_schedule: Literal["1f1b", "interleaved_1f1b", "gpipe"] = "1f1b"
+    """With pipeline > 1, the order of the micro-batches' forward and backward passes over the stages (torch.distributed.pipelining): 1f1b (one forward, one backward: at most pipeline micro-batches in flight, Narayanan et al. 2021 section 2.2.1), interleaved_1f1b (pipeline_virtual_stages model chunks per device, a smaller bubble, section 2.2.2), gpipe (all forwards, then all backwards: every micro-batch in flight, Huang et al. 2019)."""
+    pipeline_virtual_stages: int = Field(1, ge=1, le=MAX_PARALLEL)
+    """Model chunks per pipeline rank with interleaved_1f1b (at least 2; Megatron-LM --num-virtual-stages-per-pipeline-rank); 1 with the other schedules."""
+    pipeline_first_stage_layers: int | None = Field(None, ge=1, le=100_000)
+    """Transformer layers on the first pipeline stage when the split is uneven (Megatron-LM --decoder-first-pipeline-num-layers; e.g. Llama 3.1 405B: 126 layers over 16 stages, 7 on the first and last); the other stages share the rest evenly."""
+    pipeline_last_stage_layers: int | None = Field(None, ge=1, le=100_000)
+    """Transformer layers on the last pipeline stage when the split is uneven (Megatron-LM --decoder-last-pipeline-num-layers)."""
     sequence_parallel_saves: Literal["gathered", "sharded"] = Field("gathered", json_schema_extra=PLANNING_ONLY)
     """With sequence parallelism, what the attention and MLP blocks keep of their input for the backward: gathered (the all-gathered input, s x b x h on every tensor rank: DTensor's PrepareModuleInput + ColwiseParallel, as runlib's trainer and torchtitan apply them); sharded (the sequence-sharded input, all-gathered again in the backward: Megatron-LM, Korthikanti et al. 2022 section 4.2.2), for the memory model (planning only: read by the audit, not by any stage)."""
     grad_accumulation: Literal["in_place", "separate_buffer"] = Field("in_place", json_schema_extra=PLANNING_ONLY)
