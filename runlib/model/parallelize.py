@@ -520,7 +520,10 @@ def _grad_norm_squared(grads: list[torch.Tensor]) -> torch.Tensor:
 
 @torch.no_grad()
 def clip_grad_norm_(
-    model: nn.Module | Sequence[nn.Module], max_norm: float, pipeline_group: dist.ProcessGroup | None = None
+    model: nn.Module | Sequence[nn.Module],
+    max_norm: float,
+    pipeline_group: dist.ProcessGroup | None = None,
+    counted_elsewhere: Sequence[torch.Tensor] = (),
 ) -> float:
     """Scale the gradients to a global L2 norm of at most max_norm; return the norm before clipping.
 
@@ -528,7 +531,8 @@ def clip_grad_norm_(
     ones), where torch.nn.utils.clip_grad_norm_ cannot combine the per-parameter norms. Partial
     gradients (tensor parallelism without FSDP) are all-reduced first, so call it every step (with
     max_norm inf for no clipping). Under pipeline parallelism `model` is this rank's stage modules and
-    the squares are summed over the pipeline group (each stage holds other parameters)."""
+    the squares are summed over the pipeline group (each stage holds other parameters); a parameter in
+    `counted_elsewhere` (the last stage's copy of a tied embedding) is scaled but not counted."""
 
     modules = [model] if isinstance(model, nn.Module) else list(model)
     params = [p for m in modules for p in m.parameters()]
@@ -538,7 +542,9 @@ def clip_grad_norm_(
             # a replicated weight used on sequence shards (sequence-parallel norms) gets partial sums
             p.grad = g.redistribute(g.device_mesh, [Replicate() if pl.is_partial() else pl for pl in g.placements])
     grads = [p.grad for p in params if p.grad is not None]
-    squares = _grad_norm_squared(grads) if grads else torch.zeros((), dtype=torch.float32)
+    skip = {id(p) for p in counted_elsewhere}
+    counted = [p.grad for p in params if p.grad is not None and id(p) not in skip]
+    squares = _grad_norm_squared(counted) if counted else torch.zeros((), dtype=torch.float32)
     if pipeline_group is not None:
         squares = squares.to(params[0].device if params else "cpu")  # NCCL reduces device tensors
         dist.all_reduce(squares, group=pipeline_group)

@@ -64,9 +64,9 @@ def rank_stage_indices(pp_rank: int, pipeline: int, virtual: int) -> list[int]:
 
 def stage_module(model: Transformer, layers: range, is_first: bool, is_last: bool) -> Transformer:
     """`model` pruned, in place, to one stage: the blocks of `layers`; the embeddings on the first stage, the
-    final norm and head on the last. Tied embeddings cannot be split so (PipelineRefusal: RUN002)."""
-    if model.spec.tie_embeddings and not (is_first and is_last):
-        raise ValueError("pipeline parallelism with tied embeddings is not enacted (the first and last stage)")
+    final norm and head on the last. Tied embeddings become two equal copies, the embedding on the first
+    stage and the head on the last, whose gradients tied_gradient_sum adds (Megatron-LM's embedding group:
+    megatron/core/distributed/finalize_model_grads.py, _allreduce_word_embedding_grads)."""
     for i in range(len(model.layers)):
         if i not in layers:
             model.layers[i] = NotThisStage()
@@ -79,6 +79,33 @@ def stage_module(model: Transformer, layers: range, is_first: bool, is_last: boo
         model.norm = None  # type: ignore[assignment]  # a stage without the head
         model.lm_head = None  # type: ignore[assignment]
     return model
+
+
+def tied_pair_group(mesh: Any) -> dist.ProcessGroup | None:
+    """The process group of this rank's first and last pipeline stage (same data-, tensor-parallel place),
+    for the tied embedding's gradient; None on a middle stage. Every rank must call it (new_group is
+    collective)."""
+    names = list(mesh.mesh_dim_names)
+    ranks = mesh.mesh.movedim(names.index("pp"), -1).reshape(-1, mesh["pp"].size())
+    mine = None
+    for row in ranks.tolist():
+        group = dist.new_group([row[0], row[-1]])
+        if dist.get_rank() in (row[0], row[-1]):
+            mine = group
+    return mine
+
+
+def tied_gradient_sum(stage: Transformer, group: dist.ProcessGroup | None) -> None:
+    """Add the first stage's embedding gradient and the last stage's head gradient, on both: the gradient of
+    the one tied matrix, so the two copies take the same update and stay equal."""
+    if group is None:
+        return
+    module = stage.tok_embeddings if stage.tok_embeddings is not None else stage.lm_head
+    grad = module.weight.grad
+    if grad is None:
+        return
+    local = grad.to_local() if hasattr(grad, "to_local") else grad  # a sharded DTensor: its shard, same layout
+    dist.all_reduce(local, group=group)
 
 
 def build_schedule(
@@ -107,3 +134,41 @@ def pipeline_stage(module: nn.Module, index: int, stages: int, device: torch.dev
     from torch.distributed.pipelining import PipelineStage
 
     return PipelineStage(module, index, stages, device, group=group)
+
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class PipelineForward(nn.Module):
+    """The forward of the whole model through this rank's stage, for evaluation (no schedule, no backward):
+    the first stage embeds, each stage sends the residual stream to the next (a header of shape and dtype,
+    then the tensor, point to point over the pipeline group), the last returns the logits; the other
+    stages return None. Every rank of the pipeline group must call it with the same rows."""
+
+    def __init__(self, stage: nn.Module, group: dist.ProcessGroup) -> None:
+        super().__init__()
+        self.stage = stage
+        self.group = group
+        self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
+
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        device = input_ids.device
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=device).expand(input_ids.shape[0], -1)
+        if self.rank == 0:
+            x = input_ids
+        else:
+            header = torch.zeros(4, dtype=torch.long, device=device)
+            dist.recv(header, group=self.group, group_src=self.rank - 1)
+            x = torch.empty(tuple(header[:3].tolist()), dtype=_DTYPES[int(header[3])], device=device)
+            dist.recv(x, group=self.group, group_src=self.rank - 1)
+        out: torch.Tensor = self.stage(x, position_ids, doc_ids)
+        if self.rank == self.size - 1:
+            return out
+        out = out.contiguous()
+        header = torch.tensor([*out.shape, _DTYPES.index(out.dtype)], dtype=torch.long, device=device)
+        dist.send(header, group=self.group, group_dst=self.rank + 1)
+        dist.send(out, group=self.group, group_dst=self.rank + 1)
+        return None

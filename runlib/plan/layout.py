@@ -295,8 +295,9 @@ class Layout:
         return out
 
     def _pipeline_refusals(self, model: ModelSpec | None, pipeline_loop: bool) -> list[Refusal]:
-        """runlib.model.pipeline splits the blocks into stages; runlib's training loop does not run them yet
-        (`pipeline_loop`: a caller that runs the schedule itself, as tests/train/parallel_worker.py)."""
+        """runlib.model.pipeline splits the blocks into stages, runlib's training loop runs one per rank
+        (`pipeline_loop`: a caller that runs the schedule itself, as tests/train/parallel_worker.py, also
+        several per rank); context with pipeline is not built."""
         if self.pp == 1:
             return []
         out = []
@@ -313,9 +314,14 @@ class Layout:
                     "use pipeline_virtual_stages: 2 or more with interleaved_1f1b, 1 with 1f1b and gpipe",
                 )
             )
-        elif model is not None and pipeline_stage_layers(
-            model.layers, self.pp * self.pp_virtual, self.pp_first_layers, self.pp_last_layers
-        ) is None and self.pp_virtual > 1:
+        elif (
+            model is not None
+            and pipeline_stage_layers(
+                model.layers, self.pp * self.pp_virtual, self.pp_first_layers, self.pp_last_layers
+            )
+            is None
+            and self.pp_virtual > 1
+        ):
             out.append(
                 Refusal(
                     "RUN002",
@@ -325,27 +331,16 @@ class Layout:
                     "use a number of virtual stages whose product with pipeline divides the layers",
                 )
             )
-        if not pipeline_loop:
+        if not pipeline_loop and self.pp_virtual > 1:
             out.append(
                 Refusal(
                     "RUN002",
-                    "parallelism.pipeline",
-                    self.pp,
-                    f"pipeline parallelism {self.pp} is not enacted: runlib's training loop has no pipeline "
-                    "schedule yet",
-                    "use pipeline: 1, with sharding: fsdp (or hsdp across nodes) and, if one layer's weights "
-                    "are too large, tensor parallelism",
-                )
-            )
-        if model is not None and model.tie_embeddings:
-            out.append(
-                Refusal(
-                    "RUN002",
-                    "parallelism.pipeline",
-                    self.pp,
-                    f"pipeline parallelism {self.pp} with tie_embeddings is not enacted: the embedding is on the "
-                    "first stage and the head on the last, and nothing keeps the two copies equal",
-                    "use tie_embeddings: false with pipeline parallelism, or pipeline: 1",
+                    "parallelism.pipeline_schedule",
+                    self.pp_schedule,
+                    f"pipeline_schedule {self.pp_schedule} is not enacted by runlib's training loop yet: it runs one "
+                    "stage per rank (the interleaved schedule's model chunks are built and tested in "
+                    "runlib.model.pipeline, not yet checkpointed as one model)",
+                    "use pipeline_schedule: 1f1b (or gpipe) with pipeline_virtual_stages: 1",
                 )
             )
         if self.cp > 1:

@@ -53,7 +53,7 @@ import re
 import shutil
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -384,14 +384,97 @@ def full_model_state_dict(model: nn.Module) -> dict[str, Any]:
     return state if _rank() == 0 else {}
 
 
-def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+def full_state_dicts(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    pipeline_group: dist.ProcessGroup | None = None,
+    optimizer_alias: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model, optimizer) state dicts of whole plain tensors on rank 0 ({} elsewhere), for one file.
 
     The optimizer's is keyed by parameter name (DCP's format), not torch's integer indices: load it
-    with load_full_state_dicts, not optimizer.load_state_dict. Every rank must call it."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_state, optim_state = get_state_dict(model, optimizer, options=options)
-    return (model_state, optim_state) if _rank() == 0 else ({}, {})
+    with load_full_state_dicts, not optimizer.load_state_dict. Every rank must call it. Under pipeline
+    parallelism `model` is this rank's stage: every stage's whole tensors are gathered on its ranks (each
+    holds the stage's whole state for the moment) and sent over the pipeline group to rank 0, where
+    they are merged (the stages' parameter names do not overlap: runlib.model.pipeline; `optimizer_alias`:
+    a stage's copy of a tied parameter whose state the whole model keeps under the tie's name, left out)."""
+    if pipeline_group is None:
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state, optim_state = get_state_dict(model, optimizer, options=options)
+        return (model_state, optim_state) if _rank() == 0 else ({}, {})
+    model_state, optim_tree = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    optim_dict: dict[str, Any] = dict(optim_tree)
+    if optimizer_alias:  # the first stage's state of the tied matrix stands for both copies
+        groups: list[dict[str, Any]] = list(optim_dict.get("param_groups", []))
+        optim_dict = {
+            "state": {k: v for k, v in dict(optim_dict.get("state", {})).items() if k not in optimizer_alias},
+            "param_groups": [{**g, "params": [p for p in g["params"] if p not in optimizer_alias]} for g in groups],
+        }
+    mine = _to_cpu({"model": model_state, "optimizer": optim_dict})
+    first = dist.get_global_rank(pipeline_group, 0)
+    parts: list[Any] | None = [None] * dist.get_world_size(pipeline_group) if _rank() == first else None
+    dist.gather_object(mine, parts, dst=first, group=pipeline_group)
+    if _rank() != 0 or parts is None:
+        return {}, {}
+    merged_model = {k: v for part in parts for k, v in part["model"].items()}
+    merged_optim = {
+        "state": {k: v for part in parts for k, v in part["optimizer"].get("state", {}).items()},
+        "param_groups": _merge_param_groups([part["optimizer"].get("param_groups", []) for part in parts]),
+    }
+    return merged_model, merged_optim
+
+
+def renamed_optimizer_state(optim_state: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """A name-keyed optimizer state with each parameter in `names` (old -> new) renamed, kept under the old
+    name too (a tied matrix: the whole model's one state, the last pipeline stage's copy)."""
+    state = dict(optim_state.get("state", {}))
+    for old, new in names.items():
+        if old in state:
+            state[new] = state[old]
+    groups = [
+        {**g, "params": list(g["params"]) + [names[p] for p in g["params"] if p in names]}
+        for g in optim_state.get("param_groups", [])
+    ]
+    return {"state": state, "param_groups": groups}
+
+
+def _to_cpu(tree: Any) -> Any:
+    """Tensors of a nested dict/list on the CPU (plain tensors: a full state dict's)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_to_cpu(v) for v in tree]
+    return tree
+
+
+def _merge_param_groups(stages: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The stages' optimizer param groups as one optimizer's: group i's parameters of every stage (each stage
+    builds the same groups, runlib.train.optim, over its own parameters)."""
+    merged: list[dict[str, Any]] = []
+    for groups in stages:
+        for i, group in enumerate(groups):
+            if i == len(merged):
+                merged.append({**group, "params": list(group["params"])})
+            else:
+                merged[i]["params"] += list(group["params"])
+    return merged
+
+
+def _own_part(
+    module: nn.Module, model_state: dict[str, Any], optim_state: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The entries of whole state dicts that `module` holds (a pipeline stage holds some of the model's)."""
+    names = set(get_model_state_dict(module).keys())  # unwrapped names (DDP's module. prefix dropped)
+    if names >= set(model_state):
+        return model_state, optim_state
+    model_part = {k: v for k, v in model_state.items() if k in names}
+    if optim_state is None:
+        return model_part, None
+    groups = [{**g, "params": [p for p in g["params"] if p in names]} for g in optim_state.get("param_groups", [])]
+    state = {k: v for k, v in optim_state.get("state", {}).items() if k in names}
+    return model_part, {"state": state, "param_groups": groups}
 
 
 def load_full_state_dicts(
@@ -404,6 +487,7 @@ def load_full_state_dicts(
 
     optimizer None or optim_state None: the weights only (e.g. the previous phase's final weights)."""
     options = StateDictOptions(full_state_dict=True)
+    model_state, optim_state = _own_part(model, model_state, optim_state)
     if optimizer is None or optim_state is None:
         set_model_state_dict(model, model_state, options=options)
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import resource
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,21 @@ from runlib.model.parallelize import (
     forward_context,
     no_sync,
     parallelize,
+    pipeline_rank_and_group,
+)
+from runlib.model.pipeline import (
+    PipelineForward,
+    build_schedule,
+    pipeline_stage,
+    stage_chunks,
+    stage_module,
+    tied_gradient_sum,
+    tied_pair_group,
 )
 from runlib.model.transformer import Transformer
 from runlib.train import checkpoint as ckpt
 from runlib.train import dist_checkpoint as dcp_ckpt
+from runlib.train.accumulate import token_loss_sum
 from runlib.train.config import ParallelConfig, TrainPhaseConfig
 from runlib.train.heldout import heldout_metrics
 from runlib.train.optim import build_optimizer
@@ -67,7 +78,32 @@ class Engine:
             model.set_rope(cfg.rope_theta, cfg.seq_len)
         self.mesh = build_mesh(self.parallel)  # None on one process
         self.dp_rank, self.dp_size = data_parallel_rank_and_size(self.mesh)
+        # pipeline parallelism: this rank's stage of the model (runlib.model.pipeline), its PipelineStage
+        self.pp_rank, self.pipeline_group = pipeline_rank_and_group(self.mesh)
+        self.pipeline: Any = None
+        pp = self.parallel.pp
+        if pp > 1:
+            chunks = stage_chunks(
+                cfg.model.layers,
+                pp,
+                1,
+                self.parallel.pipeline_first_stage_layers,
+                self.parallel.pipeline_last_stage_layers,
+            )
+            model = stage_module(model, chunks[self.pp_rank], self.pp_rank == 0, self.pp_rank == pp - 1)
         self.model = parallelize(model.to(accelerator.device), self.mesh, self.parallel, cfg.precision)
+        self._schedules: dict[int, Any] = {}  # pipeline schedules by micro-batches per step
+        self._loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = token_loss_sum
+        # a tied embedding split over the first and last stage: two copies whose gradients are added
+        self.tied_group: dist.ProcessGroup | None = None
+        self.tied_copy: list[torch.Tensor] = []  # the last stage's copy: not counted twice in the gradient norm
+        if pp > 1:
+            assert self.pipeline_group is not None  # a pp mesh dimension has a group
+            self.pipeline = pipeline_stage(self.model, self.pp_rank, pp, accelerator.device, self.pipeline_group)
+            if cfg.model.tie_embeddings:
+                self.tied_group = tied_pair_group(self.mesh)
+                if self.is_last_stage:
+                    self.tied_copy = [model.lm_head.weight]
         # the ranks of one row's tokens (None without context parallelism): train_step scores their share
         self.context_parallel = model.context_parallel
         self.cp_size = self.context_parallel.size if self.context_parallel is not None else 1
@@ -87,6 +123,11 @@ class Engine:
         if init_checkpoint is not None:
             saved = ckpt.load(init_checkpoint)
             optimizer_state = saved.get("optimizer") if "optimizer" in self.cfg.checkpoint.state else None
+            if optimizer_state is not None and self._tied_alias():
+                # the one tied matrix's optimizer state, under the name the last stage's copy has
+                optimizer_state = dcp_ckpt.renamed_optimizer_state(
+                    optimizer_state, {v: k for k, v in self._tied_alias().items()}
+                )
             dcp_ckpt.load_full_state_dicts(self.model, self.optimizer_for_state(), saved["model"], optimizer_state)
         resume = dcp_ckpt.latest_checkpoint(scratch)
         return self._load_resumable(resume) if resume is not None else {}
@@ -113,6 +154,38 @@ class Engine:
     def backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss)
 
+    def pipeline_step(
+        self, batches: list[Batch], loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], losses: list[Any]
+    ) -> None:
+        """Forward and backward of the step's micro-batches through the pipeline schedule (one per number of
+        micro-batches: a batch ramp changes it); the loss of the last stage's micro-batches into `losses`."""
+        n = len(batches)
+        if n not in self._schedules:
+            self._schedules[n] = build_schedule(
+                self.parallel.pipeline_schedule, [self.pipeline], n, lambda out, target: self._loss_fn(out, target)
+            )
+        self._loss_fn = loss_fn
+        device = self.accelerator.device
+
+        def rows(name: str) -> torch.Tensor:
+            return torch.cat([getattr(b, name) for b in batches]).to(device)
+
+        self._schedules[n].step(
+            rows("input_ids"),
+            target=rows("targets"),
+            losses=losses,
+            position_ids=rows("position_ids"),
+            doc_ids=rows("doc_ids"),
+        )
+        tied_gradient_sum(self.stage_model, self.tied_group)
+
+    @property
+    def stage_model(self) -> Transformer:
+        """The Transformer (or this rank's pipeline stage of it) under any wrapper."""
+        inner = self.model.module if isinstance(self.model, torch.nn.parallel.DistributedDataParallel) else self.model
+        assert isinstance(inner, Transformer)
+        return inner
+
     def sync_contexts(self, accum: int) -> list[contextlib.AbstractContextManager[Any]]:
         """DDP all-reduces only on a step's last micro-batch (no_sync before it); FSDP2 reduce-scatters every
         micro-batch, which keeps its gradients sharded (runlib.model.parallelize.no_sync)."""
@@ -122,19 +195,26 @@ class Engine:
         """This rank's tokens of rows [n, L] (all of them without context parallelism)."""
         return self.context_parallel.local(rows) if self.context_parallel is not None else rows
 
-    def dp_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+    @property
+    def is_last_stage(self) -> bool:
+        """Whether this rank computes the logits and the loss (always, without pipeline parallelism)."""
+        return self.pp_rank == self.parallel.pp - 1
+
+    def dp_sum(self, tensor: torch.Tensor, last_stage_only: bool = False) -> torch.Tensor:
         """Sum over the data-parallel and context-parallel ranks, whose numbers are of different tokens (the
-        ranks of one tensor-parallel or pipeline group hold the same numbers)."""
+        ranks of one tensor-parallel or pipeline group hold the same numbers; `last_stage_only`: the
+        numbers only the last pipeline stage computed, the loss, 0 on the other stages)."""
         if self.world == 1:
             return tensor
         total: torch.Tensor = self.accelerator.reduce(tensor.clone(), reduction="sum")
         layout = self.parallel.layout
-        return total / (layout.tp * layout.pp)  # each data-parallel and context-parallel rank counted once
+        # each data-parallel and context-parallel rank counted once
+        return total / (layout.tp * (1 if last_stage_only else layout.pp))
 
     def clip_gradients(self, max_norm: float | None) -> float:
         if self.accelerator.scaler is not None:
             self.accelerator.unscale_gradients()
-        return clip_grad_norm_(self.model, max_norm or math.inf)
+        return clip_grad_norm_(self.model, max_norm or math.inf, self.pipeline_group, self.tied_copy)
 
     def step(self) -> None:
         self.optimizer.step()
@@ -163,13 +243,19 @@ class Engine:
         """The consolidated end-of-phase state (checkpoint.state decides what it holds)."""
         keep = set(self.cfg.checkpoint.state) | {"model"}  # the next phase and eval need the weights
         self.accelerator.wait_for_everyone()
-        model_sd, optim_sd = dcp_ckpt.full_state_dicts(self.model, self.optimizer_for_state())
+        model_sd, optim_sd = dcp_ckpt.full_state_dicts(
+            self.model, self.optimizer_for_state(), self.pipeline_group, optimizer_alias=self._tied_alias()
+        )
         if self.rank == 0:
             payload: dict[str, Any] = {"model": model_sd, **self._extra(state)}
             if "optimizer" in keep:
                 payload["optimizer"] = optim_sd
             ckpt.save(path, payload)
         self.accelerator.wait_for_everyone()
+
+    def _tied_alias(self) -> dict[str, str]:
+        """The last stage's copy of a tied embedding -> the tied matrix's name in a whole model's optimizer state."""
+        return {"lm_head.weight": "tok_embeddings.weight"} if self.tied_copy else {}
 
     def optimizer_for_state(self) -> torch.optim.Optimizer:
         # AcceleratedOptimizer -> torch optimizer
@@ -200,8 +286,20 @@ class Engine:
             usable = (available - 1) // length * length + 1
             if usable <= length:
                 continue  # fewer held-out tokens than one sequence: nothing comparable to report
-            out[name] = heldout_metrics(self.model, dirs[name], length, eos_id, 1.0, max_tokens=usable)["loss"]
+            out[name] = heldout_metrics(self.forward_model, dirs[name], length, eos_id, 1.0, max_tokens=usable)["loss"]
+        if self.pipeline_group is not None:  # the last stage computed them: every rank logs the same
+            last = dist.get_global_rank(self.pipeline_group, self.parallel.pp - 1)
+            box = [out]
+            dist.broadcast_object_list(box, src=last, group=self.pipeline_group)
+            out = box[0]
         return out
+
+    @property
+    def forward_model(self) -> torch.nn.Module:
+        """The whole model's forward for evaluation: the model, or under pipeline parallelism the stages in turn."""
+        if self.pipeline_group is None:
+            return self.model
+        return PipelineForward(self.model, self.pipeline_group)
 
     def measurements(self, seconds: float, tokens: int, cfg: TrainPhaseConfig) -> dict[str, Any]:
         if torch.cuda.is_available() and self.accelerator.device.type == "cuda":

@@ -69,6 +69,8 @@ def score_windows(model: torch.nn.Module, windows: np.ndarray, eos_id: int) -> t
     inputs, targets = w[:, :-1], w[:, 1:]
     position_ids, doc_ids = document_layout(inputs, eos_id)
     logits = model(inputs, position_ids, doc_ids)
+    if logits is None:  # a pipeline stage before the last (runlib.model.pipeline.PipelineForward): no logits here
+        return 0.0, 0, 0
     nats = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
     scored = inputs != eos_id  # the target after an EOS opens the next document: masked
     total = nats.double()[scored].sum().item()

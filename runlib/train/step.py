@@ -55,21 +55,60 @@ def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data:
     # global_tokens: one token mean over the whole step on all ranks; micro_batch_mean: mean of means
     local_scored = sum(int((engine.local(b.targets) != IGNORE_INDEX).sum()) for b in batches)
     total_scored = int(engine.dp_sum(torch.tensor([float(local_scored)])).item())
-    local_loss = accumulate(
-        batches,
-        loss_sum,
-        # micro_batch_mean: a context-parallel rank's share of its micro-batch's mean (whole rows' tokens)
-        lambda b: b.scored_tokens / engine.cp_size,
-        total_scored,
-        grad_ranks,
-        engine.backward,
-        engine.sync_contexts(accum),
-        cfg.loss_normalization,
+    if engine.pipeline is not None:
+        local_loss = pipeline_backward(engine, batches, cfg, total_scored, grad_ranks, by_source)
+    else:
+        local_loss = accumulate(
+            batches,
+            loss_sum,
+            # micro_batch_mean: a context-parallel rank's share of its micro-batch's mean (whole rows' tokens)
+            lambda b: b.scored_tokens / engine.cp_size,
+            total_scored,
+            grad_ranks,
+            engine.backward,
+            engine.sync_contexts(accum),
+            cfg.loss_normalization,
+        )
+    # one all-reduce for the step's loss and the per-source sums (under a pipeline: the last stage's)
+    summed = engine.dp_sum(
+        torch.cat([torch.tensor([local_loss]), by_source.flatten()]), last_stage_only=engine.pipeline is not None
     )
-    # one all-reduce for the step's loss and the per-source sums
-    summed = engine.dp_sum(torch.cat([torch.tensor([local_loss]), by_source.flatten()]))
     loss = float(summed[0])
     if cfg.loss_normalization == "micro_batch_mean":
         loss /= grad_ranks  # the mean over ranks of each rank's mean of micro-batch means
     grad_norm = engine.clip_gradients(cfg.optimizer.grad_clip)
     return StepResult(loss, summed[1:].view_as(by_source), total_scored, grad_norm, lr, tokens_per_step)
+
+
+def pipeline_backward(
+    engine: Engine,
+    batches: list[Batch],
+    cfg: TrainPhaseConfig,
+    total_scored: int,
+    grad_ranks: int,
+    by_source: torch.Tensor,
+) -> float:
+    """The step's micro-batches through the pipeline schedule (runlib.model.pipeline): the last stage's loss
+    of each micro-batch carries the step's normalization, as accumulate.py's; returns this rank's step loss
+    (the last stage's; 0 elsewhere) and adds the last stage's per-source sums to by_source."""
+    records: list[tuple[torch.Tensor, torch.Tensor]] = []
+    global_tokens = cfg.loss_normalization == "global_tokens"
+
+    def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss, cross_entropy = token_losses(logits, targets, cfg.optimizer.z_loss)
+        scored = (targets != IGNORE_INDEX).sum(1, dtype=torch.float32)
+        records.append((cross_entropy.sum(1).detach(), scored))
+        if global_tokens:
+            return loss.sum() * (grad_ranks / max(total_scored, 1))
+        return loss.sum() / (max(float(scored.sum()), 1.0) * len(batches))
+
+    losses: list[torch.Tensor] = []
+    engine.pipeline_step(batches, loss_fn, losses)
+    if not engine.is_last_stage:
+        return 0.0
+    # the schedule's first step also calls loss_fn once to infer the stages' shapes: the step's are the last
+    for b, (cross_entropy, scored) in zip(batches, records[-len(batches) :], strict=True):
+        by_source[0].index_add_(0, b.source_index, cross_entropy.cpu())
+        by_source[1].index_add_(0, b.source_index, scored.cpu())
+    value = float(sum(float(x) for x in losses))
+    return value / grad_ranks if global_tokens else value

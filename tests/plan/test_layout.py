@@ -162,7 +162,11 @@ REFUSALS = [
     ("context not dividing seq_len: PAR004's", "h100-sxm", (1, 8), {"context": 4}, {}, 132, []),
     ("context x tensor not dividing seq_len", "h100-sxm", (1, 8), {"context": 2, "tensor": 4}, {}, 132, [("RUN001", "parallelism.context")]),
     ("context with alibi", "h100-sxm", (1, 8), {"context": 2}, {"position": "alibi"}, 128, [("RUN001", "parallelism.context")]),
-    ("pipeline", "h100-sxm", (1, 8), {"pipeline": 2}, {}, 128, [("RUN002", "parallelism.pipeline")]),
+    ("pipeline", "h100-sxm", (1, 8), {"pipeline": 2}, {}, 128, []),
+    ("pipeline, tied", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "gpipe"}, {"tie_embeddings": True}, 128, []),
+    ("interleaved in the loop", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "pipeline_virtual_stages": 2}, {"layers": 4}, 128, [("RUN002", "parallelism.pipeline_schedule")]),
+    ("interleaved, one chunk", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b"}, {}, 128, [("RUN002", "parallelism.pipeline_virtual_stages")]),
+    ("virtual stages not splitting", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "pipeline_virtual_stages": 3}, {"layers": 4}, 128, [("RUN002", "parallelism.pipeline_virtual_stages"), ("RUN002", "parallelism.pipeline_schedule")]),
     ("tensor not dividing heads", "h100-sxm", (1, 8), {"tensor": 8}, {"kv_heads": 2}, 128, [("RUN003", "parallelism.tensor")]),
     ("tensor not dividing seq_len", "h100-sxm", (1, 8), {"tensor": 4}, {}, 130, [("RUN003", "parallelism.tensor")]),
     ("tensor with qk_norm", "h100-sxm", (1, 8), {"tensor": 2}, {"qk_norm": True}, 128, [("RUN003", "parallelism.tensor")]),
@@ -181,8 +185,8 @@ REFUSALS = [
         {"context": 2, "pipeline": 2, "tensor": 2, "offload": True},
         {"qk_norm": True, "position": "alibi"},
         128,
-        [("RUN001", "parallelism.context"), ("RUN002", "parallelism.pipeline"), ("RUN002", "parallelism.pipeline")]
-        + [("RUN003", "parallelism.tensor"), ("RUN005", "parallelism.offload")],  # RUN002: no loop yet; cp x pp
+        [("RUN001", "parallelism.context"), ("RUN002", "parallelism.pipeline"), ("RUN003", "parallelism.tensor")]
+        + [("RUN005", "parallelism.offload")],  # RUN002: context with pipeline
     ),
 ]  # fmt: skip
 

@@ -1,5 +1,5 @@
-"""Training through the project's own launcher: 2-process DDP on CPU equals one process, FSDP2, tensor
-and context parallelism equal DDP, and a phase killed with SIGKILL resumes to bitwise the same weights as an
+"""Training through the project's own launcher: 2-process DDP on CPU equals one process, FSDP2, tensor,
+context and pipeline parallelism equal DDP, and a phase killed with SIGKILL resumes to bitwise the same weights as an
 uninterrupted run."""
 
 import json
@@ -135,6 +135,12 @@ def test_two_processes_make_the_same_update_as_one(tokenized, tmp_path):
             {"dp_replicate": 1, "cp": 2},
         ),
         (
+            "pipeline",
+            "parallelism: {sharding: none}\nbatch: {micro_batch: 4, grad_accum: 1,",
+            "parallelism: {sharding: none, pipeline: 2}\nbatch: {micro_batch: 4, grad_accum: 2,",
+            {"dp_replicate": 1, "pp": 2},
+        ),
+        (
             "recompute",
             "parallelism: {sharding: none}",
             "parallelism: {sharding: none, activation_checkpointing: full}",
@@ -160,6 +166,37 @@ def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, ddp_reference,
         # up to ~lr in either direction: 5e-6 absolute, as tests/train/test_parallel.py; a missing or doubled
         # reduction moves every parameter by ~lr (tiny's 3e-3)
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=5e-6)
+
+
+def test_a_pipelined_phase_ends_in_one_model_that_any_layout_loads(tokenized, tmp_path):
+    """The whole phase with pipeline 2 (tied embeddings: two copies, their gradients added): its final.pt is
+    the whole model (every stage's tensors, the tied pair equal), its held-out evaluations ran through the
+    stages, and it ends at the DDP phase's loss."""
+    spec, graph, _ = tokenized
+    node = graph.find("train_phase", phase=0)
+    ddp = launch(graph, node, tmp_path / "ddp", tmp_path / "ddp-s", 2)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    pipeline = (
+        "parallelism: {sharding: none}\nbatch: {micro_batch: 4, grad_accum: 1,",
+        "parallelism: {sharding: none, pipeline: 2}\nbatch: {micro_batch: 4, grad_accum: 2,",
+    )
+    _, _, pp_graph = spec_variant(tmp_path, *pipeline)
+    pp_node = pp_graph.find("train_phase", phase=0)
+    pp = launch(pp_graph, pp_node, tmp_path / "pp", tmp_path / "pp-s", 2)
+    assert pp.returncode == 0, pp.stderr[-3000:]
+    a, b = ckpt.load(tmp_path / "ddp" / "final.pt"), ckpt.load(tmp_path / "pp" / "final.pt")
+    assert a["model"].keys() == b["model"].keys() and a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+    assert torch.equal(b["model"]["tok_embeddings.weight"], b["model"]["lm_head.weight"])
+    model = Transformer(pp_node.config.model, pp_node.config.vocab_rows, pp_node.config.position_rows)
+    model.load_state_dict(b["model"])  # one process loads the pipelined phase's model
+    records = [json.loads(x) for x in (tmp_path / "pp" / "metrics.jsonl").read_text().splitlines()]
+    ddp_records = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    held = [r for r in records if "heldout_loss_by_source" in r]
+    assert held and all(math.isfinite(v) for r in held for v in r["heldout_loss_by_source"].values())
+    last, ddp_last = [r for r in records if "loss" in r][-1], [r for r in ddp_records if "loss" in r][-1]
+    assert abs(last["loss"] - ddp_last["loss"]) <= 1e-3 * ddp_last["loss"]
+    ddp_held = [r for r in ddp_records if "heldout_loss_by_source" in r][-1]["heldout_loss_by_source"]
+    assert held[-1]["heldout_loss_by_source"] == pytest.approx(ddp_held, rel=1e-3)
 
 
 TWO_NODES = ("devices_per_node: 2", "devices_per_node: 1", "nodes: 1,", "nodes: 2,")

@@ -1,23 +1,26 @@
-"""RUN002: pipeline parallelism, which the runlib trainer does not enact.
+"""RUN002: pipeline parallelism the runlib trainer cannot enact for this phase.
 
 Why it matters:
-    Pipeline parallelism places consecutive layers on different devices and streams micro-batches
-    through them under a schedule (GPipe, Huang et al. 2019, arXiv 1811.06965; 1F1B, Narayanan et
-    al. 2021, arXiv 2104.04473). runlib's trainer has no pipeline schedule yet: it would train every
-    layer on every device, which is not the layout the audit planned (memory per device, the
-    data-parallel degree, the global batch). So the workflow gate refuses the spec before any job
-    starts.
+    runlib's trainer runs pipeline parallelism with torch.distributed.pipelining: consecutive blocks
+    on different devices, micro-batches streamed through them under a schedule (GPipe, Huang et al.
+    2019, arXiv 1811.06965; 1F1B, Narayanan et al. 2021, arXiv 2104.04473 section 2.2.1), one stage
+    per rank. Interleaved 1F1B (several model chunks per rank, section 2.2.2) is built and tested at
+    the model level but the training loop does not yet run or checkpoint several chunks per rank; a
+    schedule and a number of virtual stages that do not go together, virtual stages that do not
+    split the layers, and pipeline with context parallelism are not enacted either. A run that
+    trained otherwise would not be the layout the audit planned (memory per device, the
+    data-parallel degree), so the workflow gate refuses the spec before any job starts.
 
 Flagged:
-    parallelism: {pipeline: 4, sharding: zero1}
+    parallelism: {pipeline: 4, pipeline_schedule: interleaved_1f1b, pipeline_virtual_stages: 2}
 
 Preferred:
-    parallelism: {pipeline: 1, sharding: fsdp}     # hsdp across nodes; tensor > 1 if a layer is too large
+    parallelism: {pipeline: 4, pipeline_schedule: 1f1b}
 
 How to fix:
-    Set pipeline: 1 and shard the model states with fsdp (or hsdp on several nodes), adding tensor
-    parallelism when one layer's weights or activations do not fit. A warning in `runlib audit`;
-    the workflow gate refuses it.
+    Use pipeline_schedule: 1f1b (or gpipe) with pipeline_virtual_stages: 1; use context or
+    pipeline parallelism in a phase, not both. A warning in `runlib audit`; the workflow gate
+    refuses it.
 """
 
 from collections.abc import Iterator
@@ -34,8 +37,22 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from refusal_findings(ctx, CODE)
 
 
-PASS = [{}, {"parallelism.pipeline": 1}, {"parallelism.sharding": "fsdp"}]
+PASS = [
+    {},
+    {"parallelism.pipeline": 1},
+    {"parallelism.pipeline": 2},
+    {"parallelism.pipeline": 2, "parallelism.pipeline_schedule": "gpipe"},
+    {"phases[0].parallelism": {"pipeline": 4}},
+]
 FAIL = [
-    case({"parallelism.pipeline": 2}, "warning"),
-    case({"phases[0].parallelism": {"pipeline": 4}}, "warning"),
+    case(
+        {
+            "parallelism.pipeline": 2,
+            "parallelism.pipeline_schedule": "interleaved_1f1b",
+            "parallelism.pipeline_virtual_stages": 2,
+        },
+        "warning",
+    ),
+    case({"parallelism.pipeline": 2, "parallelism.pipeline_schedule": "interleaved_1f1b"}, "warning"),
+    case({"phases[2].parallelism": {"pipeline": 2, "context": 2}}, "warning"),
 ]
