@@ -31,7 +31,8 @@ medians, and the median of the per-pair ratios).
   cp      with --context C: runlib's loop again, the same config with context parallelism C (each row's
           tokens over C processes, runlib.model.context_parallel; the data-parallel degree / C and the
           accumulation x C, so the same batch), a third turn in every pair; printed against runlib's DDP
-          turn. --phase picks the spec's phase (the demo's `long`: seq 512).
+          turn. --phase picks the spec's phase (the demo's `long`: seq 512). --pipeline P instead: the
+          same with P pipeline stages (runlib.model.pipeline, 1F1B), the blocks split over the processes.
 
 Tokens: synthetic (seeded, uniform ids below the vocabulary's last four rows, which serve as EOS and the
 FIM ids; documents of a few hundred tokens ending in EOS; one shard per source of the phase's mixture), so it runs from a clean clone without the
@@ -107,10 +108,11 @@ def phase_config(spec_path: str, processes: int, accum: int, steps: int, phase: 
     )
 
 
-def context_config(cfg: TrainPhaseConfig, context: int) -> TrainPhaseConfig:
-    """cfg with context parallelism `context` on its processes: dp / context, the batch unchanged."""
+def model_parallel_config(cfg: TrainPhaseConfig, context: int = 1, pipeline: int = 1) -> TrainPhaseConfig:
+    """cfg with context or pipeline parallelism on its processes: dp / (context x pipeline), the batch
+    unchanged (the loop accumulates more micro-batches)."""
     ddp = cfg.parallel.layout
-    layout = replace(ddp, dp_replicate=ddp.dp_replicate // context, cp=context)
+    layout = replace(ddp, dp_replicate=ddp.dp_replicate // (context * pipeline), cp=context, pp=pipeline)
     return cfg.model_copy(update={"parallel": ParallelConfig.of(layout, cfg.parallel.activation_checkpointing)})
 
 
@@ -335,12 +337,13 @@ def worker(
         )
         row = {"pair": turn, **{f"bare_{k}": v for k, v in bare.items()}, **{f"runlib_{k}": v for k, v in ours.items()}}
         if cp_json:
+            label = f"context {args.context}" if args.context > 1 else f"pipeline {args.pipeline}"
             cp_cfg = TrainPhaseConfig.model_validate_json(cp_json)
             cp_marks = runlib_turn(cp_cfg, {k: Path(v) for k, v in dirs.items()}, accelerator, work / f"c{rank}", turn)
             row.update({f"cp_{k}": v for k, v in turn_figures(cp_marks, tokens_per_step, args.processes).items()})
             if rank == 0:
                 print(
-                    f"pair {turn}: runlib context {args.context} {row['cp_tokens_per_s']:,.0f} tok/s against its DDP "
+                    f"pair {turn}: runlib {label} {row['cp_tokens_per_s']:,.0f} tok/s against its DDP "
                     f"{ours['tokens_per_s']:,.0f}: ratio {row['cp_tokens_per_s'] / ours['tokens_per_s']:.3f}",
                     flush=True,
                 )
@@ -393,13 +396,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--phase", default=None, help="the spec's phase to train (default: the first)")
     parser.add_argument("--context", type=int, default=1, help="also time runlib with this context parallelism")
+    parser.add_argument("--pipeline", type=int, default=1, help="also time runlib with this many pipeline stages")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows and summary here")
     args = parser.parse_args(argv)
-    if min(args.pairs, args.steps, args.accum, args.processes, args.context) < 1:
-        print("train_step: --pairs, --steps, --accum, --processes and --context must be >= 1", file=sys.stderr)
+    if min(args.pairs, args.steps, args.accum, args.processes, args.context, args.pipeline) < 1:
+        print(
+            "train_step: --pairs, --steps, --accum, --processes, --context and --pipeline must be >= 1", file=sys.stderr
+        )
         return 2
-    if args.processes % args.context:
-        print(f"train_step: --context {args.context} must divide --processes {args.processes}", file=sys.stderr)
+    if args.context > 1 and args.pipeline > 1 or args.processes % (args.context * args.pipeline):
+        print(f"train_step: one of --context and --pipeline, dividing --processes {args.processes}", file=sys.stderr)
         return 2
     from torch.multiprocessing.spawn import spawn
 
@@ -410,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"train_step: {exc}", file=sys.stderr)
         return 2
-    cp_json = context_config(cfg, args.context).model_dump_json() if args.context > 1 else ""
+    other = args.context > 1 or args.pipeline > 1
+    cp_json = model_parallel_config(cfg, args.context, args.pipeline).model_dump_json() if other else ""
 
     ours = sum(p.numel() for p in Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows).parameters())
     peer = sum(p.numel() for p in bare_model(cfg).parameters())
@@ -440,8 +447,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{f['ratio_of_medians']:.3f} (median of pair ratios {f['median_pair_ratio']:.3f})"
         )
         if "cp_median" in f:
+            layout = f"context {args.context}" if args.context > 1 else f"pipeline {args.pipeline}"
             print(
-                f"median {label}: runlib context {args.context} {f['cp_median']:,.0f} against runlib DDP "
+                f"median {label}: runlib {layout} {f['cp_median']:,.0f} against runlib DDP "
                 f"{f['runlib_median']:,.0f}: {f['cp_over_runlib']:.3f} (median of pair ratios "
                 f"{f['cp_median_pair_ratio']:.3f})"
             )

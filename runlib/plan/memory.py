@@ -268,7 +268,7 @@ def cpu_activation_bytes_per_layer(
     return (values / tensor + mask) * act_bytes
 
 
-def pipeline_buffer_bytes(stage_output_bytes: float, in_flight: int, pipeline: int, last: bool) -> float:
+def pipeline_buffer_bytes(stage_output_bytes: float, in_flight: float, pipeline: int, last: bool) -> float:
     """Pipeline send/receive buffers of a stage that is not the last (module docstring: Pipeline):
     each in-flight micro-batch's stage output, kept for its backward, and the buffer the output's
     gradient is received into. stage_output_bytes: one micro-batch's output on this device."""
@@ -316,7 +316,7 @@ def phase_memory(
         if i == len(stages) - 1:
             stage_params += head if (p > 1 or not model.tie_embeddings) else 0
             stage_params += params.non_embedding - model.layers * params.per_layer  # final norm
-        in_flight = min(p - i, m) if p > 1 else 1  # 1F1B: stage i holds p - i micro-batches
+        in_flight = pipeline_in_flight(par.pipeline_schedule, p, par.pipeline_virtual_stages, i, m)
         candidates.append(
             _device_memory(
                 model,
@@ -334,6 +334,23 @@ def phase_memory(
             )
         )
     return max(candidates, key=lambda mb: mb.total)
+
+
+def pipeline_in_flight(schedule: str, pipeline: int, virtual: int, stage: int, micro_batches: int) -> float:
+    """Micro-batches whose activations pipeline stage `stage` holds at its peak, in units of its whole
+    stage's activations: 1F1B stage i keeps pipeline - i forwards before its first backward (Narayanan et
+    al. 2021, arXiv 2104.04473 section 2.2.1); GPipe runs every forward first (Huang et al. 2019); interleaved
+    1F1B warms up with 2 (pipeline - i - 1) + (virtual - 1) pipeline chunk forwards plus the one in flight,
+    each a 1/virtual of the stage (Megatron-LM, megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving: num_warmup_microbatches); never more than the step's."""
+    if pipeline <= 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(micro_batches)
+    if schedule == "interleaved_1f1b" and virtual > 1:
+        chunks = 2 * (pipeline - stage - 1) + (virtual - 1) * pipeline + 1
+        return min(chunks, micro_batches * virtual) / virtual
+    return float(min(pipeline - stage, micro_batches))
 
 
 def _ceil_stages(layers: int, pipeline: int) -> list[int]:
@@ -358,7 +375,7 @@ def _device_memory(
     stage: int,
     stage_layers: int,
     stage_params: float,
-    in_flight: int,
+    in_flight: float,
     logits: bool,
 ) -> MemoryBreakdown:
     """One device's breakdown on pipeline stage `stage` (module docstring: model states, buffers, activations).
@@ -446,7 +463,7 @@ def _device_memory(
         ("stage_layers", stage_layers),
         ("stage_params", int(stage_params)),
         ("in_flight_micro_batches", in_flight),
-        ("pipeline_schedule", "1f1b" if layout.pp > 1 else "none"),
+        ("pipeline_schedule", par.pipeline_schedule if layout.pp > 1 else "none"),
         ("state_shard_ranks", layout.shards("optimizer_states")),
         ("attention_kernel", par.attention_kernel),
         ("sequence_parallel", sp),

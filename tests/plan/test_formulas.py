@@ -290,3 +290,15 @@ def test_linear_ramp_is_megatrons_rampup():
                 "batch.linear_ramp": {"start": "64 sequences", "increment": "16 sequences", "over": "10%"},
             }
         )
+
+
+def test_pipeline_in_flight_by_schedule():
+    from runlib.plan.memory import pipeline_in_flight
+
+    assert pipeline_in_flight("1f1b", 4, 1, 0, 8) == 4 and pipeline_in_flight("1f1b", 4, 1, 3, 8) == 1
+    assert pipeline_in_flight("1f1b", 4, 1, 0, 2) == 2  # never more than the step's micro-batches
+    assert pipeline_in_flight("gpipe", 4, 1, 3, 8) == 8  # every forward before the first backward
+    # interleaved, 4 ranks x 2 chunks: rank 0 warms up with 2 x 3 + 1 x 4 chunk forwards, +1 in flight
+    assert pipeline_in_flight("interleaved_1f1b", 4, 2, 0, 8) == 11 / 2
+    assert pipeline_in_flight("interleaved_1f1b", 4, 2, 0, 2) == 4 / 2
+    assert pipeline_in_flight("1f1b", 1, 1, 0, 8) == 1

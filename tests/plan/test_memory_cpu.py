@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 
 DEMO = ROOT / "specs" / "demo.yaml"
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
+TINY_PIPELINE = ROOT / "specs" / "variants" / "tiny-pipeline.yaml"
 
 # peak RSS per process (MiB, the larger rank) of 2-process DDP phases, 12 steps with a checkpoint and an
 # evaluation, synthetic shards (python -m runlib.bench.memory_check's set-up; torch 2.13.0+cpu, x86-64)
@@ -25,6 +26,7 @@ MEASURED_MIB = {
     (DEMO, "long"): 630.0,  # context parallel 2 (each process half of every 512-token row), 2026-12-04
     (TINY, "foundation"): 364.4,
     (TINY, "long"): 374.4,
+    (TINY_PIPELINE, "long"): 378.0,  # pipeline 2: each process one of the two blocks, 1F1B, 2026-12-04
 }
 
 

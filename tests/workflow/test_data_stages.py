@@ -13,6 +13,7 @@ from runlib.graph.plan_view import plan_rows
 from runlib.spec import load_spec
 from runlib.store.keys import spec_key
 from runlib.store.manifest import read_manifest
+from tests.conftest import ROOT
 from tests.workflow.conftest import TINY, snakemake
 
 pytestmark = pytest.mark.slow
@@ -212,6 +213,22 @@ def test_data_dag_end_to_end(workdir):
     assert mesh + (dp_manifest.details["mesh"]["cp"],) == (2, 1, 1)
     dp_loss, cp_loss = dp_manifest.counts["final_loss"], cp_manifest.counts["final_loss"]
     assert abs(cp_loss - dp_loss) <= 1e-3 * dp_loss, (cp_loss, dp_loss)
+
+    # specs/variants/tiny-pipeline.yaml: the long phase on 2 pipeline stages (tiny's tied embedding as two
+    # copies); the same checks, and the anneal after it starts from the pipelined phase's final.pt
+    pipelined = ROOT / "specs" / "variants" / "tiny-pipeline.yaml"
+    built = snakemake(workdir, pipelined, "--cores", "2")
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert jobs_run(built).count("train_phase") == 2  # long and anneal
+    pp_graph = build_graph(load_spec(pipelined).spec)
+    pp_long = pp_graph.find("train_phase", phase=2)
+    assert pp_long.key not in (dp_long.key, cp_long.key) and pp_long.inputs["previous"] == dp_long.inputs["previous"]
+    pp_manifest = read_manifest(pp_long.dir)
+    assert (pp_manifest.details["mesh"]["pp"], pp_manifest.details["mesh"]["dp_replicate"]) == (2, 1)
+    pp_loss = pp_manifest.counts["final_loss"]
+    assert abs(pp_loss - dp_loss) <= 1e-3 * dp_loss, (pp_loss, dp_loss)
+    anneal = read_manifest(pp_graph.find("train_phase", phase=3).dir)
+    assert anneal.details["mesh"]["pp"] == 1 and anneal.counts["final_loss"] > 0
 
 
 def test_gate_refuses_a_spec_with_audit_errors(workdir):
