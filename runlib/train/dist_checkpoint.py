@@ -327,17 +327,29 @@ def _recorded_files(directory: Path) -> tuple[str | None, dict[str, Any]]:
     return None, files
 
 
+def _options(staged: bool) -> StateDictOptions:
+    """A pipeline stage's optimizer state flattened to one entry per parameter and field: the stages hold
+    other parameters in their param groups, which DCP would otherwise save once, from one rank
+    (torchtitan's OptimizersContainer does the same). Other layouts keep the nested form they always had."""
+    return StateDictOptions(flatten_optimizer_state_dict=staged)
+
+
 def save_checkpoint(
-    directory: Path | str, model: nn.Module, optimizer: torch.optim.Optimizer, extra: dict[str, Any]
+    directory: Path | str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any],
+    staged: bool = False,
 ) -> None:
-    """Write model + optimizer (sharded, every rank), extra (rank 0) and the digests to directory, atomically."""
+    """Write model + optimizer (sharded, every rank), extra (rank 0) and the digests to directory, atomically.
+    staged: `model` is this rank's pipeline stage (load it with staged as well)."""
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
     if _rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # a killed save's leftovers
         tmp.mkdir(parents=True)
     _barrier()
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=_options(staged))
     with _single_process_quietly():
         dcp_save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     if _rank() == 0:
@@ -349,7 +361,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    directory: Path | str, model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+    directory: Path | str, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, staged: bool = False
 ) -> dict[str, Any]:
     """Load model (and optimizer, when given) from directory into their current layout; return extra.
 
@@ -366,11 +378,14 @@ def load_checkpoint(
             dcp_load({"model": model_state}, checkpoint_id=str(directory), storage_reader=reader)
         set_model_state_dict(model, model_state)
     else:
-        model_state, optim_state = get_state_dict(model, optimizer)
+        options = _options(staged)
+        model_state, optim_state = get_state_dict(model, optimizer, options=options)
         state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
         with _single_process_quietly():
             dcp_load(state, checkpoint_id=str(directory), storage_reader=reader)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        set_state_dict(
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"], options=options
+        )
     extra: dict[str, Any] = torch.load(directory / EXTRA, map_location="cpu", weights_only=True)
     return extra
 

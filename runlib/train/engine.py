@@ -133,7 +133,7 @@ class Engine:
         return self._load_resumable(resume) if resume is not None else {}
 
     def _load_resumable(self, path: Path) -> dict[str, Any]:
-        extra = dcp_ckpt.load_checkpoint(path, self.model, self.optimizer_for_state())
+        extra = dcp_ckpt.load_checkpoint(path, self.model, self.optimizer_for_state(), staged=self.pipeline is not None)
         keep = set(self.cfg.checkpoint.state)
         if "rng" in keep and extra.get("rng") is not None:
             torch.set_rng_state(extra["rng"])
@@ -234,7 +234,11 @@ class Engine:
     def save_resumable(self, scratch: Path, state: dict[str, Any]) -> None:
         self.accelerator.wait_for_everyone()
         dcp_ckpt.save_checkpoint(
-            scratch / f"step-{state['step']}", self.model, self.optimizer_for_state(), self._extra(state)
+            scratch / f"step-{state['step']}",
+            self.model,
+            self.optimizer_for_state(),
+            self._extra(state),
+            staged=self.pipeline is not None,
         )
         dcp_ckpt.prune_checkpoints(scratch, self.cfg.checkpoint.keep)
         self.accelerator.wait_for_everyone()

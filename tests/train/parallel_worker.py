@@ -171,7 +171,9 @@ def build_pipeline(parallel, schedule: str, virtual: int = 1, model_name="llama4
     stages = [
         pipeline_stage(m, i, len(chunks), torch.device("cpu"), pp_group) for m, i in zip(modules, ids, strict=True)
     ]
-    optimizer = build_optimizer(torch.nn.ModuleList(modules), optimizer_cfg(), precision)
+    # over the stage itself where a rank has one (as runlib's engine), so its checkpoint's names are the model's
+    holder = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
+    optimizer = build_optimizer(holder, optimizer_cfg(), precision)
     return mesh, modules, stages, optimizer, schedule
 
 
@@ -229,6 +231,22 @@ def pipeline_result(mesh, modules, part: dict) -> dict:
 def run_pipeline(parallel, schedule: str, virtual: int = 1, docs: bool = False) -> dict:
     mesh, modules, stages, optimizer, kind = build_pipeline(parallel, schedule, virtual)
     return pipeline_result(mesh, modules, train_pipeline(mesh, modules, stages, optimizer, kind, range(STEPS), docs))
+
+
+def checkpointed_pipeline(parallel, ckpt: Path, schedule: str = "1f1b") -> tuple[dict, dict]:
+    """`checkpointed` for one stage per rank: each stage saves its own blocks into one DCP checkpoint, and a
+    fresh pipeline resumes from it."""
+    mesh, modules, stages, optimizer, kind = build_pipeline(parallel, schedule)
+    [stage] = modules
+    first = train_pipeline(mesh, modules, stages, optimizer, kind, range(CKPT_STEP), docs=True)
+    save_checkpoint(ckpt, stage, optimizer, {"step": CKPT_STEP, "rng": torch.get_rng_state()}, staged=True)
+    rest = train_pipeline(mesh, modules, stages, optimizer, kind, range(CKPT_STEP, STEPS), docs=True)
+    whole = pipeline_result(mesh, modules, {k: first[k] + rest[k] for k in first})
+    mesh, modules, stages, optimizer, kind = build_pipeline(parallel, schedule)
+    extra = load_checkpoint(ckpt, modules[0], optimizer, staged=True)
+    torch.set_rng_state(extra["rng"])
+    resumed = train_pipeline(mesh, modules, stages, optimizer, kind, range(extra["step"], STEPS), docs=True)
+    return whole, pipeline_result(mesh, modules, resumed)
 
 
 def result(model, *parts: dict) -> dict:
@@ -323,21 +341,28 @@ def four_processes(ckpt: Path) -> dict:
     out["cp_tp_docs"] = run(layout(cp=2, tp=2), docs=True)
     out["cp_ddp"] = run(layout(dp_replicate=2, cp=2))
     out["pp_ddp"] = run_pipeline(layout(pp=2, dp_replicate=2), "1f1b")  # FSDP2's replicate on each stage
-    out["pp_fsdp_docs"] = run_pipeline(layout(pp=2, dp_shard=2, sharding="fsdp"), "1f1b", docs=True)
     out["pp_tp_docs"] = run_pipeline(layout(pp=2, tp=2), "1f1b", docs=True)
+    out["pp_fsdp_docs"], out["pp_fsdp_docs_resumed"] = checkpointed_pipeline(
+        layout(pp=2, dp_shard=2, sharding="fsdp"), ckpt.with_name("pp-step-2")
+    )
     return out
+
+
+def eight_processes(ckpt: Path) -> dict:
+    """3-D: tensor 2 x pipeline 2 x FSDP 2."""
+    return {"pp_tp_fsdp_docs": run_pipeline(layout(pp=2, tp=2, dp_shard=2, sharding="fsdp"), "1f1b", docs=True)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--set", choices=["2proc", "4proc"], required=True)
+    parser.add_argument("--set", choices=["2proc", "4proc", "8proc"], required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ckpt", type=Path, required=True)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     t0 = time.time()
-    out = (two_processes if args.set == "2proc" else four_processes)(args.ckpt)
+    out = {"2proc": two_processes, "4proc": four_processes, "8proc": eight_processes}[args.set](args.ckpt)
     if dist.get_rank() == 0:
         out["seconds"] = time.time() - t0
         torch.save(out, args.out)

@@ -1,6 +1,6 @@
 """The parallel engine against one process: FSDP2, DDP, HSDP, tensor and context parallel, 2x2, DCP resume, recompute, optimizers, bf16.
 
-Two launches (torchrun, gloo on CPU) of tests/train/parallel_worker.py, 2 and 4 processes, train a
+Three launches (torchrun, gloo on CPU) of tests/train/parallel_worker.py, 2, 4 and 8 processes, train a
 tiny transformer (2 layers, d_model 64, 4 heads, 2 kv heads, vocab 256, seq 32) for 4 AdamW updates
 under each layout; this process trains the same model on one process (no process group) and
 compares. Tolerances: fp32 reductions in another order change gradients by ~1e-7 relative, and
@@ -63,6 +63,10 @@ def runs(tmp_path_factory) -> dict:
     ckpt = tmp / "step-2"
     two = launch(2, "2proc", tmp, ckpt)  # writes the checkpoint the 4-process launch resumes
     four = launch(4, "4proc", tmp, ckpt)
+    eight = launch(8, "8proc", tmp, ckpt)
+    print(f"8 processes: {eight.pop('wall_seconds'):.0f} s")
+    eight.pop("seconds")
+    four.update(eight)
     print(f"\n2 processes: {two.pop('wall_seconds'):.0f} s, 4 processes: {four.pop('wall_seconds'):.0f} s")
     two.pop("seconds"), four.pop("seconds")
     return {**two, **four, "ckpt": ckpt}
@@ -142,14 +146,23 @@ def test_context_parallel_equals_one_process(runs, name, model, docs) -> None:
         ("pp_ddp", False),
         ("pp_fsdp_docs", True),
         ("pp_tp_docs", True),
+        ("pp_tp_fsdp_docs", True),
     ],
 )
 def test_pipeline_parallel_equals_one_process(runs, name, docs) -> None:
     """Pipeline parallelism 2 over a 4-block model (torch.distributed.pipelining): 1F1B, GPipe and interleaved
     1F1B with 2 virtual stages per rank; on 4 processes 1F1B with replicated stages (dp 2), FSDP2-sharded
-    stages (dp_shard 2) and tensor-parallel stages (tp 2). The loss carries the step's normalization, the
+    stages (dp_shard 2) and tensor-parallel stages (tp 2); on 8, tensor 2 x pipeline 2 x FSDP 2. The loss carries the step's normalization, the
     gradient norm is summed over the stages."""
     assert_matches(runs[name], reference("llama4", docs=docs))
+
+
+def test_pipeline_resumes_bitwise_on_the_same_layout(runs) -> None:
+    """Each stage of pp 2 x FSDP 2 saves its own blocks into one DCP checkpoint; a fresh pipeline resumes."""
+    uninterrupted, resumed = runs["pp_fsdp_docs"], runs["pp_fsdp_docs_resumed"]
+    assert resumed["losses"] == uninterrupted["losses"][w.CKPT_STEP :]
+    for key, value in uninterrupted["params"].items():
+        assert torch.equal(resumed["params"][key], value), key
 
 
 def test_context_parallel_resumes_bitwise_on_the_same_layout(runs) -> None:
