@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from runlib.model.transformer import Transformer
 from runlib.plan.layout import pipeline_stage_layers
@@ -116,8 +117,6 @@ def build_schedule(
 ) -> Any:
     """torch.distributed.pipelining's schedule `kind` over this rank's PipelineStage objects, with the loss
     as given (scale_grads off: the loss carries the step's normalization, runlib.train.step)."""
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
-
     if kind == "interleaved_1f1b":
         return ScheduleInterleaved1F1B(list(stages), micro_batches, loss_fn=loss_fn, scale_grads=False)
     if len(stages) != 1:
@@ -131,8 +130,6 @@ def build_schedule(
 
 def pipeline_stage(module: nn.Module, index: int, stages: int, device: torch.device, group: dist.ProcessGroup) -> Any:
     """torch.distributed.pipelining.PipelineStage of one stage module."""
-    from torch.distributed.pipelining import PipelineStage
-
     return PipelineStage(module, index, stages, device, group=group)
 
 
