@@ -157,26 +157,14 @@ def test_pipeline_parallel_equals_one_process(runs, name, docs) -> None:
     assert_matches(runs[name], reference("llama4", docs=docs))
 
 
-def test_pipeline_resumes_bitwise_on_the_same_layout(runs) -> None:
-    """Each stage of pp 2 x FSDP 2 saves its own blocks into one DCP checkpoint; a fresh pipeline resumes."""
-    uninterrupted, resumed = runs["pp_fsdp_docs"], runs["pp_fsdp_docs_resumed"]
-    assert resumed["losses"] == uninterrupted["losses"][w.CKPT_STEP :]
-    for key, value in uninterrupted["params"].items():
-        assert torch.equal(resumed["params"][key], value), key
-
-
-def test_context_parallel_resumes_bitwise_on_the_same_layout(runs) -> None:
-    uninterrupted, resumed = runs["cp_fsdp_docs"], runs["cp_fsdp_docs_resumed"]
-    assert resumed["losses"] == uninterrupted["losses"][w.CKPT_STEP :]
-    for key, value in uninterrupted["params"].items():
-        assert torch.equal(resumed["params"][key], value), key
-
-
 # ----------------------------------------------------------------------------------------- checkpoints
 
 
-def test_checkpoint_resumes_bitwise_on_the_same_layout(runs) -> None:
-    uninterrupted, resumed = runs["fsdp"], runs["fsdp_resumed"]
+@pytest.mark.parametrize("name", ["fsdp", "cp_fsdp_docs", "pp_fsdp_docs"])
+def test_checkpoint_resumes_bitwise_on_the_same_layout(runs, name) -> None:
+    """FSDP 2, context 2 over FSDP, and pipeline 2 x FSDP 2 (each stage saves its own blocks into one DCP
+    checkpoint): a fresh model resumed from the step-2 checkpoint trains to the same bits."""
+    uninterrupted, resumed = runs[name], runs[f"{name}_resumed"]
     assert resumed["losses"] == uninterrupted["losses"][w.CKPT_STEP :]
     for key, value in uninterrupted["params"].items():
         assert torch.equal(resumed["params"][key], value), key
