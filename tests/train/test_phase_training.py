@@ -199,6 +199,39 @@ def test_a_pipelined_phase_ends_in_one_model_that_any_layout_loads(tokenized, tm
     assert held[-1]["heldout_loss_by_source"] == pytest.approx(ddp_held, rel=1e-3)
 
 
+@pytest.mark.parametrize(
+    "layout, old, new",
+    [
+        (
+            "context",
+            "parallelism: {sharding: none}\nbatch: {micro_batch: 4, grad_accum: 1,",
+            "parallelism: {sharding: none, context: 2}\nbatch: {micro_batch: 4, grad_accum: 2,",
+        ),
+        (
+            "pipeline",
+            "parallelism: {sharding: none}\nbatch: {micro_batch: 4, grad_accum: 1,",
+            "parallelism: {sharding: none, pipeline: 2}\nbatch: {micro_batch: 4, grad_accum: 2,",
+        ),
+    ],
+)
+def test_the_mean_of_micro_batch_means_is_the_same_on_any_layout(tokenized, tmp_path, layout, old, new):
+    """data.loss_normalization: micro_batch_mean (each micro-batch's own token mean, averaged): a context-parallel
+    rank scores part of each micro-batch's tokens, a pipeline's last stage all of them; both make DDP's updates."""
+    mean_of_means = ("  packing: document\n", "  packing: document\n  loss_normalization: micro_batch_mean\n")
+    _, _, ddp_graph = spec_variant(tmp_path, *mean_of_means)
+    ddp_node = ddp_graph.find("train_phase", phase=0)
+    ddp = launch(ddp_graph, ddp_node, tmp_path / "ddp", tmp_path / "ddp-s", 2, stop_after=2)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    _, _, graph = spec_variant(tmp_path, *mean_of_means, old, new)
+    node = graph.find("train_phase", phase=0)
+    other = launch(graph, node, tmp_path / layout, tmp_path / f"{layout}-s", 2, stop_after=2)
+    assert other.returncode == 0, other.stderr[-3000:]
+    a = checkpoint_weights(ddp_node, tmp_path / "ddp-s" / "step-2")
+    b = checkpoint_weights(node, tmp_path / f"{layout}-s" / "step-2")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=5e-6)
+
+
 TWO_NODES = ("devices_per_node: 2", "devices_per_node: 1", "nodes: 1,", "nodes: 2,")
 
 
