@@ -190,7 +190,7 @@ def build_mesh(parallel: Parallel) -> DeviceMesh | None:
     "dp"; None on one process. Raises what the layout refuses (NotImplementedError: context or pipeline
     parallelism, offload where it is not enacted) and a layout that is not the world (ValueError)."""
     layout = layout_of(parallel)
-    _refuse(layout.refusals(_device_type(), pipeline_loop=True))
+    _refuse(layout.refusals(_device_type()))
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
     errors = layout.world_errors(world)
     if errors:
@@ -272,7 +272,7 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
     layout = layout_of(parallel)
     device = mesh.device_type if mesh is not None else next(model.parameters()).device.type
     _refuse(
-        layout.refusals(device, model.spec, pipeline_loop=True)
+        layout.refusals(device, model.spec)
         + [r for r in precision_refusals(**_precision_fields(precision)) if r.field == "precision.compute"]
     )
     compute = DTYPES[precision.compute]

@@ -21,7 +21,7 @@ keyword arguments of the schedule's step, so each stage builds its own RoPE tabl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
@@ -63,7 +63,7 @@ def rank_stage_indices(pp_rank: int, pipeline: int, virtual: int) -> list[int]:
     return [pp_rank + v * pipeline for v in range(virtual)]
 
 
-def stage_module(model: Transformer, layers: range, is_first: bool, is_last: bool) -> Transformer:
+def stage_module(model: Transformer, layers: Collection[int], is_first: bool, is_last: bool) -> Transformer:
     """`model` pruned, in place, to one stage: the blocks of `layers`; the embeddings on the first stage, the
     final norm and head on the last. Tied embeddings become two equal copies, the embedding on the first
     stage and the head on the last, whose gradients tied_gradient_sum adds (Megatron-LM's embedding group:
@@ -80,6 +80,43 @@ def stage_module(model: Transformer, layers: range, is_first: bool, is_last: boo
         model.norm = None  # type: ignore[assignment]  # a stage without the head
         model.lm_head = None  # type: ignore[assignment]
     return model
+
+
+def _sharing_part(model: Transformer) -> Transformer:
+    """A second Transformer object over `model`'s modules, parameters and buffers, with registries of its
+    own (hooks included, so FSDP2's root hooks on one part do not fire on another) and its own layer list:
+    pruning it leaves `model` as it was."""
+    part = Transformer.__new__(Transformer)
+    nn.Module.__init__(part)
+    registries = set(part.__dict__)
+    for key, value in model.__dict__.items():
+        if key not in registries:
+            part.__dict__[key] = value
+    part._parameters.update(model._parameters)
+    part._buffers.update(model._buffers)
+    part._non_persistent_buffers_set.update(model._non_persistent_buffers_set)
+    part._modules.update(model._modules)
+    part.layers = nn.ModuleList(list(model.layers))
+    return part
+
+
+def rank_stage_parts(
+    model: Transformer, chunks: Sequence[range], stage_ids: Sequence[int]
+) -> tuple[list[Transformer], Transformer]:
+    """This rank's stages of `model` (`stage_ids` into `chunks`, in schedule order) and the module that holds
+    them all under the model's own parameter names, for the optimizer, the gradient norm and the
+    checkpoints. One stage: `model` pruned in place, both. Several (interleaved 1F1B's virtual stages):
+    each a part sharing `model`'s modules (_sharing_part) pruned to its chunk, and `model` pruned to their
+    union: embeddings when this rank holds the first stage, the head when it holds the last."""
+    last = len(chunks) - 1
+    if len(stage_ids) == 1:
+        i = stage_ids[0]
+        stage = stage_module(model, chunks[i], i == 0, i == last)
+        return [stage], stage
+    parts = [stage_module(_sharing_part(model), chunks[i], i == 0, i == last) for i in stage_ids]
+    union = {layer for i in stage_ids for layer in chunks[i]}
+    holder = stage_module(model, union, 0 in stage_ids, last in stage_ids)
+    return parts, holder
 
 
 def tied_pair_group(mesh: Any) -> dist.ProcessGroup | None:
@@ -124,6 +161,10 @@ def build_schedule(
     if kind == "gpipe":
         return ScheduleGPipe(stages[0], micro_batches, loss_fn=loss_fn, scale_grads=False)
     if kind == "1f1b":
+        if micro_batches < stages[0].num_stages:
+            # torch's Schedule1F1B refuses fewer micro-batches than stages (a batch ramp's first steps); 1F1B would
+            # hold all of them in flight then, as GPipe does, and the arithmetic is the same
+            return ScheduleGPipe(stages[0], micro_batches, loss_fn=loss_fn, scale_grads=False)
         return Schedule1F1B(stages[0], micro_batches, loss_fn=loss_fn, scale_grads=False)
     raise ValueError(f"pipeline schedule {kind!r}: runlib has {', '.join(SCHEDULES)}")
 
@@ -137,16 +178,19 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 class PipelineForward(nn.Module):
-    """The forward of the whole model through this rank's stage, for evaluation (no schedule, no backward):
-    the first stage embeds, each stage sends the residual stream to the next (a header of shape and dtype,
-    then the tensor, point to point over the pipeline group), the last returns the logits; the other
-    stages return None. Every rank of the pipeline group must call it with the same rows."""
+    """The forward of the whole model through this rank's stages, for evaluation (no schedule, no backward):
+    stage 0 embeds, each stage sends the residual stream to the next stage's rank (a header of shape and
+    dtype, then the tensor, point to point over the pipeline group), the last stage returns the logits;
+    the other ranks return None. Stage s is on rank s mod pipeline (rank_stage_indices), so the stages run
+    one after another around the ranks. Every rank of the pipeline group must call it with the same rows."""
 
-    def __init__(self, stage: nn.Module, group: dist.ProcessGroup) -> None:
+    def __init__(
+        self, parts: Sequence[nn.Module], stage_ids: Sequence[int], stages: int, group: dist.ProcessGroup
+    ) -> None:
         super().__init__()
-        self.stage = stage
-        self.group = group
-        self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
+        self.parts = nn.ModuleList(parts)
+        self.stage_ids, self.stages, self.group = list(stage_ids), stages, group
+        self.size = dist.get_world_size(group)
 
     def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
@@ -154,18 +198,22 @@ class PipelineForward(nn.Module):
         device = input_ids.device
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=device).expand(input_ids.shape[0], -1)
-        if self.rank == 0:
-            x = input_ids
-        else:
-            header = torch.zeros(4, dtype=torch.long, device=device)
-            dist.recv(header, group=self.group, group_src=self.rank - 1)
-            x = torch.empty(tuple(header[:3].tolist()), dtype=_DTYPES[int(header[3])], device=device)
-            dist.recv(x, group=self.group, group_src=self.rank - 1)
-        out: torch.Tensor = self.stage(x, position_ids, doc_ids)
-        if self.rank == self.size - 1:
-            return out
-        out = out.contiguous()
-        header = torch.tensor([*out.shape, _DTYPES.index(out.dtype)], dtype=torch.long, device=device)
-        dist.send(header, group=self.group, group_dst=self.rank + 1)
-        dist.send(out, group=self.group, group_dst=self.rank + 1)
+        for part, s in zip(self.parts, self.stage_ids, strict=True):
+            x = input_ids if s == 0 else self._receive((s - 1) % self.size, device)
+            out: torch.Tensor = part(x, position_ids, doc_ids)
+            if s == self.stages - 1:
+                return out
+            self._send(out.contiguous(), (s + 1) % self.size)
         return None
+
+    def _receive(self, source: int, device: torch.device) -> torch.Tensor:
+        header = torch.zeros(4, dtype=torch.long, device=device)
+        dist.recv(header, group=self.group, group_src=source)
+        x = torch.empty(tuple(header[:3].tolist()), dtype=_DTYPES[int(header[3])], device=device)
+        dist.recv(x, group=self.group, group_src=source)
+        return x
+
+    def _send(self, out: torch.Tensor, target: int) -> None:
+        header = torch.tensor([*out.shape, _DTYPES.index(out.dtype)], dtype=torch.long, device=out.device)
+        dist.send(header, group=self.group, group_dst=target)
+        dist.send(out, group=self.group, group_dst=target)

@@ -26,7 +26,7 @@ parallelism.tensor/pipeline/context. Pure: no torch, no RunSpec (plan sits below
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -247,16 +247,17 @@ class Layout:
         accelerator: str,
         model: ModelSpec | None = None,
         seq_len: int | None = None,
-        *,
-        pipeline_loop: bool = False,
+        micro_batches: Collection[int] = (),
     ) -> list[Refusal]:
         """What runlib's trainer cannot enact of this layout on `accelerator` (hardware.accelerator, or the
         mesh's device type), for `model` at `seq_len` (None: not checked here): RUN001 context, RUN002
-        pipeline, RUN003 tensor, RUN004 hsdp, RUN005 offload. The audit, the trainer's last guard
+        pipeline (with `micro_batches`: the counts per step the phase takes, its grad_accum and a batch
+        ramp's; empty: not checked here), RUN003
+        tensor, RUN004 hsdp, RUN005 offload. The audit, the trainer's last guard
         (runlib.plan.enact.train_config_refusals) and runlib.model.parallelize all read these."""
         return [
             *self._context_refusals(model, seq_len),
-            *self._pipeline_refusals(model, pipeline_loop),
+            *self._pipeline_refusals(model, micro_batches),
             *(self._tensor_refusals(model, seq_len) if model is not None else []),
             *self._hsdp_refusals(),
             *self._offload_refusals(accelerator),
@@ -294,10 +295,11 @@ class Layout:
             )
         return out
 
-    def _pipeline_refusals(self, model: ModelSpec | None, pipeline_loop: bool) -> list[Refusal]:
-        """runlib.model.pipeline splits the blocks into stages, runlib's training loop runs one per rank
-        (`pipeline_loop`: a caller that runs the schedule itself, as tests/train/parallel_worker.py, also
-        several per rank); context with pipeline is not built."""
+    def _pipeline_refusals(self, model: ModelSpec | None, micro_batches: Collection[int]) -> list[Refusal]:
+        """runlib.model.pipeline splits the blocks into stages, one per rank or, with interleaved 1F1B,
+        pipeline_virtual_stages per rank; torch's interleaved schedule runs the micro-batches in equal
+        rounds (interleaved_rounds_ok); context with pipeline is not built. (A 1F1B step with fewer
+        micro-batches than stages runs as GPipe, runlib.model.pipeline.build_schedule.)"""
         if self.pp == 1:
             return []
         out = []
@@ -331,16 +333,19 @@ class Layout:
                     "use a number of virtual stages whose product with pipeline divides the layers",
                 )
             )
-        if not pipeline_loop and self.pp_virtual > 1:
+        uneven = sorted(n for n in set(micro_batches) if not interleaved_rounds_ok(n, self.pp))
+        if interleaved and uneven:
+            n, rounds = uneven[0], max(1, uneven[0] // self.pp)
             out.append(
                 Refusal(
                     "RUN002",
                     "parallelism.pipeline_schedule",
                     self.pp_schedule,
-                    f"pipeline_schedule {self.pp_schedule} is not enacted by runlib's training loop yet: it runs one "
-                    "stage per rank (the interleaved schedule's model chunks are built and tested in "
-                    "runlib.model.pipeline, not yet checkpointed as one model)",
-                    "use pipeline_schedule: 1f1b (or gpipe) with pipeline_virtual_stages: 1",
+                    f"interleaved 1F1B runs a step's {n} micro-batches in {rounds} rounds of micro-batches // "
+                    f"pipeline (torch.distributed.pipelining ScheduleInterleaved1F1B), and {rounds} does not "
+                    f"divide {n}",
+                    f"use a grad_accum that is a multiple of pipeline {self.pp} (or below {2 * self.pp}), "
+                    "or pipeline_schedule: 1f1b",
                 )
             )
         if self.cp > 1:
@@ -442,6 +447,14 @@ class Layout:
         else:
             return []
         return [Refusal("RUN005", "parallelism.offload", True, reason, fix)]
+
+
+def interleaved_rounds_ok(micro_batches: int, pipeline: int) -> bool:
+    """Whether torch's interleaved 1F1B takes `micro_batches` per step over `pipeline` ranks: it runs them
+    in max(1, micro_batches // pipeline) rounds of equal size (torch/distributed/pipelining/schedules.py,
+    ScheduleInterleaved1F1B, torch 2.13), so the rounds must divide the micro-batches."""
+    rounds = max(1, micro_batches // pipeline)
+    return micro_batches % rounds == 0
 
 
 def pipeline_stage_layers(

@@ -49,7 +49,7 @@ def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data:
         by_source[1].index_add_(0, b.source_index, (targets != IGNORE_INDEX).sum(1, dtype=torch.float32))
         return loss.sum()
 
-    engine.model.train()
+    engine.train_mode()
     # the ranks whose gradients the wrapper averages: data-parallel x context-parallel
     grad_ranks = dp_size * engine.cp_size
     # global_tokens: one token mean over the whole step on all ranks; micro_batch_mean: mean of means
@@ -110,5 +110,5 @@ def pipeline_backward(
     for b, (cross_entropy, scored) in zip(batches, records[-len(batches) :], strict=True):
         by_source[0].index_add_(0, b.source_index, cross_entropy.cpu())
         by_source[1].index_add_(0, b.source_index, scored.cpu())
-    value = float(sum(float(x) for x in losses))
+    value = float(sum(float(x.detach()) for x in losses))
     return value / grad_ranks if global_tokens else value

@@ -164,9 +164,9 @@ REFUSALS = [
     ("context with alibi", "h100-sxm", (1, 8), {"context": 2}, {"position": "alibi"}, 128, [("RUN001", "parallelism.context")]),
     ("pipeline", "h100-sxm", (1, 8), {"pipeline": 2}, {}, 128, []),
     ("pipeline, tied", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "gpipe"}, {"tie_embeddings": True}, 128, []),
-    ("interleaved in the loop", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "pipeline_virtual_stages": 2}, {"layers": 4}, 128, [("RUN002", "parallelism.pipeline_schedule")]),
+    ("interleaved", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "pipeline_virtual_stages": 2}, {"layers": 4}, 128, []),
     ("interleaved, one chunk", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b"}, {}, 128, [("RUN002", "parallelism.pipeline_virtual_stages")]),
-    ("virtual stages not splitting", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "pipeline_virtual_stages": 3}, {"layers": 4}, 128, [("RUN002", "parallelism.pipeline_virtual_stages"), ("RUN002", "parallelism.pipeline_schedule")]),
+    ("virtual stages not splitting", "h100-sxm", (1, 8), {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b", "pipeline_virtual_stages": 3}, {"layers": 4}, 128, [("RUN002", "parallelism.pipeline_virtual_stages")]),
     ("tensor not dividing heads", "h100-sxm", (1, 8), {"tensor": 8}, {"kv_heads": 2}, 128, [("RUN003", "parallelism.tensor")]),
     ("tensor not dividing seq_len", "h100-sxm", (1, 8), {"tensor": 4}, {}, 130, [("RUN003", "parallelism.tensor")]),
     ("tensor with qk_norm", "h100-sxm", (1, 8), {"tensor": 2}, {"qk_norm": True}, 128, [("RUN003", "parallelism.tensor")]),
@@ -208,6 +208,31 @@ def test_refusals(
     refusals = lay.refusals(accelerator, MODEL.model_copy(update=model), seq_len)
     assert [(r.code, r.field) for r in refusals] == expected
     assert all(r.reason and r.fix and r.describe().startswith(f"{r.code} {r.field}: ") for r in refusals)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "micro_batches", "refused"),
+    # torch's ScheduleInterleaved1F1B: max(1, n // pipeline) rounds must divide n
+    [
+        (2, 1, False),
+        (2, 3, False),
+        (2, 4, False),
+        (2, 5, True),
+        (2, 6, False),
+        (4, 6, False),
+        (4, 9, True),
+        (4, 8, False),
+    ],
+)
+def test_interleaved_micro_batches_in_rounds(pipeline: int, micro_batches: int, refused: bool) -> None:
+    lay = layout(1, 8, pipeline=pipeline, pipeline_schedule="interleaved_1f1b", pipeline_virtual_stages=2)
+    refusals = lay.refusals("h100-sxm", MODEL.model_copy(update={"layers": 8}), 128, micro_batches=[micro_batches])
+    assert [(r.code, r.field) for r in refusals] == ([("RUN002", "parallelism.pipeline_schedule")] if refused else [])
+    # 1F1B and GPipe take any number (1F1B with fewer than its stages runs as GPipe)
+    plain = layout(1, 8, pipeline=pipeline).refusals("h100-sxm", MODEL, 128, micro_batches=[micro_batches])
+    assert plain == []
+    gpipe = layout(1, 8, pipeline=pipeline, pipeline_schedule="gpipe")
+    assert gpipe.refusals("h100-sxm", MODEL, 128, micro_batches=[micro_batches]) == []
 
 
 def test_tensor_refusal_names_the_degrees_that_work() -> None:

@@ -32,7 +32,7 @@ from runlib.model.parallelize import (
     parallelize,
     pipeline_rank_and_group,
 )
-from runlib.model.pipeline import build_schedule, pipeline_stage, rank_stage_indices, stage_chunks, stage_module
+from runlib.model.pipeline import build_schedule, pipeline_stage, rank_stage_indices, rank_stage_parts, stage_chunks
 from runlib.model.transformer import Transformer
 from runlib.spec.models import ModelSpec
 from runlib.train.dist_checkpoint import (
@@ -156,28 +156,27 @@ def train(mesh, model, optimizer, steps: range, docs: bool = False) -> dict[str,
 
 
 def build_pipeline(parallel, schedule: str, virtual: int = 1, model_name="llama4", precision=FP32):
-    """This rank's stage modules (runlib.model.pipeline), each parallelised like a model, their PipelineStages
-    and one optimizer over them."""
+    """This rank's stage modules (runlib.model.pipeline.rank_stage_parts), each parallelised like a model, their
+    PipelineStages and one optimizer over them."""
     mesh = build_mesh(parallel)
     pp_rank, pp_group = pipeline_rank_and_group(mesh)
     chunks = stage_chunks(MODELS[model_name]["layers"], parallel.pp, virtual)
     ids = rank_stage_indices(pp_rank, parallel.pp, virtual)
-    modules = [
-        parallelize(
-            stage_module(tiny_model(model_name), chunks[i], i == 0, i == len(chunks) - 1), mesh, parallel, precision
-        )
-        for i in ids
-    ]
+    # as runlib's engine builds them: with several per rank, parts that share one model's modules
+    modules, holder = rank_stage_parts(tiny_model(model_name), chunks, ids)
+    for m in modules:
+        parallelize(m, mesh, parallel, precision)
     stages = [
         pipeline_stage(m, i, len(chunks), torch.device("cpu"), pp_group) for m, i in zip(modules, ids, strict=True)
     ]
-    # over the stage itself where a rank has one (as runlib's engine), so its checkpoint's names are the model's
-    holder = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
+    # the optimizer over the holder: the parts' parameters under the model's own names
     optimizer = build_optimizer(holder, optimizer_cfg(), precision)
     return mesh, modules, stages, optimizer, schedule
 
 
-def train_pipeline(mesh, modules, stages, optimizer, schedule_kind, steps: range, docs: bool = False) -> dict:
+def train_pipeline(
+    mesh, modules, stages, optimizer, schedule_kind, steps: range, docs: bool = False, micro_batches: int = MICRO
+) -> dict:
     """`train` through a pipeline schedule: the micro-batches are the schedule's, the loss (on the last stage)
     carries the step's normalization, and the gradient norm is summed over the stages."""
     rank, size = data_parallel_rank_and_size(mesh)
@@ -185,7 +184,7 @@ def train_pipeline(mesh, modules, stages, optimizer, schedule_kind, steps: range
     group = gradient_group(mesh)
     averaged = group.size() if group is not None else 1
     rows = BATCH // size
-    micro = min(MICRO, rows)
+    micro = min(micro_batches, rows)
     total = BATCH * SEQ
 
     def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -228,9 +227,10 @@ def pipeline_result(mesh, modules, part: dict) -> dict:
     return {"params": params, **part}
 
 
-def run_pipeline(parallel, schedule: str, virtual: int = 1, docs: bool = False) -> dict:
+def run_pipeline(parallel, schedule: str, virtual: int = 1, docs: bool = False, micro_batches: int = MICRO) -> dict:
     mesh, modules, stages, optimizer, kind = build_pipeline(parallel, schedule, virtual)
-    return pipeline_result(mesh, modules, train_pipeline(mesh, modules, stages, optimizer, kind, range(STEPS), docs))
+    trained = train_pipeline(mesh, modules, stages, optimizer, kind, range(STEPS), docs, micro_batches)
+    return pipeline_result(mesh, modules, trained)
 
 
 def checkpointed_pipeline(parallel, ckpt: Path, schedule: str = "1f1b") -> tuple[dict, dict]:
@@ -324,6 +324,8 @@ def two_processes(ckpt: Path) -> dict:
     out["cp_fsdp_full"] = run(layout(cp=2, sharding="fsdp", recompute="full"), docs=True)
     # pipeline parallelism (runlib.model.pipeline): 4 blocks over 2 stages, or 4 virtual stages of 1
     out["pp_1f1b"] = run_pipeline(layout(pp=2), "1f1b")
+    # one micro-batch, fewer than the stages (a batch ramp's first steps): torch's 1F1B refuses it, runlib runs GPipe
+    out["pp_1f1b_one_micro_batch"] = run_pipeline(layout(pp=2), "1f1b", micro_batches=1)
     out["pp_gpipe_docs"] = run_pipeline(layout(pp=2), "gpipe", docs=True)
     out["pp_interleaved_docs"] = run_pipeline(layout(pp=2), "interleaved_1f1b", virtual=2, docs=True)
     return out

@@ -141,6 +141,7 @@ def test_context_parallel_equals_one_process(runs, name, model, docs) -> None:
     "name,docs",
     [
         ("pp_1f1b", False),
+        ("pp_1f1b_one_micro_batch", False),
         ("pp_gpipe_docs", True),
         ("pp_interleaved_docs", True),
         ("pp_ddp", False),
@@ -150,8 +151,8 @@ def test_context_parallel_equals_one_process(runs, name, model, docs) -> None:
     ],
 )
 def test_pipeline_parallel_equals_one_process(runs, name, docs) -> None:
-    """Pipeline parallelism 2 over a 4-block model (torch.distributed.pipelining): 1F1B, GPipe and interleaved
-    1F1B with 2 virtual stages per rank; on 4 processes 1F1B with replicated stages (dp 2), FSDP2-sharded
+    """Pipeline parallelism 2 over a 4-block model (torch.distributed.pipelining): 1F1B (also with one
+    micro-batch, fewer than its stages), GPipe and interleaved 1F1B with 2 virtual stages per rank; on 4 processes 1F1B with replicated stages (dp 2), FSDP2-sharded
     stages (dp_shard 2) and tensor-parallel stages (tp 2); on 8, tensor 2 x pipeline 2 x FSDP 2. The loss carries the step's normalization, the
     gradient norm is summed over the stages."""
     assert_matches(runs[name], reference("llama4", docs=docs))

@@ -199,6 +199,81 @@ def test_a_pipelined_phase_ends_in_one_model_that_any_layout_loads(tokenized, tm
     assert held[-1]["heldout_loss_by_source"] == pytest.approx(ddp_held, rel=1e-3)
 
 
+INTERLEAVED = "pipeline: 2, pipeline_schedule: interleaved_1f1b, pipeline_virtual_stages: 2"
+
+
+def four_layers(tmp_path, parallelism: str, batch: str, processes: int):
+    """TINY with 4 layers, the given parallelism and batch, on a world of `processes`: its phase 0 node."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    _, _, graph = spec_variant(
+        tmp_path,
+        "parallelism: {sharding: none}\nbatch: {micro_batch: 4, grad_accum: 1,",
+        f"parallelism: {parallelism}\nbatch: {{{batch}",
+        "  layers: 2\n",
+        "  layers: 4\n",
+        "devices_per_node: 2",
+        f"devices_per_node: {processes}",  # the spec's world: its data-parallel degree
+    )
+    return graph, graph.find("train_phase", phase=0)
+
+
+@pytest.fixture(scope="session")
+def four_layer_1f1b(tokenized, tmp_path_factory):
+    """Phase 0 of TINY with 4 layers, whole, under 1F1B over 2 stages: final.pt and the metric records."""
+    tmp = tmp_path_factory.mktemp("1f1b")
+    graph, node = four_layers(tmp, "{sharding: none, pipeline: 2}", "micro_batch: 4, grad_accum: 2,", 2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RUNLIB_WORK_DIR", str(tokenized[2] / "work"))
+        proc = launch(graph, node, tmp / "out", tmp / "s", 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return ckpt.load(tmp / "out" / "final.pt"), metric_records(tmp / "out")
+
+
+def metric_records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "name, processes, parallelism, batch",
+    [
+        ("none", 2, "{sharding: none, " + INTERLEAVED + "}", "micro_batch: 4, grad_accum: 2,"),
+        ("fsdp", 4, "{sharding: fsdp, " + INTERLEAVED + "}", "micro_batch: 2, grad_accum: 2,"),
+    ],
+)
+def test_an_interleaved_pipeline_trains_the_phase_as_1f1b(
+    four_layer_1f1b, tmp_path, name, processes, parallelism, batch
+):
+    """Interleaved 1F1B with two model chunks per rank (4 layers in 4 stages: 0 and 2 on the first rank, 1 and 3
+    on the second; the tied embedding's copies on stages 0 and 3), alone and over FSDP2 (each chunk its own
+    FSDP root over shared modules), stopped after 2 steps and resumed from its sharded checkpoint, makes
+    plain 1F1B's updates over the same 4 layers; its final.pt is the whole model, and its held-out losses
+    ran through the four stages in turn. Over FSDP2 the resumed phase equals an uninterrupted one bitwise."""
+    graph, node = four_layers(tmp_path, parallelism, batch, processes)
+    out, scratch = tmp_path / "out", tmp_path / "s"
+    stopped = launch(graph, node, out, scratch, processes, stop_after=2)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert json.loads(stopped.stdout.split("runlib worker: mesh ", 1)[1].splitlines()[0])["pp"] == 2
+    assert not (out / "final.pt").exists() and dcp_ckpt.latest_checkpoint(scratch) is not None
+    resumed = launch(graph, node, out, scratch, processes)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "runlib worker: resumed at step 2 " in resumed.stdout
+    (a, a_records), b = four_layer_1f1b, ckpt.load(out / "final.pt")
+    assert a["model"].keys() == b["model"].keys() and a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+    assert torch.equal(b["model"]["tok_embeddings.weight"], b["model"]["lm_head.weight"])
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=5e-6)
+    held = [
+        [r["heldout_loss_by_source"] for r in recs if "heldout_loss_by_source" in r]
+        for recs in (a_records, metric_records(out))
+    ]
+    assert held[0] and held[1][-1] == pytest.approx(held[0][-1], rel=1e-4)
+    if name == "fsdp":
+        whole = launch(graph, node, tmp_path / "whole", tmp_path / "whole-s", processes)
+        assert whole.returncode == 0, whole.stderr[-3000:]
+        c = ckpt.load(tmp_path / "whole" / "final.pt")
+        assert all(torch.equal(b["model"][k], c["model"][k]) for k in c["model"])
+
+
 @pytest.mark.parametrize(
     "layout, old, new",
     [

@@ -8,10 +8,11 @@ not enact and still audit clean), and the workflow gate refuses a spec with any 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from runlib.audit.checks._shared import overrides_parallelism, who
 from runlib.audit.registry import Context, Finding
+from runlib.plan.derive import PhasePlan
 from runlib.plan.enact import Refusal, precision_refusals
 from runlib.plan.layout import build_layout
 from runlib.spec.models import ParallelismSpec
@@ -19,10 +20,20 @@ from runlib.spec.models import ParallelismSpec
 REFUSED = "; the runner refuses it: the workflow gate starts no job while this finding stands"
 
 
-def _parallelism(ctx: Context, par: ParallelismSpec, seq_len: int) -> list[Refusal]:
+def _parallelism(
+    ctx: Context, par: ParallelismSpec, seq_len: int, micro_batches: Collection[int] = ()
+) -> list[Refusal]:
     hw = ctx.spec.hardware
     layout = build_layout(par, nodes=hw.nodes, devices_per_node=hw.devices_per_node)
-    return layout.refusals(hw.accelerator, ctx.spec.model, seq_len)
+    return layout.refusals(hw.accelerator, ctx.spec.model, seq_len, micro_batches=micro_batches)
+
+
+def _micro_batches(p: PhasePlan) -> set[int]:
+    """The micro-batches per step a phase takes: its grad_accum, and under a batch ramp each segment's
+    sequences over micro_batch x data-parallel (runlib.train.step: the loader's batch over the same)."""
+    s = p.settings
+    per = s.seq_len * s.micro_batch * s.data_parallel
+    return {s.grad_accum} | {max(1, seg.tokens_per_step // per) for seg in p.span.segments}
 
 
 # the refusals of the last plan audited, shared by the seven RUN checks (computed once, not seven times);
@@ -33,7 +44,10 @@ _last: tuple[object, list[list[Refusal]]] = (None, [])
 def _phase_refusals(ctx: Context) -> list[list[Refusal]]:
     global _last
     if _last[0] is not ctx.plan:
-        _last = (ctx.plan, [_parallelism(ctx, p.settings.parallelism, p.settings.seq_len) for p in ctx.plan.phases])
+        _last = (
+            ctx.plan,
+            [_parallelism(ctx, p.settings.parallelism, p.settings.seq_len, _micro_batches(p)) for p in ctx.plan.phases],
+        )
     return _last[1]
 
 
