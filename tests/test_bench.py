@@ -35,8 +35,14 @@ def test_gpu_check_runs_its_cpu_smoke_and_flex_matches_sdpa(tmp_path):
         assert r["ratio"] is None  # CPU: RSS is no device-memory measurement
         assert r["flops_per_token"] > 6 * r["params"] * 0.5
     assert all(r["backend"] == "flex" for r in rows if "skipped" in r)  # no flex backward on CPU
+    # torch.compile per block: the same steps as its eager twin, to rounding, and their speed ratio recorded
+    [compiled] = [r for r in ran if r["compiled"]]
+    [eager] = [r for r in ran if not r["compiled"] and (r["documents"], r["recompute"]) == (False, "none")]
+    assert compiled["loss_first"] == pytest.approx(eager["loss_first"], rel=1e-5)
+    assert compiled["loss_last"] == pytest.approx(eager["loss_last"], rel=1e-4)
+    assert list(result["compiled_vs_eager"]) == ["toy sdpa docs=False recompute=none"]
     table = (tmp_path / "gpu_check.txt").read_text()
-    assert table.splitlines()[0].split()[:4] == ["model", "backend", "documents", "recompute"]
+    assert table.splitlines()[0].split()[:5] == ["model", "backend", "documents", "recompute", "compiled"]
     assert len(table.splitlines()) == 2 + len(rows)
 
 
@@ -90,9 +96,12 @@ def test_summary_table_shows_failed_and_skipped_rows():
             "ratio": 0.74,
         },
     ]
+    compiled = {**rows[2], "compiled": True, "tokens_per_s": 160492.8}
+    assert gpu_check.compiled_vs_eager([*rows, compiled]) == {"125M sdpa docs=False recompute=none": pytest.approx(1.3)}
+    assert gpu_check.compiled_vs_eager(rows) == {}  # no compiled row: nothing to compare
     lines = gpu_check.summary_table(rows).splitlines()
     assert lines[2].split()[-1] == "error" and lines[3].split()[-1] == "skipped"
-    assert lines[4].split()[4:9] == ["123,456", "41.0%", "12.50", "9.25", "0.74"]
+    assert lines[4].split()[4:10] == ["no", "123,456", "41.0%", "12.50", "9.25", "0.74"]
 
 
 def test_verify_speed_reports_both_hashes(capsys):

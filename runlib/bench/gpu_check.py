@@ -17,9 +17,12 @@ the summary table. Worst case about budget + 120 s + start-up (about 8 minutes w
      MixedPrecisionPolicy: compute bf16, fp32 master weights, fp32 gradient reduction), activation
      checkpointing none / selective / full, AdamW from runlib.train.optim.build_optimizer, gradient
      clipping with runlib's clip_grad_norm_. Attention: flex with document masks (packed rows of
-     documents averaging 512 tokens) against SDPA causal (no documents). Eager (no torch.compile of
-     the model; flex_attention compiles itself). Each row: `--warmup` steps, then the median of
-     `--steps` timed steps (each ended by torch.cuda.synchronize).
+     documents averaging 512 tokens) against SDPA causal (no documents). Eager (flex_attention
+     compiles itself), and the rows marked compiled with torch.compile per block
+     (runlib.model.parallelize.compile_blocks; their first step holds the compilation), each beside
+     its eager twin: compiled_vs_eager in the JSON is the ratio of their tokens/s. Goal: MFU >= 45% on
+     the compiled 1B row. Each row: `--warmup` steps, then the median of `--steps` timed steps (each
+     ended by torch.cuda.synchronize).
        tokens/s = micro_batch * seq / median step time
        MFU      = tokens/s * FLOPs per token / dense peak, both from runlib.plan.derive: PaLM's
                   6 N_matmul + 12 L d_attn s (runlib.plan.flops; attention counted in full, also
@@ -30,6 +33,9 @@ the summary table. Worst case about budget + 120 s + start-up (about 8 minutes w
                   recomputation); ratio = plan / measured (the plan's total includes its 1 GiB
                   runtime overhead, which the allocator does not see; max_memory_reserved is
                   recorded too)
+Context and pipeline parallelism need two devices or more (NCCL takes one rank per GPU), so this
+one-GPU check has no rows of them; on CPU their figures come from `runlib.bench.train_step --context 2`
+and `--pipeline 2`, their correctness from tests/train/test_parallel.py.
 Without CUDA the same code runs at toy size on the CPU (gloo, SDPA only, a few steps) so CI keeps it
 working; memory there is the process's peak RSS (no ratio: it holds the interpreter and libraries).
 If the process group cannot start, the rows run on one process without FSDP (recorded per row).
@@ -87,6 +93,7 @@ class Row:
     backend: Literal["sdpa", "flex"]
     documents: bool
     recompute: Recompute
+    compiled: bool = False  # torch.compile per block (runlib.model.parallelize.compile_blocks), else eager
 
 
 @dataclass(frozen=True)
@@ -107,18 +114,22 @@ class Settings:
 GPU_ROWS = [
     Row("125M", 8, "sdpa", False, "none"),
     Row("125M", 8, "flex", True, "none"),
+    Row("1B", 4, "sdpa", False, "none"),
+    Row("1B", 4, "sdpa", False, "none", compiled=True),  # the MFU goal's row: ~1B, seq 2048, compiled blocks
+    Row("1B", 4, "flex", True, "none"),
+    Row("1B", 4, "flex", True, "none", compiled=True),
     Row("125M", 8, "sdpa", False, "full"),
     Row("125M", 8, "flex", True, "full"),
-    Row("1B", 4, "sdpa", False, "none"),
-    Row("1B", 4, "flex", True, "none"),
     Row("1B", 4, "flex", True, "selective"),
     Row("1B", 4, "flex", True, "full"),
     Row("1B", 4, "sdpa", False, "full"),
+    Row("125M", 8, "sdpa", False, "none", compiled=True),
     Row("125M", 8, "flex", False, "none"),  # flex's causal kernel alone, without the documents' sparsity
     Row("125M", 8, "sdpa", True, "none"),  # SDPA with a boolean document mask (no fused kernel)
 ]
 CPU_ROWS = [
     Row("toy", 2, "sdpa", False, "none"),
+    Row("toy", 2, "sdpa", False, "none", compiled=True),  # the same steps through compiled blocks: the same losses
     Row("toy", 2, "sdpa", True, "full"),
     Row("toy", 2, "sdpa", True, "selective"),
 ]
@@ -369,6 +380,10 @@ def _row_model(
         base.attention_backend = row.backend
         set_recompute(base, row.recompute)
         model = base
+    if row.compiled:
+        from runlib.model.parallelize import compile_blocks  # imports torch
+
+        compile_blocks(base)
     if mesh is not None:
         from torch.distributed.fsdp import FSDPModule
 
@@ -482,7 +497,19 @@ def train_row(
 
 
 def summary_table(rows: list[dict[str, Any]]) -> str:
-    head = ("model", "backend", "documents", "recompute", "tokens/s", "MFU", "peak GiB", "plan GiB", "ratio", "note")
+    head = (
+        "model",
+        "backend",
+        "documents",
+        "recompute",
+        "compiled",
+        "tokens/s",
+        "MFU",
+        "peak GiB",
+        "plan GiB",
+        "ratio",
+        "note",
+    )
     lines = []
 
     def fmt(value: object, spec: str) -> str:
@@ -496,6 +523,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
                 r["backend"],
                 "yes" if r["documents"] else "no",
                 r["recompute"],
+                "yes" if r.get("compiled") else "no",
                 fmt(r.get("tokens_per_s"), ",.0f"),
                 fmt(r.get("mfu"), ".1%"),
                 fmt(r.get("peak_gib"), ".2f"),
@@ -509,6 +537,20 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
     return "\n".join(out)
+
+
+def compiled_vs_eager(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each compiled row's tokens/s over its eager twin's (same model, backend, documents, recompute), by
+    the rows' names; rows that did not both run are left out."""
+    names = ("model", "backend", "documents", "recompute")
+    eager = {tuple(r[k] for k in names): r for r in rows if not r.get("compiled")}
+    out = {}
+    for r in rows:
+        twin = eager.get(tuple(r[k] for k in names)) if r.get("compiled") else None
+        if twin is not None and r.get("tokens_per_s") and twin.get("tokens_per_s"):
+            name = f"{r['model']} {r['backend']} docs={r['documents']} recompute={r['recompute']}"
+            out[name] = r["tokens_per_s"] / twin["tokens_per_s"]
+    return out
 
 
 def _write(results: dict[str, Any], out: Path | None) -> None:
@@ -596,6 +638,7 @@ def _run_rows(
                 "backend": row.backend,
                 "documents": row.documents,
                 "recompute": row.recompute,
+                "compiled": row.compiled,
             }
             results["training"].append(entry)
             if row.backend == "flex" and not cuda:
@@ -619,7 +662,7 @@ def _run_rows(
                     _cleanup(device)
             shown = ("tokens_per_s", "mfu", "peak_gib", "plan_gib", "ratio", "wall_s", "error")
             _log(
-                f"{row.model} {row.backend} docs={row.documents} recompute={row.recompute}: "
+                f"{row.model} {row.backend} docs={row.documents} recompute={row.recompute} compiled={row.compiled}: "
                 + json.dumps({k: entry.get(k) for k in shown})
             )
             _write(results, args.out)
@@ -660,12 +703,14 @@ def main(argv: list[str] | None = None) -> int:
 
     _run_parity(device, cuda, part_limit(), results, args.out)
     _run_rows(device, cuda, rows, settings, warmup, steps, args, part_limit, results)
+    results["compiled_vs_eager"] = compiled_vs_eager(results["training"])
     results["elapsed_s"] = time.perf_counter() - t0
     results["complete"] = True
     _write(results, args.out)
     table = summary_table(results["training"])
     _log("\n" + table)
     _log(f"parity: {json.dumps(results['parity'])}")
+    _log(f"compiled / eager tokens/s: {json.dumps(results['compiled_vs_eager'])}")
     _log(f"total {results['elapsed_s']:.0f} s")
     if args.out:
         (args.out / "gpu_check.txt").write_text(table + "\n")

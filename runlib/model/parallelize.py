@@ -386,6 +386,16 @@ def set_recompute(model: Transformer, mode: str) -> None:
         block.attention.recompute_core = mode == "selective"
 
 
+def compile_blocks(model: Transformer) -> None:
+    """torch.compile each block's forward, in place (torchtitan compiles per transformer block too:
+    pytorch/torchtitan torchtitan/models/llama3/infra/parallelize.py, apply_compile). The blocks run one
+    code object, so dynamo compiles it once and reuses it for the others (parameters are graph inputs);
+    the forward alone is compiled, so FSDP2's hooks on the block, and the names of its parameters, stay as
+    they are. The loss and the head stay eager."""
+    for block in model.blocks():
+        block.forward = torch.compile(block.forward)  # type: ignore[method-assign]  # an instance attribute
+
+
 def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
     """torchtitan's llama3 plan with sequence-parallel norms (see the module docstring); the model's shape
     is checked against the degree by the layout's refusals (runlib.plan.layout, RUN003) before."""
