@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from runlib.errors import UserError
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
+from runlib.plan.params import qkv_has_bias
 from runlib.spec.models import ModelSpec
 from runlib.util.atomic import replace_dir
 
@@ -49,6 +50,13 @@ if TYPE_CHECKING:  # torch is imported by the functions that build tensors: `run
     import torch
 
 NORM_EPS = 1e-5  # runlib.model.transformer.NORM_EPS (not imported: this module must not import torch)
+# the config's model_type of each RoPE architecture (transformers' models/<model_type>/)
+ROPE_MODEL_TYPES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Olmo2ForCausalLM": "olmo2",
+}
 MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
 # in MARKER: 2 writes the RoPE base in the keys of transformers 4.x and 5.x (rope_config); 1 (runlib 0.1 before this change)
 # wrote it only in `rope_parameters`, which 4.x never reads (it ran such an export at base 10000)
@@ -69,21 +77,57 @@ class ExportShape:
     pad_id: int | None
 
 
+def _rope_family(model: ModelSpec) -> tuple[str | None, str]:
+    """The transformers class of a RoPE + RMSNorm + SwiGLU model (None when none computes it), and why not."""
+    qkv, o = qkv_has_bias(model), model.bias
+    if model.norm_position == "sandwich":
+        return (
+            None,
+            "model.norm_position: sandwich (Gemma 2's norms: its GeGLU, soft-capping and windows are not exported yet)",
+        )
+    if model.norm_position == "output":
+        if model.qk_norm is True and not qkv and not o:
+            return "Olmo2ForCausalLM", ""
+        return None, (
+            "model.norm_position: output needs OLMo 2's shape (qk_norm: true over the whole projections, no biases)"
+        )
+    if model.qk_norm == "per_head":
+        if not qkv and not o:
+            return "Qwen3ForCausalLM", ""
+        return None, "model.qk_norm: per_head with biases (Qwen3's attention_bias would bias the MLP-free o too)"
+    if model.qk_norm:
+        return None, (
+            "model.qk_norm: true with norm_position: pre (OLMo 2 normalizes q and k over the whole projection but "
+            "its norms follow the sublayers: norm_position: output)"
+        )
+    if qkv == o:
+        return "LlamaForCausalLM", ""
+    if qkv and not o and spec_head_dim(model) * model.heads == model.d_model:
+        return "Qwen2ForCausalLM", ""
+    return None, "model.qkv_bias differs from model.bias in a way no architecture has (Qwen2: q, k, v biased only)"
+
+
 def hf_architecture(model: ModelSpec) -> str:
     """The transformers class that computes exactly runlib's block for this shape; UserError otherwise."""
     problems = []
-    if model.qk_norm:
-        problems.append(
-            "model.qk_norm: true (no transformers architecture has a pre-norm block with QK-norm over the whole "
-            "q and k projections: OLMo 2's blocks are post-norm, Qwen3 normalises per head)"
-        )
     if model.parallel_block:
         problems.append("model.parallel_block: true (Falcon's parallel block: no architecture here computes it)")
     if model.embedding_norm:
         problems.append("model.embedding_norm: true (BLOOM's embedding LayerNorm: neither Llama nor GPT-2 has it)")
     llama_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "swiglu"
     gpt2_like = model.position == "learned" and model.norm == "layernorm" and model.activation == "gelu"
-    if not (llama_like or gpt2_like):
+    family: str | None = None
+    if llama_like:
+        family, why = _rope_family(model)
+        if family is None:
+            problems.append(why)
+    elif gpt2_like:
+        family = "GPT2LMHeadModel"
+        if model.qk_norm or model.norm_position != "pre" or qkv_has_bias(model) != model.bias:
+            problems.append(
+                "model.qk_norm, model.norm_position or model.qkv_bias with learned positions (GPT-2 has none)"
+            )
+    else:
         problems.append(
             f"position: {model.position}, norm: {model.norm}, activation: {model.activation} (LlamaForCausalLM needs "
             "rope + rmsnorm + swiglu; GPT2LMHeadModel needs learned + layernorm + gelu)"
@@ -94,14 +138,14 @@ def hf_architecture(model: ModelSpec) -> str:
         )
     if gpt2_like and spec_head_dim(model) * model.heads != model.d_model:
         problems.append("model.head_dim: GPT-2's heads split d_model evenly (head_dim = d_model / heads)")
-    if problems:
+    if problems or family is None:
         raise UserError(
             "runlib export: the model has no Hugging Face equivalent: "
             + "; ".join(problems)
-            + ". Fix: export a model with the Llama shape (rope, rmsnorm, swiglu, qk_norm: false) or the GPT-2 "
-            "shape (learned, layernorm, gelu)"
+            + ". Fix: export a model with the shape of Llama, Qwen2 (qkv_bias), Qwen3 (qk_norm: per_head), OLMo 2 "
+            "(qk_norm: true, norm_position: output) or GPT-2 (learned, layernorm, gelu)"
         )
-    return "LlamaForCausalLM" if llama_like else "GPT2LMHeadModel"
+    return family
 
 
 def rope_config(theta: float) -> dict[str, Any]:
@@ -131,10 +175,11 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
     common: dict[str, Any] = {"vocab_size": shape.vocab_rows, "tie_word_embeddings": m.tie_embeddings}
     common |= {"torch_dtype": "float32", "dtype": "float32"}
     common |= {"eos_token_id": shape.eos_id, "bos_token_id": None, "pad_token_id": shape.pad_id}
-    if hf_architecture(m) == "LlamaForCausalLM":
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+    architecture = hf_architecture(m)
+    if architecture != "GPT2LMHeadModel":
+        rope_block = {
+            "architectures": [architecture],
+            "model_type": ROPE_MODEL_TYPES[architecture],
             "hidden_size": m.d_model,
             "intermediate_size": m.d_ff,
             "num_hidden_layers": m.layers,
@@ -145,12 +190,17 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
             "rms_norm_eps": NORM_EPS,
             "max_position_embeddings": shape.seq_len,
             **rope_config(shape.rope_theta),
-            "attention_bias": m.bias,  # q, k, v and o projections, in 4.46.3 and 5.24.0 alike
-            "mlp_bias": m.bias,
             "attention_dropout": 0.0,
-            "pretraining_tp": 1,  # 1 in both; > 1 would split the projections (4.46.3 LlamaMLP.forward)
             **common,
         }
+        if architecture == "LlamaForCausalLM":
+            # q, k, v and o projections, in 4.46.3 and 5.24.0 alike; > 1 pretraining_tp would split them
+            return rope_block | {"attention_bias": m.bias, "mlp_bias": m.bias, "pretraining_tp": 1}
+        if architecture == "Olmo2ForCausalLM":
+            return rope_block | {"attention_bias": False}
+        # Qwen2 (q, k, v always biased) and Qwen3 (attention_bias false): full attention in every layer
+        windows = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": m.layers}
+        return rope_block | windows | ({"attention_bias": False} if architecture == "Qwen3ForCausalLM" else {})
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -183,11 +233,15 @@ def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[st
     def put(name: str, tensor: torch.Tensor) -> None:
         out[name] = tensor.detach().contiguous()
 
-    if hf_architecture(m) == "LlamaForCausalLM":
+    architecture = hf_architecture(m)
+    if architecture != "GPT2LMHeadModel":
         put("model.embed_tokens.weight", state["tok_embeddings.weight"])
+        olmo2 = architecture == "Olmo2ForCausalLM"  # its norms follow the sublayers (norm_position: output)
         names = {
-            "attention_norm": "input_layernorm",
-            "mlp_norm": "post_attention_layernorm",
+            "attention_norm": "post_attention_layernorm" if olmo2 else "input_layernorm",
+            "mlp_norm": "post_feedforward_layernorm" if olmo2 else "post_attention_layernorm",
+            "attention.q_norm": "self_attn.q_norm",
+            "attention.k_norm": "self_attn.k_norm",
             "attention.wq": "self_attn.q_proj",
             "attention.wk": "self_attn.k_proj",
             "attention.wv": "self_attn.v_proj",

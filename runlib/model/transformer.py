@@ -69,7 +69,7 @@ from torch import nn
 from runlib.model.context_parallel import ContextParallel
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
-from runlib.plan.params import norm_has_bias
+from runlib.plan.params import norm_has_bias, qk_norm_widths, qkv_has_bias
 from runlib.spec.models import ModelSpec
 
 AttentionBackend = Literal["auto", "sdpa", "flex"]
@@ -257,23 +257,30 @@ class Attention(nn.Module):
         self.heads, self.kv_heads, self.head_dim = model.heads, spec_kv_heads(model), hd
         if self.heads % self.kv_heads:
             raise ValueError(f"model.heads {self.heads} is not a multiple of model.kv_heads {self.kv_heads}")
-        self.wq = nn.Linear(d, self.heads * hd, bias=model.bias)
-        self.wk = nn.Linear(d, self.kv_heads * hd, bias=model.bias)
-        self.wv = nn.Linear(d, self.kv_heads * hd, bias=model.bias)
+        qkv_bias = qkv_has_bias(model)  # Qwen2: on q, k and v only (model.qkv_bias)
+        self.wq = nn.Linear(d, self.heads * hd, bias=qkv_bias)
+        self.wk = nn.Linear(d, self.kv_heads * hd, bias=qkv_bias)
+        self.wv = nn.Linear(d, self.kv_heads * hd, bias=qkv_bias)
         self.wo = nn.Linear(self.heads * hd, d, bias=model.bias)
         self.wo.residual_projection = True  # type: ignore[assignment]  # a marker for reset_parameters; nn.Module types attributes as Tensor | Module
-        self.q_norm = RMSNorm(self.heads * hd) if model.qk_norm else None
-        self.k_norm = RMSNorm(self.kv_heads * hd) if model.qk_norm else None
+        # QK-norm over the whole projection (OLMo 2) or over each head with one shared weight (Qwen3)
+        q_width, k_width = qk_norm_widths(model)
+        self.qk_norm_per_head = model.qk_norm == "per_head"
+        self.q_norm = RMSNorm(q_width) if q_width else None
+        self.k_norm = RMSNorm(k_width) if k_width else None
         self.dropout = model.dropout
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         n, length, _ = x.shape
         q, k, v = self.wq(x), self.wk(x), self.wv(x)
-        if self.q_norm is not None and self.k_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None and not self.qk_norm_per_head:
             q, k = self.q_norm(q), self.k_norm(k)
         # -1 heads: under tensor parallelism (runlib.model.parallelize) q/k/v hold this rank's heads only
-        q = q.view(n, length, -1, self.head_dim).transpose(1, 2)
-        k = k.view(n, length, -1, self.head_dim).transpose(1, 2)
+        q = q.view(n, length, -1, self.head_dim)
+        k = k.view(n, length, -1, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None and self.qk_norm_per_head:
+            q, k = self.q_norm(q), self.k_norm(k)  # over each head's head_dim
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(n, length, -1, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
@@ -334,7 +341,9 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """Pre-norm block: x + attention(norm(x)), then x + mlp(norm(x)); parallel: x + attention(h) + mlp(h),
-    h = norm(x), one norm. Dropout (model.dropout) on each branch's output in training."""
+    h = norm(x), one norm; model.norm_position output: x + norm(attention(x)), then x + norm(mlp(x))
+    (OLMo 2); sandwich: x + norm'(attention(norm(x))), then the same for the MLP (Gemma 2). Dropout
+    (model.dropout) on each branch's output in training."""
 
     recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
     # with recompute: a policy of what to keep anyway (op-level selective: parallelize.op_selective_context)
@@ -347,6 +356,10 @@ class Block(nn.Module):
         self.attention = Attention(model)
         self.mlp_norm = None if self.parallel else make_norm(model, model.d_model)
         self.mlp = MLP(model)
+        self.norm_position = model.norm_position
+        sandwich = model.norm_position == "sandwich"
+        self.attention_post_norm = make_norm(model, model.d_model) if sandwich else None
+        self.mlp_post_norm = make_norm(model, model.d_model) if sandwich else None
         self.dropout = nn.Dropout(model.dropout) if model.dropout > 0 else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
@@ -369,6 +382,12 @@ class Block(nn.Module):
         if self.mlp_norm is None:  # parallel block: one norm for both branches
             h = self.attention_norm(x)
             return x + self._drop(self.attention(h, rope, mask)) + self._drop(self.mlp(h))
+        if self.norm_position == "output":
+            x = x + self._drop(self.attention_norm(self.attention(x, rope, mask)))
+            return x + self._drop(self.mlp_norm(self.mlp(x)))
+        if self.attention_post_norm is not None and self.mlp_post_norm is not None:  # sandwich
+            x = x + self._drop(self.attention_post_norm(self.attention(self.attention_norm(x), rope, mask)))
+            return x + self._drop(self.mlp_post_norm(self.mlp(self.mlp_norm(x))))
         x = x + self._drop(self.attention(self.attention_norm(x), rope, mask))
         return x + self._drop(self.mlp(self.mlp_norm(x)))
 

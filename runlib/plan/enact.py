@@ -176,6 +176,8 @@ class TrainConfig(Protocol):
     def precision(self) -> PrecisionSpec: ...
     @property
     def parallel(self) -> _Parallel: ...
+    @property
+    def micro_batch_counts(self) -> set[int]: ...
 
 
 def accelerator_refusals(accelerator: str) -> list[Refusal]:
@@ -200,7 +202,7 @@ def train_config_refusals(config: TrainConfig) -> list[Refusal]:
     trainer's last guard, the same rules as the audit's RUN checks."""
     layout, precision = config.parallel.layout, config.precision
     return (
-        layout.refusals(config.accelerator, config.model, config.seq_len)
+        layout.refusals(config.accelerator, config.model, config.seq_len, micro_batches=config.micro_batch_counts)
         + precision_refusals(
             compute=precision.compute,
             master_weights=precision.master_weights,

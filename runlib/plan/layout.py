@@ -391,9 +391,21 @@ class Layout:
                     "RUN003",
                     "parallelism.tensor",
                     tp,
-                    f"tensor parallelism {tp} with model.qk_norm is not enacted: runlib's QK-norm normalizes "
-                    "the whole q and k projections, across heads that tensor parallelism puts on different ranks",
+                    f"tensor parallelism {tp} with model.qk_norm is not enacted: runlib's tensor-parallel plan has no "
+                    "QK-norm (over the whole q and k projections it spans heads on different ranks; per head it "
+                    "is not written yet)",
                     "use tensor: 1 with qk_norm (shard with fsdp instead), or qk_norm: false",
+                )
+            )
+        if model.norm_position != "pre":
+            out.append(
+                Refusal(
+                    "RUN003",
+                    "parallelism.tensor",
+                    tp,
+                    f"tensor parallelism {tp} with model.norm_position {model.norm_position} is not enacted: the "
+                    "sequence-parallel plan places each norm before its sublayer",
+                    "use tensor: 1 (shard with fsdp instead)",
                 )
             )
         return out

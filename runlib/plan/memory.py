@@ -256,7 +256,7 @@ def cpu_activation_bytes_per_layer(
         s
         * b
         * (
-            4 * h  # two norm inputs, two norm outputs
+            (8 if model.norm_position == "sandwich" else 4) * h  # the norms' inputs and outputs (2 or 4 norms)
             + a * hd
             + 2 * kv * hd * context  # RoPE-rotated k and v: under context parallelism, gathered over the row
             + (1 if selective else 2) * a * hd  # the kernel's output (not under selective), the o-projection's input

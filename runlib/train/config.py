@@ -296,6 +296,13 @@ class TrainPhaseConfig(StageConfig):
     estimates: EstimateConfig
     """Plan figures to compare with measurements."""
 
+    @property
+    def micro_batch_counts(self) -> set[int]:
+        """Micro-batches per step on each rank in each of the phase's segments (a batch ramp changes them;
+        runlib.train.step divides a step's sequences the same way)."""
+        per_step = self.micro_batch * self.parallel.layout.data_parallel
+        return {max(1, s.batch_sequences // per_step) for s in self.loader.segments}
+
 
 def schedule_within(
     plan: Plan, start_tokens: float, end_tokens: float, lr_scale: float | None = None

@@ -217,6 +217,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "model.activation": ("runlib/model/transformer.py",),
     "model.norm": ("runlib/model/transformer.py",),
     "model.position": ("runlib/model/transformer.py",),
+    "model.norm_position": ("runlib/model/transformer.py",),
     "tokenizer.digits": ("runlib/tokenizer/train.py",),
     "data.sources.*.input.format": ("runlib/curate/readers.py", "runlib/curate/stage.py"),
     "data.sources.*.input.extract": ("runlib/curate/extract.py",),
@@ -249,6 +250,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
 FALL_THROUGH: dict[tuple[str, str], str] = {
     ("model.activation", "gelu"): "Mlp.forward's last branch: F.gelu",
     ("model.norm", "layernorm"): "norm(): nn.LayerNorm unless rmsnorm",
+    ("model.norm_position", "pre"): "Block.body's last branch: the norm before each sublayer",
     ("tokenizer.digits", "none"): "_new_tokenizer: no digit pre-tokenizer unless single or triplets",
     ("data.sources.*.curate.normalize", "NFC"): "unicodedata.normalize(form) with the value itself",
     ("data.sources.*.curate.normalize", "NFKC"): "unicodedata.normalize(form) with the value itself",

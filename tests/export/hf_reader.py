@@ -24,6 +24,12 @@ SHARED_KEYS = {
         "head_dim hidden_act rms_norm_eps max_position_embeddings attention_bias mlp_bias pretraining_tp "
         "tie_word_embeddings eos_token_id bos_token_id pad_token_id"
     ).split(),
+    # 4.46.3's Qwen2Config has no head_dim (its attention splits hidden_size evenly, as the export requires)
+    "qwen2": (
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "hidden_act rms_norm_eps max_position_embeddings use_sliding_window tie_word_embeddings "
+        "eos_token_id bos_token_id pad_token_id"
+    ).split(),
     "gpt2": (
         "vocab_size n_embd n_inner n_layer n_head n_positions activation_function layer_norm_epsilon "
         "scale_attn_weights scale_attn_by_inverse_layer_idx reorder_and_upcast_attn tie_word_embeddings "

@@ -32,7 +32,8 @@ def test_transformers_logits_equal_runlib(tmp_path, name):
     assert theirs.shape == ours.shape
     assert (ours - theirs).abs().max().item() < 1e-5
     # the same parameters, bar the zero biases that GPT-2 always has and a bias-free spec does not
-    extra = {n: p for n, p in hf.named_parameters() if n.endswith("bias") and not model.spec.bias}
+    gpt2 = model.spec.position == "learned"
+    extra = {n: p for n, p in hf.named_parameters() if gpt2 and n.endswith("bias") and not model.spec.bias}
     assert all(not p.any() for p in extra.values())
     hf_count = sum(p.numel() for n, p in hf.named_parameters() if n not in extra)
     assert hf_count == sum(p.numel() for p in model.parameters())
@@ -69,6 +70,10 @@ def test_the_tokenizer_loads_with_its_special_tokens(tmp_path):
     ("fields", "named"),
     [
         ({**LLAMA, "qk_norm": True}, "model.qk_norm"),
+        ({**LLAMA, "norm_position": "sandwich"}, "model.norm_position"),
+        ({**LLAMA, "norm_position": "output"}, "model.norm_position"),
+        ({**LLAMA, "qk_norm": "per_head", "bias": True}, "model.qk_norm"),
+        ({**LLAMA, "qkv_bias": True, "head_dim": 8}, "model.qkv_bias"),
         ({**LLAMA, "norm": "layernorm"}, "norm: layernorm"),
         ({**GPT2, "kv_heads": 2}, "model.kv_heads"),
         ({**LLAMA, "parallel_block": True}, "model.parallel_block"),

@@ -16,7 +16,12 @@ SHAPES = {
     "llama-untied-bias-headdim": {**LLAMA, "head_dim": 8, "bias": True},
     "gpt2-tied-bias": {**GPT2, "tie_embeddings": True, "bias": True},
     "gpt2-untied-nobias": GPT2,
+    "qwen2-qkv-bias": {**LLAMA, "kv_heads": 2, "qkv_bias": True},
+    "qwen3-per-head-qk-norm": {**LLAMA, "kv_heads": 2, "head_dim": 24, "qk_norm": "per_head", "tie_embeddings": True},
+    "olmo2-output-norms": {**LLAMA, "kv_heads": 2, "qk_norm": True, "norm_position": "output"},
 }
+# families transformers 4.46.3 does not have (Qwen3: 4.51; OLMo 2: 4.47)
+NEEDS_TRANSFORMERS_5 = ("qwen3-per-head-qk-norm", "olmo2-output-norms")
 
 
 def tiny_tokenizer_json() -> str:

@@ -61,6 +61,12 @@ VARIANTS = {
     "mpt": dict(position="alibi", norm="layernorm", bias=False, activation="gelu", kv_heads=None),
     "opt": dict(position="learned", norm="layernorm", bias=True, activation="relu", dropout=0.1, kv_heads=None),
     "relu2": dict(activation="relu2", norm="layernorm", bias=True, norm_bias=False),
+    # the blocks of Qwen2 (q/k/v biases), Qwen3 (QK-norm per head), OLMo 2 (norms after the sublayers) and
+    # Gemma 2 (norms before and after)
+    "qwen2": dict(qkv_bias=True),
+    "qwen3": dict(qk_norm="per_head", head_dim=12),
+    "olmo2": dict(qk_norm=True, norm_position="output"),
+    "sandwich": dict(norm_position="sandwich"),
 }
 
 
@@ -127,7 +133,9 @@ def test_initialisation_is_deterministic_and_gpt2_scaled() -> None:
 # ----------------------------------------------------------------------------------------- causality, documents
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm", "bloom", "falcon", "opt", "relu2"])
+@pytest.mark.parametrize(
+    "name", ["llama", "gpt2", "qk_norm", "bloom", "falcon", "opt", "relu2", "qwen2", "qwen3", "olmo2", "sandwich"]
+)
 def test_changing_a_future_token_never_changes_earlier_logits(name: str) -> None:
     model = tiny(**VARIANTS[name])
     x = torch.randint(0, VOCAB, (2, 20))
@@ -296,8 +304,9 @@ def test_backward_with_document_masks_on_cpu() -> None:
     assert model.layers[0].attention.q_norm.weight.grad.abs().sum() > 0
 
 
-def test_a_few_steps_lower_the_loss() -> None:
-    model = tiny().train()
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "olmo2", "sandwich"])
+def test_a_few_steps_lower_the_loss(name: str) -> None:
+    model = tiny(**VARIANTS[name]).train()
     opt = torch.optim.AdamW(decay_groups(list(model.parameters()), 0.1), lr=3e-3)
     x = torch.randint(0, VOCAB, (4, 17))
     losses = []
@@ -313,7 +322,7 @@ def test_a_few_steps_lower_the_loss() -> None:
 # ----------------------------------------------------------------------------------------- param groups
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm", "swiglu-bias"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm", "swiglu-bias", "qwen2", "qwen3", "sandwich"])
 def test_param_groups_put_norms_and_biases_and_nothing_else_in_no_decay(name: str) -> None:
     model = tiny(**VARIANTS[name])
     decay, no_decay = decay_groups(list(model.parameters()), 0.1)  # a tied weight is listed once
@@ -400,6 +409,46 @@ def test_parallel_block_is_one_norm_and_two_branches() -> None:
         want = x + block.attention(h, rope, mask) + block.mlp(h)
         assert torch.allclose(block(x, rope, mask), want, atol=1e-6)
     assert block.attention_norm.bias is not None and block.attention.wq.bias is None  # norm_bias apart from bias
+
+
+@pytest.mark.parametrize("name", ["olmo2", "sandwich"])
+def test_norms_after_the_sublayers(name: str) -> None:
+    """norm_position output: x + norm(attention(x)), then x + norm(mlp(x)) (OLMo 2); sandwich: a norm before and
+    one after each sublayer (Gemma 2)."""
+    model = tiny(**VARIANTS[name])
+    block = model.layers[0]
+    x = torch.randn(2, 8, TINY["d_model"])
+    mask = model.attention_mask(None, 2, 8, x.device, x.dtype)
+    rope = (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None])
+    with torch.no_grad():
+        for p in block.parameters():
+            if p.ndim == 1:
+                p.normal_(1.0, 0.3)  # distinct norm weights, so that each norm's place shows
+        if name == "olmo2":
+            h = x + block.attention_norm(block.attention(x, rope, mask))
+            want = h + block.mlp_norm(block.mlp(h))
+        else:
+            h = x + block.attention_post_norm(block.attention(block.attention_norm(x), rope, mask))
+            want = h + block.mlp_post_norm(block.mlp(block.mlp_norm(h)))
+        assert torch.allclose(block(x, rope, mask), want, atol=1e-6)
+        pre = tiny(**{**VARIANTS[name], "norm_position": "pre"}).layers[0]
+        pre.load_state_dict({k: v for k, v in block.state_dict().items() if "post_norm" not in k})
+        assert not torch.allclose(pre(x, rope, mask), want, atol=1e-3)
+
+
+def test_qk_norm_per_head_normalises_each_head_with_one_weight() -> None:
+    model = tiny(**VARIANTS["qwen3"])
+    attention = model.layers[0].attention
+    assert attention.q_norm.weight.shape == attention.k_norm.weight.shape == (12,)
+    x = torch.randn(2, 8, TINY["d_model"])
+    with torch.no_grad():
+        attention.q_norm.weight.normal_(1.0, 0.3)
+        q = attention.wq(x).view(2, 8, -1, 12)
+        want = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + 1e-5) * attention.q_norm.weight
+        assert torch.allclose(attention.q_norm(q), want, atol=1e-5)
+    qwen2 = tiny(**VARIANTS["qwen2"]).layers[0]
+    assert all(getattr(qwen2.attention, w).bias is not None for w in ("wq", "wk", "wv"))
+    assert qwen2.attention.wo.bias is None and qwen2.mlp.w1.bias is None
 
 
 def test_embedding_norm_normalises_the_embedding() -> None:

@@ -64,7 +64,7 @@ MISTAKES = [
     ("norm: rmsnorm", "norm: rmsnrm", "model.norm", "did you mean 'rmsnorm'", "`norm: rmsnorm`"),
     ("{name: foundation,", "{name: Foundation,", "phases[0].name", "not a valid name", "`name: foundation`"),
     ("mixture: {web: 0.8,", "mixture: {web: 80%,", "phases[0].mixture.web", "80% is 0.8", "`web: 0.8`"),
-    ("qk_norm: false", "qk_norm: maybe", "model.qk_norm", "expected true or false", "`qk_norm: false`"),
+    ("qk_norm: false", "qk_norm: maybe", "model.qk_norm", "expected true, false or per_head", "`qk_norm: false`"),
     ("name: case-base", "name: 12", "name", "expected text, got the number 12", "quote it"),
     ("mfu: 0.4", "mfu: .nan", "hardware.mfu", "expected a finite number", "`mfu: 0.4`"),
     (

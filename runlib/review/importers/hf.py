@@ -2,19 +2,19 @@
 
 Families, by `model_type` (field names as transformers' configuration_<family>.py defines them):
   llama, mistral, qwen2, olmo2,  RMSNorm, SwiGLU (intermediate_size), RoPE (rope_theta), GQA
-  qwen3, phi3                    (num_key_value_heads); olmo2 adds QK-norm over the full q and k widths,
-                                 qwen3 per head (held as qk_norm: the spec counts full widths); phi3 fuses
-                                 qkv_proj and gate_up_proj (the same parameters)
+  qwen3, phi3                    (num_key_value_heads); qwen2 biases q, k and v only (qkv_bias); olmo2 adds
+                                 QK-norm over the full q and k widths and its norms after the sublayers
+                                 (norm_position: output), qwen3 QK-norm per head (qk_norm: per_head); phi3
+                                 fuses qkv_proj and gate_up_proj (the same parameters)
   gemma2, gemma3_text            GeGLU (tanh GELU as the gate: held as swiglu, the same parameters), RMSNorm
-                                 before and after each sublayer, head_dim, tied embeddings; gemma3 adds
-                                 per-head QK-norm
+                                 before and after each sublayer (norm_position: sandwich), head_dim, tied
+                                 embeddings; gemma3 adds per-head QK-norm
   starcoder2                     LayerNorm and biases (use_bias), a plain GELU MLP, RoPE, GQA
   gpt2                           n_layer/n_embd/n_head/n_positions, n_inner (None: 4*n_embd), LayerNorm
                                  and biases, learned positions, tied head (tie_word_embeddings default True)
   gpt_neox                       LayerNorm and biases, GELU MLP, rotary on rotary_pct of each head
-What a run spec cannot express is stated in the header (Mistral's sliding window, Qwen2's q/k/v-only
-biases, NeoX's parallel residual and partial rotary, rope_scaling), with its effect on the parameter
-count. The config says nothing about training: without --training-args the batch and LR come from the
+What a run spec cannot express is stated in the header (Mistral's sliding window, NeoX's parallel
+residual and partial rotary, rope_scaling, Gemma's soft-capping), with its effect on the parameter count. The config says nothing about training: without --training-args the batch and LR come from the
 DeepSeek LLM fit (arXiv 2401.02954, eq. 1) and the tokens from ~20 per parameter (Chinchilla,
 arXiv 2203.15556), all marked `assumed:`.
 """
@@ -166,31 +166,17 @@ def _gemma_block(
     d.set("model.norm", "rmsnorm", "RMSNorm")
     d.set("model.bias", bool(config.get("attention_bias", False)), "attention_bias")
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)")
-    layers, hd = int(d.get("model.layers")), int(config.get("head_dim") or hidden // heads)
-    norms = 2 * layers * hidden
+    d.set("model.norm_position", "sandwich", "RMSNorm before and after each sublayer")
     caps = {k: config.get(f"{k}_logit_softcapping") for k in ("attn", "final")}
     capped = ", ".join(f"{k} {v:g}" for k, v in caps.items() if v)
     notes = [
         f"{family}: the MLP's gate is {act} (GeGLU), which the spec holds as swiglu (the same parameters and FLOPs; "
-        "runlib's trainer would build SiLU); RMSNorm after each sublayer as well as before is not expressible: the "
-        f"checkpoint has {norms:,} norm parameters more than this spec counts; the embeddings are scaled by "
-        "sqrt(d_model)"
+        "runlib's trainer would build SiLU); the embeddings are scaled by sqrt(d_model)"
         + (f"; logit soft-capping ({capped}) is not expressible (no parameter change)." if capped else ".")
     ]
     if family == "gemma3_text":
-        notes.append(_per_head_qk_norm(d, "Gemma 3", layers, heads, kv, hd))
+        d.set("model.qk_norm", "per_head", "Gemma 3: RMSNorm on q and k per head")
     return notes + _window_notes(config)
-
-
-def _per_head_qk_norm(d: Draft, model: str, layers: int, heads: int, kv: int, head_dim: int) -> str:
-    """model.qk_norm for a per-head QK-norm (2 x head_dim parameters a layer), and the header's note: the spec
-    counts the norms over the full q and k widths."""
-    d.set("model.qk_norm", True, f"{model}: RMSNorm on q and k per head")
-    extra = layers * ((heads + kv) * head_dim - 2 * head_dim)
-    return (
-        f"{model} normalizes q and k per head (2 x {head_dim} parameters a layer); the spec's qk_norm counts the "
-        f"full widths: {extra:,} parameters more than the checkpoint."
-    )
 
 
 def _gpt2_model(d: Draft, config: dict[str, Any], file: str) -> None:
@@ -237,13 +223,8 @@ def _swiglu_block(
     d.set("model.activation", "swiglu", "SiLU-gated MLP (gate, up, down)")
     d.set("model.norm", "rmsnorm", "RMSNorm")
     if family == "qwen2":
-        d.set("model.bias", False, "no o_proj or MLP biases (see the header for q/k/v)")
-        layers, hd = d.get("model.layers"), int(config.get("head_dim") or hidden // heads)
-        extra = layers * (heads * hd + 2 * kv * hd)
-        notes.append(
-            f"Qwen2 has biases on q, k and v only; a spec's `bias` is all or nothing, so they are left out: the "
-            f"checkpoint has {extra:,} parameters more than this spec counts (q/k/v biases of {layers} layers)."
-        )
+        d.set("model.bias", False, "no o_proj or MLP biases")
+        d.set("model.qkv_bias", True, "Qwen2: q_proj, k_proj and v_proj with biases")
     else:
         bias = bool(config.get("attention_bias", False)) or bool(config.get("mlp_bias", False))
         if bool(config.get("attention_bias", False)) != bool(config.get("mlp_bias", False)):
@@ -255,9 +236,9 @@ def _swiglu_block(
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
     if family == "olmo2":
         d.set("model.qk_norm", True, "OLMo 2: RMSNorm over the full q and k projections")
+        d.set("model.norm_position", "output", "OLMo 2: the norms after the attention and the MLP")
     if family == "qwen3":
-        hd = int(config.get("head_dim") or hidden // heads)
-        notes.append(_per_head_qk_norm(d, "Qwen3", int(d.get("model.layers")), heads, kv, hd))
+        d.set("model.qk_norm", "per_head", "Qwen3: RMSNorm on q and k per head")
     if family == "phi3":
         notes.append(
             "Phi-3 fuses q, k, v (qkv_proj) and the gate and up projections (gate_up_proj): the same parameters."

@@ -76,6 +76,11 @@ def model_section(spec: RunSpec, shape: dict[str, int]) -> tuple[dict[str, Any],
             model[name] = True
     if m.dropout:
         model["dropout"] = m.dropout
+    # Qwen2's q/k/v biases and OLMo 2's or Gemma's norm placement: the same block at any width
+    if m.qkv_bias is not None:
+        model["qkv_bias"] = m.qkv_bias
+    if m.norm_position != "pre":
+        model["norm_position"] = m.norm_position
     return model, notes
 
 

@@ -29,7 +29,9 @@ def _divisors_near(n: int, target: int, count: int = 4) -> str:
 
 
 class ModelSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"norm_bias", "parallel_block", "embedding_norm", "dropout"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
+        {"norm_bias", "parallel_block", "embedding_norm", "dropout", "qkv_bias", "norm_position"}
+    )
 
     layers: int = Field(ge=1, le=100_000)
     """Number of transformer blocks."""
@@ -73,6 +75,9 @@ class ModelSpec(KeyedWhenSet):
     bias: bool = False
     """Biases in linear layers (and, unless `norm_bias` says otherwise, in layernorm)."""
 
+    qkv_bias: bool | None = None
+    """Biases on the query, key and value projections, separately from `bias` (Qwen2 and Qwen2.5: q, k and v with biases, the output projection and the MLP without; transformers' Qwen2Attention); omitted: as `bias`."""
+
     norm_bias: bool | None = None
     """LayerNorm bias, separately from the linear layers' (Falcon: biased LayerNorm, bias-free linear layers; MPT: neither); omitted: as `bias`. RMSNorm has none: true with rmsnorm is an error."""
 
@@ -101,8 +106,28 @@ class ModelSpec(KeyedWhenSet):
     rope_theta: float = Field(10000.0, gt=0, le=MAX_ROPE_THETA)
     """RoPE base of the first phase; a phase may change it."""
 
-    qk_norm: bool = False
-    """RMSNorm on queries and keys (OLMo 2 style: over the full q and k projections)."""
+    qk_norm: bool | Literal["per_head"] = False
+    """RMSNorm on queries and keys before RoPE: true, over the full q and k projections (OLMo 2, Groeneveld et al. 2025, arXiv 2501.00656 section 3.2: a*hd + kv*hd weights per layer); per_head, over each head's head_dim with one weight vector shared by the heads (Qwen3, Gemma 3: 2*hd weights per layer)."""
+
+    @field_validator("qk_norm", mode="before")
+    @classmethod
+    def _qk_norm_value(cls, value: object) -> object:
+        if value is True or value is False or value == "per_head":
+            return value
+        raise ValueError(f"expected true, false or per_head, got {value!r}")
+
+    norm_position: Literal["pre", "output", "sandwich"] = "pre"
+    """Where each sublayer's norm sits: pre, x + f(norm(x)) (GPT-2 onwards, Llama); output, x + norm(f(x)) (OLMo 2's reordered norm, arXiv 2501.00656 section 3.2: the same norms applied to the attention and MLP outputs); sandwich, x + norm'(f(norm(x))), a norm before and after each sublayer (Gemma 2, arXiv 2408.00118 section 2: 4 norms per layer). Parallel blocks take pre only."""
+
+    @field_validator("norm_position")
+    @classmethod
+    def _norm_position_of_a_parallel_block(cls, position: str, info: ValidationInfo) -> str:
+        if position != "pre" and info.data.get("parallel_block"):
+            raise ValueError(
+                f"norm_position: {position} with parallel_block: true: a parallel block has one norm before both "
+                "branches; use norm_position: pre, or parallel_block: false"
+            )
+        return position
 
     tie_embeddings: bool = False
     """The output head shares the input embedding matrix."""
