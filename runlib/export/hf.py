@@ -1,24 +1,29 @@
 """A phase's model as a Hugging Face checkpoint: `runlib export SPEC --phase NAME --out DIR`.
 
-    hf_architecture(model) -> "LlamaForCausalLM" | "GPT2LMHeadModel"   (UserError: what has no equivalent)
+    hf_architecture(model) -> "LlamaForCausalLM" | "Qwen2ForCausalLM" | ... (UserError: what has no equivalent)
     hf_config(shape) -> config.json as a dict
     hf_state_dict(state, shape) -> {HF parameter name: tensor}
     write_export(state, shape, tokenizer_dir, out_dir, provenance)   (atomic: a temporary folder, then rename)
 
-Which architecture. runlib's block is pre-norm (x + attn(norm(x)), x + mlp(norm(x))) with no parallel
-residual, so two transformers architectures compute exactly the same function:
+Which architecture. runlib's block (runlib.model.transformer) maps onto transformers architectures that
+compute exactly the same function:
   * LlamaForCausalLM (transformers src/transformers/models/llama/modeling_llama.py): RMSNorm, RoPE in the
     rotate-half form (the same as ours, so q/k weights need no permutation), SwiGLU as
     down(silu(gate(x)) * up(x)), grouped-query attention, an explicit head_dim, attention_bias and
     mlp_bias for model.bias, tie_word_embeddings;
+  * Qwen2ForCausalLM (models/qwen2): the same block with biases on q, k and v only (model.qkv_bias);
+  * Qwen3ForCausalLM (models/qwen3): the same with RMSNorm on q and k per head (qk_norm: per_head);
+  * Olmo2ForCausalLM (models/olmo2): QK-norm over the whole projections and the norms after the
+    sublayers, x + norm(attn(x)) (qk_norm: true, norm_position: output; Groeneveld et al. 2025, arXiv
+    2501.00656, section 3.2);
   * GPT2LMHeadModel (models/gpt2/modeling_gpt2.py): LayerNorm, learned absolute positions, a GELU MLP,
     multi-head attention; its Conv1D layers store weights as [in, out] (transposed) and q, k, v fused in
     c_attn. GPT-2 always has biases: a spec without them exports zero biases (the same function).
 Refused, with the reason: parallel blocks (Falcon), an embedding norm (BLOOM), ALiBi and relative
-positions, ReLU activations (shapes whose transformers architectures differ from runlib's block in other ways), QK-norm (OLMo 2 normalises q and k over the whole projection but its blocks are
-post-norm, x + norm(attn(x)) (Groeneveld et al. 2025, arXiv 2501.00656, section 3.2); Qwen3 normalises per
-head: neither is our block), and the mixed shapes (RoPE with LayerNorm or GELU, learned positions with
-RMSNorm or SwiGLU, grouped-query attention with learned positions) that no architecture has.
+positions, ReLU activations, full-width QK-norm in a pre-norm block, sandwich norms (Gemma 2: its GeGLU,
+soft-capping and sliding windows are not runlib's yet), and the mixed shapes (RoPE with LayerNorm or
+GELU, learned positions with RMSNorm or SwiGLU, grouped-query attention with learned positions) that no
+architecture has.
 
 The export holds the phase's weights in their stored dtype (float32 master weights), the RoPE base and
 context of that phase (a long-context phase exports its own theta), and the tokenizer with the spec's
