@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from runlib.errors import UserError
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
-from runlib.plan.params import qkv_has_bias
+from runlib.plan.params import qkv_has_bias, windowed_layers
 from runlib.spec.models import ModelSpec
 from runlib.util.atomic import replace_dir
 
@@ -112,6 +112,27 @@ def _rope_family(model: ModelSpec) -> tuple[str | None, str]:
     return None, "model.qkv_bias differs from model.bias in a way no architecture has (Qwen2: q, k, v biased only)"
 
 
+GEMMA_FIELDS = ("attention_softcap", "final_softcap", "attention_scale_dim", "embedding_multiplier", "sliding_window")
+
+
+def _gemma2_problems(model: ModelSpec) -> list[str]:
+    """What keeps a RoPE + RMSNorm + GeGLU + sandwich-norm model from being Gemma2ForCausalLM (transformers
+    models/gemma2/modeling_gemma2.py: embeddings times sqrt(hidden_size), no biases, q and k without norms)."""
+    problems = []
+    if qkv_has_bias(model) or model.bias:
+        problems.append("model.bias / model.qkv_bias (Gemma 2 has no biases)")
+    if model.qk_norm:
+        problems.append("model.qk_norm (Gemma 2 has none; Gemma 3's per-head QK-norm is not exported yet)")
+    root = model.d_model**0.5
+    if model.embedding_multiplier is None or abs(model.embedding_multiplier - root) > 1e-6 * root:
+        problems.append(
+            f"model.embedding_multiplier {model.embedding_multiplier} (Gemma 2 scales by sqrt(d_model) = {root:g})"
+        )
+    if model.d_model % model.heads:
+        problems.append("model.heads not dividing d_model (Gemma2Config refuses it)")
+    return problems
+
+
 def hf_architecture(model: ModelSpec) -> str:
     """The transformers class that computes exactly runlib's block for this shape; UserError otherwise."""
     problems = []
@@ -121,7 +142,16 @@ def hf_architecture(model: ModelSpec) -> str:
         problems.append("model.embedding_norm: true (BLOOM's embedding LayerNorm: neither Llama nor GPT-2 has it)")
     llama_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "swiglu"
     gpt2_like = model.position == "learned" and model.norm == "layernorm" and model.activation == "gelu"
+    gemma_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "geglu"
     family: str | None = None
+    if gemma_like and model.norm_position == "sandwich":
+        family = "Gemma2ForCausalLM"
+        problems += _gemma2_problems(model)
+    elif gemma_like:
+        problems.append("activation: geglu without norm_position: sandwich (Gemma 2's block has both)")
+    elif any(getattr(model, name) is not None for name in GEMMA_FIELDS):
+        named = [name for name in GEMMA_FIELDS if getattr(model, name) is not None]
+        problems.append(f"model.{', model.'.join(named)} (Gemma 2's: with activation geglu and sandwich norms)")
     if llama_like:
         family, why = _rope_family(model)
         if family is None:
@@ -132,10 +162,11 @@ def hf_architecture(model: ModelSpec) -> str:
             problems.append(
                 "model.qk_norm, model.norm_position or model.qkv_bias with learned positions (GPT-2 has none)"
             )
-    else:
+    elif not gemma_like:
         problems.append(
             f"position: {model.position}, norm: {model.norm}, activation: {model.activation} (LlamaForCausalLM needs "
-            "rope + rmsnorm + swiglu; GPT2LMHeadModel needs learned + layernorm + gelu)"
+            "rope + rmsnorm + swiglu; Gemma2ForCausalLM rope + rmsnorm + geglu; GPT2LMHeadModel needs learned + "
+            "layernorm + gelu)"
         )
     if gpt2_like and spec_kv_heads(model) != model.heads:
         problems.append(
@@ -181,6 +212,31 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
     common |= {"torch_dtype": "float32", "dtype": "float32"}
     common |= {"eos_token_id": shape.eos_id, "bos_token_id": None, "pad_token_id": shape.pad_id}
     architecture = hf_architecture(m)
+    if architecture == "Gemma2ForCausalLM":
+        windowed = windowed_layers(m)
+        return {
+            "architectures": [architecture],
+            "model_type": "gemma2",
+            "hidden_size": m.d_model,
+            "intermediate_size": m.d_ff,
+            "num_hidden_layers": m.layers,
+            "num_attention_heads": m.heads,
+            "num_key_value_heads": spec_kv_heads(m),
+            "head_dim": spec_head_dim(m),
+            "hidden_activation": "gelu_pytorch_tanh",  # GeGLU's tanh GELU (runlib.model.transformer.MLP)
+            "rms_norm_eps": NORM_EPS,
+            "max_position_embeddings": shape.seq_len,
+            **rope_config(shape.rope_theta),
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "query_pre_attn_scalar": m.attention_scale_dim or spec_head_dim(m),
+            # every layer's kind written out (transformers 5.x reads layer_types; its default alternates)
+            "sliding_window": m.sliding_window or shape.seq_len,
+            "layer_types": ["sliding_attention" if w else "full_attention" for w in windowed],
+            "attn_logit_softcapping": m.attention_softcap,
+            "final_logit_softcapping": m.final_softcap,
+            **common,
+        }
     if architecture != "GPT2LMHeadModel":
         rope_block = {
             "architectures": [architecture],
@@ -239,6 +295,8 @@ def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[st
         out[name] = tensor.detach().contiguous()
 
     architecture = hf_architecture(m)
+    if architecture == "Gemma2ForCausalLM":
+        return _gemma2_state_dict(state, m, put, out)
     if architecture != "GPT2LMHeadModel":
         put("model.embed_tokens.weight", state["tok_embeddings.weight"])
         olmo2 = architecture == "Olmo2ForCausalLM"  # its norms follow the sublayers (norm_position: output)
@@ -289,6 +347,35 @@ def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[st
         put(h + "mlp.c_proj.bias", bias(p + "mlp.w2.bias", d))
     put("transformer.ln_f.weight", state["norm.weight"])
     put("transformer.ln_f.bias", bias("norm.bias", d))
+    if not m.tie_embeddings:
+        put("lm_head.weight", state["lm_head.weight"])
+    return out
+
+
+def _gemma2_state_dict(
+    state: dict[str, torch.Tensor], m: ModelSpec, put: Any, out: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Gemma 2's names; its RMSNorm scales by (1 + weight) (modeling_gemma2.py Gemma2RMSNorm), so each norm's
+    weight is runlib's minus one: the same function."""
+    put("model.embed_tokens.weight", state["tok_embeddings.weight"])
+    names = {
+        "attention_norm": "input_layernorm",
+        "attention_post_norm": "post_attention_layernorm",
+        "mlp_norm": "pre_feedforward_layernorm",
+        "mlp_post_norm": "post_feedforward_layernorm",
+        "attention.wq": "self_attn.q_proj",
+        "attention.wk": "self_attn.k_proj",
+        "attention.wv": "self_attn.v_proj",
+        "attention.wo": "self_attn.o_proj",
+        "mlp.w1": "mlp.gate_proj",
+        "mlp.w3": "mlp.up_proj",
+        "mlp.w2": "mlp.down_proj",
+    }
+    for i in range(m.layers):
+        for ours, theirs in names.items():
+            weight = state[f"layers.{i}.{ours}.weight"]
+            put(f"model.layers.{i}.{theirs}.weight", weight - 1 if "norm" in ours else weight)
+    put("model.norm.weight", state["norm.weight"] - 1)
     if not m.tie_embeddings:
         put("lm_head.weight", state["lm_head.weight"])
     return out

@@ -440,7 +440,7 @@ def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
         "mlp.w1": ColwiseParallel(),
         "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
     }
-    if model.spec.activation == "swiglu":
+    if model.spec.activation in ("swiglu", "geglu"):
         block_plan["mlp.w3"] = ColwiseParallel()
     for block in model.blocks():
         parallelize_module(block, tp_mesh, block_plan)

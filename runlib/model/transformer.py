@@ -67,9 +67,9 @@ import torch.utils.checkpoint
 from torch import nn
 
 from runlib.model.context_parallel import ContextParallel
+from runlib.plan.params import gated_mlp, norm_has_bias, qk_norm_widths, qkv_has_bias, windowed_layers
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
-from runlib.plan.params import norm_has_bias, qk_norm_widths, qkv_has_bias
 from runlib.spec.models import ModelSpec
 
 AttentionBackend = Literal["auto", "sdpa", "flex"]
@@ -193,6 +193,22 @@ def document_causal_mask_mod(doc_ids: torch.Tensor | None) -> MaskMod:
     return document_causal
 
 
+def window_band(length: int, window: int, device: torch.device) -> torch.Tensor:
+    """[L, L] True where the key is one of the query's `window` latest (q - k < window; Mistral 7B's sliding
+    window, arXiv 2310.06825 section 2, and transformers' sliding_window_causal)."""
+    index = torch.arange(length, device=device)
+    return (index[:, None] - index[None, :]) < window
+
+
+def windowed_mask_mod(mask_mod: MaskMod, window: int) -> MaskMod:
+    """`mask_mod` and the sliding window: the key among the query's `window` latest."""
+
+    def windowed(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        return mask_mod(b, h, q_idx, kv_idx) & (q_idx - kv_idx < window)
+
+    return windowed
+
+
 _compiled_flex: Callable[..., Any] | None = None
 
 
@@ -269,6 +285,9 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(q_width) if q_width else None
         self.k_norm = RMSNorm(k_width) if k_width else None
         self.dropout = model.dropout
+        # Gemma 2: logits scaled by 1/sqrt(attention_scale_dim) (None: SDPA's 1/sqrt(head_dim)), soft-capped
+        self.scale = model.attention_scale_dim**-0.5 if model.attention_scale_dim else None
+        self.softcap = model.attention_softcap
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         n, length, _ = x.shape
@@ -304,31 +323,88 @@ class Attention(nn.Module):
             # contiguous copies: inductor's CPU flex template misreads rotate-half q/k views (feasibility.md 7)
             q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
             flex_out: torch.Tensor = flex_attention_fn(q.device)(
-                q, k, v, score_mod=mask.score_mod, block_mask=mask.block_mask, enable_gqa=gqa
+                q,
+                k,
+                v,
+                score_mod=capped_score_mod(mask.score_mod, self.softcap),
+                block_mask=mask.block_mask,
+                enable_gqa=gqa,
+                scale=self.scale,
             )
             return flex_out
-        if isinstance(mask, AttentionMask) and mask.bool_mask is not None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool_mask, dropout_p=p, enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=gqa)
+        bool_mask = mask.bool_mask if isinstance(mask, AttentionMask) else None
+        if self.softcap is not None:
+            return capped_attention(q, k, v, bool_mask, self.scale, self.softcap, p)
+        if bool_mask is not None:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bool_mask, dropout_p=p, enable_gqa=gqa, scale=self.scale
+            )
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=gqa, scale=self.scale)
+
+
+def capped_score_mod(score_mod: Any, cap: float | None) -> Any:
+    """flex_attention's score_mod with the logits soft-capped first, cap * tanh(score / cap) (Gemma 2)."""
+    if cap is None:
+        return score_mod
+
+    def capped(
+        score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
+        score = cap * torch.tanh(score / cap)
+        return score if score_mod is None else score_mod(score, b, h, q_idx, kv_idx)
+
+    return capped
+
+
+def capped_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float | None,
+    cap: float,
+    dropout: float,
+) -> torch.Tensor:
+    """Attention with soft-capped logits, unfused (no SDPA kernel caps them): softmax(cap * tanh(q k^T * scale /
+    cap) + mask) v, the softmax in float32 (Gemma 2, arXiv 2408.00118 section 2; transformers' Gemma2Attention).
+    mask: boolean (True = attend), additive (ALiBi's), or None for causal."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    scores = cap * torch.tanh(scores / cap)
+    if mask is None:
+        length, keys = q.shape[2], k.shape[2]
+        mask = torch.ones(length, keys, dtype=torch.bool, device=q.device).tril(keys - length)
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    else:
+        scores = scores + mask
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    if dropout > 0:
+        probs = F.dropout(probs, dropout)
+    return probs @ v
 
 
 class MLP(nn.Module):
-    """SwiGLU: w2(silu(w1 x) * w3 x) (Shazeer 2020); GELU, ReLU, squared ReLU: w2(act(w1 x))."""
+    """SwiGLU: w2(silu(w1 x) * w3 x) (Shazeer 2020), GeGLU the same with a tanh GELU; GELU, ReLU, squared
+    ReLU: w2(act(w1 x))."""
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__()
         d, f = model.d_model, model.d_ff
         self.activation = model.activation
-        self.swiglu = model.activation == "swiglu"
+        self.gated = gated_mlp(model)  # SwiGLU or GeGLU: a gate (w1) and an up projection (w3)
         self.w1 = nn.Linear(d, f, bias=model.bias)
-        self.w3 = nn.Linear(d, f, bias=model.bias) if self.swiglu else None
+        self.w3 = nn.Linear(d, f, bias=model.bias) if self.gated else None
         self.w2 = nn.Linear(f, d, bias=model.bias)
         self.w2.residual_projection = True  # type: ignore[assignment]  # a marker for reset_parameters (as wo's)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.w1(x)
         if self.w3 is not None:
-            h = F.silu(h) * self.w3(x)
+            gate = F.silu(h) if self.activation == "swiglu" else F.gelu(h, approximate="tanh")  # GeGLU: tanh GELU
+            h = gate * self.w3(x)
         elif self.activation == "relu":
             h = F.relu(h)
         elif self.activation == "relu2":  # squared ReLU (So et al. 2021, section 4)
@@ -346,6 +422,7 @@ class Block(nn.Module):
     (model.dropout) on each branch's output in training."""
 
     recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
+    windowed = False  # attends to model.sliding_window keys (set by Transformer)
     # with recompute: a policy of what to keep anyway (op-level selective: parallelize.op_selective_context)
     recompute_context_fn: Callable[[], tuple[Any, Any]] | None = None
 
@@ -441,6 +518,8 @@ class Transformer(nn.Module):
             "alibi", alibi_slopes(model.heads) if model.position == "alibi" else torch.empty(0), persistent=False
         )
         self.layers = nn.ModuleList(Block(model) for _ in range(model.layers))
+        for block, windowed in zip(self.blocks(), windowed_layers(model), strict=True):
+            block.windowed = windowed  # a sliding-window layer (model.sliding_window, global_every)
         self.norm = make_norm(model, model.d_model)
         self.lm_head = nn.Linear(model.d_model, vocab_rows, bias=False)
         if model.tie_embeddings:
@@ -501,10 +580,19 @@ class Transformer(nn.Module):
         return AttentionMask(bool_mask=context_parallel_mask(query, keys, docs), context_parallel=cp)
 
     def attention_mask(
-        self, doc_ids: torch.Tensor | None, n: int, length: int, device: torch.device, dtype: torch.dtype
+        self,
+        doc_ids: torch.Tensor | None,
+        n: int,
+        length: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        window: int | None = None,
     ) -> AttentionMask:
-        """The mask every layer of this forward uses (built once); ALiBi's additive mask in `dtype` (the
+        """The mask every layer of this forward uses (built once; a second one, `window`, for the
+        sliding-window layers: a query sees its `window` latest keys); ALiBi's additive mask in `dtype` (the
         residual stream's: the embedding's output)."""
+        if window is not None and window >= length:
+            window = None  # the window holds the whole row: the plain mask
         backend = self.attention_backend
         if self.training and self.spec.dropout > 0 and torch.is_grad_enabled():
             backend = "sdpa"  # flex_attention has no dropout on the attention probabilities
@@ -520,15 +608,18 @@ class Transformer(nn.Module):
                 ) -> torch.Tensor:
                     return score + slopes[h] * (kv_idx - q_idx)
 
-            return AttentionMask(block_mask=flex_block_mask(doc_ids, n, length, device), score_mod=score_mod)
-        if alibi:
-            if doc_ids is not None and has_documents(doc_ids):
+            mask_mod = windowed_mask_mod(document_causal_mask_mod(doc_ids), window) if window else None
+            block = flex_block_mask(doc_ids, n, length, device, mask_mod=mask_mod)
+            return AttentionMask(block_mask=block, score_mod=score_mod)
+        documents = doc_ids is not None and has_documents(doc_ids)
+        if alibi or documents or window:
+            if doc_ids is not None and documents:
                 allowed = document_causal_mask(doc_ids)
             else:
                 allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
-            return AttentionMask(bool_mask=alibi_bias(self.alibi, allowed, dtype))
-        if doc_ids is not None and has_documents(doc_ids):
-            return AttentionMask(bool_mask=document_causal_mask(doc_ids))
+            if window:
+                allowed = allowed & window_band(length, window, device)
+            return AttentionMask(bool_mask=alibi_bias(self.alibi, allowed, dtype) if alibi else allowed)
         return AttentionMask()
 
     def forward(
@@ -551,6 +642,8 @@ class Transformer(nn.Module):
                 raise ValueError("context parallelism with ALiBi is not enacted (RUN001 refuses it)")
             input_ids, position_ids = cp.local(input_ids), cp.local(position_ids)
         x = self.tok_embeddings(input_ids) if first_stage else input_ids
+        if first_stage and self.spec.embedding_multiplier is not None:
+            x = x * torch.tensor(self.spec.embedding_multiplier, dtype=x.dtype)  # Gemma: sqrt(d_model)
         rope = None
         if self.pos_embeddings is not None:
             x = x + self.pos_embeddings(position_ids)
@@ -566,13 +659,19 @@ class Transformer(nn.Module):
             x = self.embedding_norm(x)
         if self.embedding_dropout is not None:
             x = self.embedding_dropout(x)
+        local = None
         if cp is not None:
+            if self.spec.sliding_window is not None:
+                raise ValueError("context parallelism with sliding_window is not enacted (RUN001 refuses it)")
             mask = self.context_parallel_attention_mask(cp, doc_ids, n, length, device)
         else:
             mask = self.attention_mask(doc_ids, n, length, device, x.dtype)
+            if self.spec.sliding_window is not None:
+                local = self.attention_mask(doc_ids, n, length, device, x.dtype, window=self.spec.sliding_window)
         for layer in self.blocks():
-            x = layer(x, rope, mask)
+            x = layer(x, rope, local if layer.windowed and local is not None else mask)
         if self.lm_head is None:  # a pipeline stage before the last: the residual stream goes on
             return x
-        logits: torch.Tensor = self.lm_head(self.norm(x))
-        return logits.float()
+        logits: torch.Tensor = self.lm_head(self.norm(x)).float()
+        cap = self.spec.final_softcap
+        return cap * torch.tanh(logits / cap) if cap is not None else logits

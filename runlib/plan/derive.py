@@ -10,7 +10,7 @@ from runlib.plan import flops as F
 from runlib.plan import scaling
 from runlib.plan.effective import PhaseSettings, all_phase_settings, devices
 from runlib.plan.memory import MemoryBreakdown, phase_memory, state_bytes_per_param
-from runlib.plan.params import ParamCounts, count_params, head_dim
+from runlib.plan.params import ParamCounts, count_params, head_dim, windowed_layers
 from runlib.plan.schedule import Schedule, build_schedule, planned_lr
 from runlib.plan.timeline import (
     PhaseSpan,
@@ -222,11 +222,14 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     throughput = peak * spec.hardware.mfu * devices(spec)  # model FLOP/s of the whole job
     attn_width = spec.model.heads * head_dim(spec.model)
     relative = spec.model.position == "relative"  # one more score matmul per layer (flops.py)
+    windowed = sum(windowed_layers(spec.model))  # sliding-window layers score at most the window's keys
     phases: list[PhasePlan] = []
     used: dict[str, float] = {name: 0.0 for name in spec.data.sources}
     stretches = ramp_stretches(spec)
     for s, span in zip(settings, spans, strict=False):
-        per_token = F.flops_per_token(params.matmul, spec.model.layers, attn_width, s.seq_len, relative)
+        per_token = F.flops_per_token(
+            params.matmul, spec.model.layers, attn_width, s.seq_len, relative, spec.model.sliding_window, windowed
+        )
         weights_total = sum(s.phase.mixture.values()) or 1.0
         source_tokens = {k: span.tokens * w / weights_total for k, w in s.phase.mixture.items()}
         for k, v in source_tokens.items():
@@ -274,7 +277,16 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     flops_total = sum(p.flops for p in phases)
     first_seq = settings[0].seq_len if settings else spec.model.seq_len
     flops_causal = sum(
-        F.flops_per_token_causal(params.matmul, spec.model.layers, attn_width, p.settings.seq_len, relative) * p.tokens
+        F.flops_per_token_causal(
+            params.matmul,
+            spec.model.layers,
+            attn_width,
+            p.settings.seq_len,
+            relative,
+            spec.model.sliding_window,
+            windowed,
+        )
+        * p.tokens
         for p in phases
     )
     gpu_hours = flops_total / (peak * spec.hardware.mfu) / 3600 if peak > 0 else math.inf

@@ -282,6 +282,17 @@ class Layout:
                     f"use a seq_len divisible by {need} (2 x context x tensor), or degrees that divide it",
                 )
             )
+        if model is not None and model.sliding_window is not None:
+            out.append(
+                Refusal(
+                    "RUN001",
+                    "parallelism.context",
+                    self.cp,
+                    f"context parallelism {self.cp} with model.sliding_window is not enacted: the context-parallel "
+                    "mask has no window",
+                    "use context: 1 with sliding windows (shard with fsdp, recompute activations)",
+                )
+            )
         if model is not None and model.position == "alibi":
             out.append(
                 Refusal(

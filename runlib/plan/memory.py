@@ -81,7 +81,7 @@ from dataclasses import dataclass
 
 from runlib.plan.effective import PhaseSettings
 from runlib.plan.layout import Layout, build_layout, pipeline_stage_layers
-from runlib.plan.params import ParamCounts, head_dim, kv_heads
+from runlib.plan.params import ParamCounts, gated_mlp, head_dim, kv_heads
 from runlib.spec.models import ModelSpec, PrecisionSpec
 
 GIB = 2**30
@@ -215,7 +215,7 @@ def activation_bytes_per_layer(
     # all-gathered input, which the matmuls save (runlib/model/parallelize.py apply_tensor_parallel;
     # torchtitan torchtitan/parallelisms/parallelize_llama.py @ 9dec370ad26b5f8e9a7333a0e36165018262644b)
     gathered = s * b * 2 * h * act_bytes if gathered_inputs else 0.0
-    mlp_hidden = 4 * f if model.activation == "swiglu" else 2 * f  # SwiGLU: gate, up, silu(gate), product
+    mlp_hidden = 4 * f if gated_mlp(model) else 2 * f  # gated: gate, up, act(gate), product
     # q, k, v (under context parallelism the kernel keeps the row's gathered k and v), attention out, MLP
     inside = s * b * act_bytes * (a * hd + 2 * kv * hd * context + a * hd + mlp_hidden)
     if attention_kernel == "eager" and not selective:
@@ -234,7 +234,7 @@ def op_selective_bytes_per_layer(
     (q, k, v, o, then the MLP's gate, up, down: the 1st, 3rd, 5th and 7th are kept)."""
     s, b, h, f = seq_len / context, micro_batch, model.d_model, model.d_ff
     a, kv, hd = model.heads, kv_heads(model), head_dim(model)
-    matmuls = [a * hd, kv * hd, kv * hd, h, f, *([f] if model.activation == "swiglu" else []), h]
+    matmuls = [a * hd, kv * hd, kv * hd, h, f, *([f] if gated_mlp(model) else []), h]
     kept = a * hd + sum(matmuls[0::2])  # the kernel's output and the odd-numbered matmuls
     layer_input = h / tensor if sequence_parallel and tensor > 1 else h
     return s * b * act_bytes * (kept / tensor + layer_input)
@@ -260,7 +260,7 @@ def cpu_activation_bytes_per_layer(
             + a * hd
             + 2 * kv * hd * context  # RoPE-rotated k and v: under context parallelism, gathered over the row
             + (1 if selective else 2) * a * hd  # the kernel's output (not under selective), the o-projection's input
-            + (4 * f if model.activation == "swiglu" else 2 * f)  # MLP hidden
+            + (4 * f if gated_mlp(model) else 2 * f)  # MLP hidden
             + ((a + kv) * hd if model.qk_norm else 0)  # QK-norm inputs
         )
     )

@@ -4,7 +4,8 @@ Falcon-, MPT-, DeepSeek- and Gopher-style blocks.
 Per layer (auditor.md 2.1; Kaplan et al. 2020, arXiv 2001.08361, Table 1 for the split):
   attention  d*(a*hd) [q] + 2*d*(kv*hd) [k, v] + (a*hd)*d [o]   (+ a*hd + 2*kv*hd + d biases; with
              model.qkv_bias, Qwen2's, a*hd + 2*kv*hd whatever model.bias says of o)
-  mlp        3*d*f (SwiGLU, Shazeer 2020) or 2*d*f (GELU, ReLU, squared ReLU)  (+ f + d biases; SwiGLU: 2f + d)
+  mlp        3*d*f (SwiGLU, GeGLU: Shazeer 2020) or 2*d*f (GELU, ReLU, squared ReLU)  (+ f + d biases; gated:
+             2f + d)
   norms      2 per layer, 1 with parallel blocks (GPT-J, PaLM, Falcon), 4 with sandwich norms (Gemma 2,
              arXiv 2408.00118 section 2): d each (RMSNorm, or LayerNorm without bias) or 2d (LayerNorm
              with bias: model.norm_bias, default model.bias)
@@ -50,6 +51,19 @@ def norm_has_bias(model: ModelSpec) -> bool:
     return model.bias if model.norm_bias is None else model.norm_bias
 
 
+def gated_mlp(model: ModelSpec) -> bool:
+    """A gated MLP, three matrices (SwiGLU, GeGLU: Shazeer 2020, arXiv 2002.05202)."""
+    return model.activation in ("swiglu", "geglu")
+
+
+def windowed_layers(model: ModelSpec) -> list[bool]:
+    """Which layers attend to a sliding window (model.sliding_window; every global_every-th layer global)."""
+    if model.sliding_window is None:
+        return [False] * model.layers
+    every = model.global_every
+    return [every is None or (i + 1) % every != 0 for i in range(model.layers)]
+
+
 def qkv_has_bias(model: ModelSpec) -> bool:
     """Biases on the q, k and v projections: model.qkv_bias when given, else model.bias."""
     return model.bias if model.qkv_bias is None else model.qkv_bias
@@ -73,12 +87,12 @@ def count_params(model: ModelSpec, vocab_rows: int, max_seq_len: int) -> ParamCo
     d, f, hd = model.d_model, model.d_ff, head_dim(model)
     q_width, kv_width = model.heads * hd, kv_heads(model) * hd
     attention = d * q_width + 2 * d * kv_width + q_width * d
-    mlp = (3 if model.activation == "swiglu" else 2) * d * f
+    mlp = (3 if gated_mlp(model) else 2) * d * f
     if qkv_has_bias(model):
         attention += q_width + 2 * kv_width
     if model.bias:
         attention += d
-        mlp += (2 * f if model.activation == "swiglu" else f) + d
+        mlp += (2 * f if gated_mlp(model) else f) + d
     norm = d * (2 if norm_has_bias(model) else 1)
     qk_norm = sum(qk_norm_widths(model))
     relative = d * q_width + 2 * q_width if model.position == "relative" else 0

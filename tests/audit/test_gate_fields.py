@@ -214,7 +214,7 @@ def test_a_warc_only_field_on_another_format_is_refused_at_the_gate_with_line_an
 
 # enumerated field -> the modules that enact its values (a value is written out there as a string)
 ENACTED_IN: dict[str, tuple[str, ...]] = {
-    "model.activation": ("runlib/model/transformer.py",),
+    "model.activation": ("runlib/model/transformer.py", "runlib/plan/params.py"),
     "model.norm": ("runlib/model/transformer.py",),
     "model.position": ("runlib/model/transformer.py",),
     "model.norm_position": ("runlib/model/transformer.py",),

@@ -71,6 +71,9 @@ def test_the_tokenizer_loads_with_its_special_tokens(tmp_path):
     [
         ({**LLAMA, "qk_norm": True}, "model.qk_norm"),
         ({**LLAMA, "norm_position": "sandwich"}, "model.norm_position"),
+        ({**LLAMA, "attention_softcap": 50.0}, "model.attention_softcap"),
+        ({**LLAMA, "activation": "geglu"}, "activation: geglu"),
+        ({**LLAMA, "activation": "geglu", "norm_position": "sandwich"}, "model.embedding_multiplier"),
         ({**LLAMA, "norm_position": "output"}, "model.norm_position"),
         ({**LLAMA, "qk_norm": "per_head", "bias": True}, "model.qk_norm"),
         ({**LLAMA, "qkv_bias": True, "head_dim": 8}, "model.qkv_bias"),

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from runlib.model.transformer import (
     RMSNorm,
     Transformer,
+    capped_attention,
     document_causal_mask,
     document_causal_mask_mod,
     has_documents,
@@ -67,6 +68,17 @@ VARIANTS = {
     "qwen3": dict(qk_norm="per_head", head_dim=12),
     "olmo2": dict(qk_norm=True, norm_position="output"),
     "sandwich": dict(norm_position="sandwich"),
+    # Gemma 2's block: GeGLU, sandwich norms, scaled embeddings, its query scale, soft-capped logits, windows
+    "gemma2": dict(
+        activation="geglu",
+        norm_position="sandwich",
+        embedding_multiplier=32**0.5,
+        attention_scale_dim=6,
+        attention_softcap=5.0,
+        final_softcap=3.0,
+        sliding_window=5,
+        global_every=2,
+    ),
 }
 
 
@@ -134,7 +146,8 @@ def test_initialisation_is_deterministic_and_gpt2_scaled() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["llama", "gpt2", "qk_norm", "bloom", "falcon", "opt", "relu2", "qwen2", "qwen3", "olmo2", "sandwich"]
+    "name",
+    ["llama", "gpt2", "qk_norm", "bloom", "falcon", "opt", "relu2", "qwen2", "qwen3", "olmo2", "sandwich", "gemma2"],
 )
 def test_changing_a_future_token_never_changes_earlier_logits(name: str) -> None:
     model = tiny(**VARIANTS[name])
@@ -242,6 +255,60 @@ def test_flex_forward_equals_sdpa_forward_on_cpu() -> None:
     assert torch.allclose(got_causal, want_causal, atol=1e-5)
 
 
+@pytest.mark.parametrize("every", [None, 2])
+def test_a_sliding_window_layer_sees_only_its_window(every) -> None:
+    """A windowed layer's query sees its `sliding_window` latest keys: with every layer windowed, token 0 cannot
+    reach position >= layers x (window - 1) + 1; with alternate global layers it reaches every later position."""
+    model = tiny(layers=2, sliding_window=4, global_every=every)
+    x = torch.randint(0, VOCAB, (1, 32))
+    y = x.clone()
+    y[0, 0] = (x[0, 0] + 1) % VOCAB
+    with torch.no_grad():
+        moved = (model(x) - model(y)).abs().amax(-1)[0] > 1e-6
+    reach = 2 * 3 + 1  # two windowed layers of 4 keys: positions 0..6 may move
+    if every is None:
+        assert moved[:reach].any() and not moved[reach:].any()
+    else:
+        assert moved[reach:].all()
+    assert [b.windowed for b in model.blocks()] == ([True, True] if every is None else [True, False])
+
+
+def test_windows_soft_capping_and_documents_flex_equals_sdpa_on_cpu() -> None:
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    model = tiny(**VARIANTS["gemma2"])
+    doc, pos = (torch.cat(t) for t in zip(packed([10, 22]), packed([32]), strict=True))
+    x = torch.randint(0, VOCAB, (2, 32))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": the eager reference
+        model.attention_backend = "sdpa"
+        want, want_causal = model(x, pos, doc), model(x)
+        model.attention_backend = "flex"
+        got, got_causal = model(x, pos, doc), model(x)
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(got_causal, want_causal, atol=1e-5)
+    assert want.abs().max() <= 3.0  # the final soft-cap bounds the logits
+
+
+def test_capped_attention_is_sdpa_when_the_cap_is_far() -> None:
+    q, k, v = torch.randn(2, 4, 16, 8), torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8)
+    mask = torch.rand(2, 1, 16, 16) > 0.3
+    mask |= torch.eye(16, dtype=torch.bool)
+    for m in (None, mask):
+        far = capped_attention(q, k, v, m, 0.2, 1e6, 0.0)
+        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=m is None, scale=0.2, enable_gqa=True)
+        assert torch.allclose(far, sdpa, atol=1e-5)
+        near = capped_attention(q, k, v, m, 0.2, 0.5, 0.0)
+        assert not torch.allclose(near, sdpa, atol=1e-3)
+
+
+def test_geglu_gates_with_tanh_gelu() -> None:
+    mlp = tiny(activation="geglu").layers[0].mlp
+    x = torch.randn(3, 32)
+    with torch.no_grad():
+        want = mlp.w2(F.gelu(mlp.w1(x), approximate="tanh") * mlp.w3(x))
+        assert torch.allclose(mlp(x), want, atol=1e-6)
+        assert not torch.allclose(tiny().layers[0].mlp(x), want, rtol=1e-2, atol=0)  # SiLU gates otherwise
+
+
 def test_auto_backend_is_sdpa_on_cpu() -> None:
     model = tiny()
     assert model.attention_backend == "auto"
@@ -304,7 +371,7 @@ def test_backward_with_document_masks_on_cpu() -> None:
     assert model.layers[0].attention.q_norm.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "olmo2", "sandwich"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "olmo2", "sandwich", "gemma2"])
 def test_a_few_steps_lower_the_loss(name: str) -> None:
     model = tiny(**VARIANTS[name]).train()
     opt = torch.optim.AdamW(decay_groups(list(model.parameters()), 0.1), lr=3e-3)

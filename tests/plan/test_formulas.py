@@ -7,7 +7,7 @@ import pytest
 from runlib.audit.cases import case_data
 from runlib.errors import SpecError
 from runlib.plan import derive
-from runlib.plan.flops import flops_per_token, flops_per_token_causal
+from runlib.plan.flops import causal_mean_keys, flops_per_token, flops_per_token_causal
 from runlib.plan.memory import activation_bytes_per_layer, state_bytes_per_param
 from runlib.plan.params import count_params
 from runlib.plan.scaling import deepseek_optimal_batch_tokens, deepseek_optimal_lr, refit_optimum
@@ -66,6 +66,41 @@ def test_flops_palm_and_causal():
     assert (
         flops_per_token(10**9, 24, 2048, 2048) - flops_per_token_causal(10**9, 24, 2048, 2048) == 6 * 24 * 2048 * 2048
     )
+
+
+def test_sliding_window_layers_score_the_window_only():
+    # Mistral 7B (arXiv 2310.06825): 32 layers, d_attn 4096, every layer windowed at 4096, seq 8192
+    full = flops_per_token(0, 32, 4096, 8192)
+    windowed = flops_per_token(0, 32, 4096, 8192, window=4096, windowed_layers=32)
+    assert windowed == full / 2 == 12 * 32 * 4096 * 4096
+    # Gemma 2: half the layers windowed; a window longer than the sequence changes nothing
+    assert flops_per_token(0, 46, 4096, 8192, window=4096, windowed_layers=23) == 12 * 4096 * (23 * 8192 + 23 * 4096)
+    assert flops_per_token(0, 46, 4096, 2048, window=4096, windowed_layers=23) == flops_per_token(0, 46, 4096, 2048)
+    # causal: the mean over queries of min(i, w): (s + 1) / 2 without a window, about w - w^2 / 2s within
+    assert causal_mean_keys(8) == 4.5 and causal_mean_keys(8, 2) == (1 + 2 * 7) / 8
+    causal = flops_per_token_causal(0, 2, 64, 8, window=2, windowed_layers=1)
+    assert causal == 6 * 64 * (8 + 8 * (15 / 8) / 4.5)
+
+
+def test_gemma2_27b_parameters_are_table_1s_with_sandwich_norms():
+    """arXiv 2408.00118 Table 1: 1,179,648,000 embedding and 26,047,480,320 non-embedding parameters; without the
+    norms after each sublayer 2 x 46 x 4608 fewer."""
+    gemma = ModelSpec(
+        layers=46,
+        d_model=4608,
+        heads=32,
+        kv_heads=16,
+        head_dim=128,
+        d_ff=36864,
+        activation="geglu",
+        norm_position="sandwich",
+        tie_embeddings=True,
+        seq_len=8192,
+    )
+    counts = count_params(gemma, 256000, 8192)
+    assert (counts.embedding, counts.non_embedding) == (1_179_648_000, 26_047_480_320)
+    pre = count_params(gemma.model_copy(update={"norm_position": "pre"}), 256000, 8192)
+    assert counts.total - pre.total == 2 * 46 * 4608
 
 
 def test_plan_flops_total_is_per_phase_sum():

@@ -183,6 +183,8 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
         ({}, {"global_batch": f"{k * _global_batch_tokens(data)} tokens"}) for k in (2, 4)
     ],
     "tokenizer.pretrained": lambda cur, data, files: [({}, {"pretrained": files["a"]})],
+    # which of the windowed layers are global: only with a window
+    "model.global_every": lambda cur, data, files: [({"sliding_window": 16}, {"global_every": 2})],
     # true (over the whole projections) or per_head
     "model.qk_norm": lambda cur, data, files: [({}, {"qk_norm": v}) for v in (True, "per_head") if v != cur],
     # the list's content is keyed: another file (or none) is another key

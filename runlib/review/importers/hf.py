@@ -127,13 +127,28 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
     return _swiglu_block(d, config, family, file, hidden, heads, int(kv))
 
 
-def _window_notes(config: dict[str, Any]) -> list[str]:
+def _windows(d: Draft, config: dict[str, Any], family: str) -> list[str]:
+    """model.sliding_window and global_every from the config (sliding_window with use_sliding_window, Gemma's
+    alternation, Gemma 3's sliding_window_pattern or any config's layer_types); the header's notes."""
     notes = []
-    if config.get("sliding_window") and config.get("use_sliding_window", True):
-        notes.append(
-            f"Sliding-window attention ({config['sliding_window']} tokens, on the layers the config names) is not "
-            "expressible: full causal attention here (no parameter change)."
-        )
+    window = config.get("sliding_window")
+    if window and config.get("use_sliding_window", True):
+        layers = int(d.get("model.layers"))
+        kinds = config.get("layer_types")
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            pattern = {"gemma2": 2, "gemma3_text": int(config.get("sliding_window_pattern") or 6)}.get(family)
+            kinds = [
+                "full_attention" if pattern and (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)
+            ]
+        full = [i for i, kind in enumerate(kinds) if kind != "sliding_attention"]
+        every = full[0] + 1 if full else None
+        if every is not None and full != [i for i in range(layers) if (i + 1) % every == 0]:
+            notes.append(
+                f"layer_types {kinds} is not a regular alternation: every {every}th layer global stands in for it."
+            )
+        d.set("model.sliding_window", int(window), "sliding_window")
+        if every is not None:
+            d.set("model.global_every", every, "layer_types: every this-th layer attends globally")
     if config.get("rope_scaling"):
         notes.append(
             f"rope_scaling {config['rope_scaling']} is a context extension applied after pretraining: not part of this spec."
@@ -152,7 +167,7 @@ def _starcoder2_block(d: Draft, config: dict[str, Any], file: str, hidden: int, 
     d.set("model.norm", "layernorm", "norm_type layer_norm")
     d.set("model.bias", bool(config.get("use_bias", True)), "use_bias")
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)")
-    return _window_notes(config)
+    return _windows(d, config, "starcoder2")
 
 
 def _gemma_block(
@@ -162,21 +177,22 @@ def _gemma_block(
     act = str(config.get("hidden_activation") or config.get("hidden_act") or "gelu_pytorch_tanh")
     if "gelu" not in act:
         raise UnmappableConfig(f"{file}: hidden_activation {act!r}: a {family} MLP maps to a GELU gate only")
-    d.set("model.activation", "swiglu", f"GeGLU ({act} gate): held as swiglu, the same three matrices")
-    d.set("model.norm", "rmsnorm", "RMSNorm")
+    d.set("model.activation", "geglu", f"GeGLU: {act} gate")
+    d.set("model.norm", "rmsnorm", "RMSNorm (scaling by 1 + weight: the same function)")
     d.set("model.bias", bool(config.get("attention_bias", False)), "attention_bias")
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", True)), "tie_word_embeddings (default true)")
     d.set("model.norm_position", "sandwich", "RMSNorm before and after each sublayer")
-    caps = {k: config.get(f"{k}_logit_softcapping") for k in ("attn", "final")}
-    capped = ", ".join(f"{k} {v:g}" for k, v in caps.items() if v)
-    notes = [
-        f"{family}: the MLP's gate is {act} (GeGLU), which the spec holds as swiglu (the same parameters and FLOPs; "
-        "runlib's trainer would build SiLU); the embeddings are scaled by sqrt(d_model)"
-        + (f"; logit soft-capping ({capped}) is not expressible (no parameter change)." if capped else ".")
-    ]
+    d.set("model.embedding_multiplier", hidden**0.5, "embeddings times sqrt(hidden_size)")
+    hd = int(config.get("head_dim") or hidden // heads)
+    scalar = config.get("query_pre_attn_scalar")
+    if scalar and int(scalar) != hd:
+        d.set("model.attention_scale_dim", int(scalar), "query_pre_attn_scalar")
+    for key, field in (("attn_logit_softcapping", "attention_softcap"), ("final_logit_softcapping", "final_softcap")):
+        if config.get(key):
+            d.set(f"model.{field}", float(config[key]), key)
     if family == "gemma3_text":
         d.set("model.qk_norm", "per_head", "Gemma 3: RMSNorm on q and k per head")
-    return notes + _window_notes(config)
+    return _windows(d, config, family)
 
 
 def _gpt2_model(d: Draft, config: dict[str, Any], file: str) -> None:
@@ -243,7 +259,7 @@ def _swiglu_block(
         notes.append(
             "Phi-3 fuses q, k, v (qkv_proj) and the gate and up projections (gate_up_proj): the same parameters."
         )
-    return notes + _window_notes(config)
+    return notes + _windows(d, config, family)
 
 
 def _seq_len(d: Draft, config: dict[str, Any], args: dict[str, Any] | None, file: str) -> int:

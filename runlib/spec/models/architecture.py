@@ -30,7 +30,20 @@ def _divisors_near(n: int, target: int, count: int = 4) -> str:
 
 class ModelSpec(KeyedWhenSet):
     KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
-        {"norm_bias", "parallel_block", "embedding_norm", "dropout", "qkv_bias", "norm_position"}
+        {
+            "norm_bias",
+            "parallel_block",
+            "embedding_norm",
+            "dropout",
+            "qkv_bias",
+            "norm_position",
+            "attention_scale_dim",
+            "attention_softcap",
+            "final_softcap",
+            "embedding_multiplier",
+            "sliding_window",
+            "global_every",
+        }
     )
 
     layers: int = Field(ge=1, le=100_000)
@@ -66,8 +79,8 @@ class ModelSpec(KeyedWhenSet):
     d_ff: int = Field(ge=1, le=2**24)
     """Hidden size of the MLP."""
 
-    activation: Literal["swiglu", "gelu", "relu", "relu2"] = "swiglu"
-    """swiglu: gated MLP with three matrices, w2(silu(w1 x) * w3 x) (Shazeer 2020); gelu, relu (OPT, Zhang et al. 2022) and relu2, squared ReLU (Primer, So et al. 2021, arXiv 2109.08668, section 4): two matrices, w2(act(w1 x))."""
+    activation: Literal["swiglu", "geglu", "gelu", "relu", "relu2"] = "swiglu"
+    """swiglu: gated MLP with three matrices, w2(silu(w1 x) * w3 x) (Shazeer 2020, arXiv 2002.05202); geglu: the same with a tanh-approximated GELU gate, w2(gelu_tanh(w1 x) * w3 x) (the same paper; Gemma, arXiv 2408.00118); gelu, relu (OPT, Zhang et al. 2022) and relu2, squared ReLU (Primer, So et al. 2021, arXiv 2109.08668, section 4): two matrices, w2(act(w1 x))."""
 
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     """Normalization; layernorm carries a bias when `norm_bias` (default: `bias`) is true."""
@@ -128,6 +141,34 @@ class ModelSpec(KeyedWhenSet):
                 "branches; use norm_position: pre, or parallel_block: false"
             )
         return position
+
+    attention_scale_dim: int | None = Field(None, ge=1, le=MAX_WIDTH)
+    """The width d whose 1/sqrt(d) scales the attention logits; omitted: head_dim. Gemma 2 27B scales by d_model / heads = 144 with head_dim 128 (its config's query_pre_attn_scalar; arXiv 2408.00118)."""
+
+    attention_softcap: float | None = Field(None, gt=0, le=1e6)
+    """Attention logits soft-capped before the softmax, cap * tanh(logits / cap) (Gemma 2, arXiv 2408.00118 section 2: 50); omitted: none. The attention then runs unfused on the CPU (the logits are materialized), through flex_attention's score_mod on CUDA."""
+
+    final_softcap: float | None = Field(None, gt=0, le=1e6)
+    """The output logits soft-capped, cap * tanh(logits / cap) (Gemma 2: 30); omitted: none."""
+
+    embedding_multiplier: float | None = Field(None, gt=0, le=1e6)
+    """The input embeddings times this before the first block (Gemma: sqrt(d_model)); omitted: 1."""
+
+    sliding_window: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
+    """Local attention: a query sees the sliding_window latest keys, itself included (Mistral 7B v0.1, Jiang et al. 2023, arXiv 2310.06825: 4096; Gemma 2: 4096 on alternate layers); omitted: every layer attends to the whole context. Attention FLOPs of a windowed layer count min(window, seq_len) keys."""
+
+    global_every: int | None = Field(None, ge=1, le=100_000)
+    """With sliding_window: every global_every-th layer (layer i with (i + 1) % global_every == 0) attends to the whole context and the others are windowed (Gemma 2: 2, alternating local and global; Gemma 3: 6, five local then one global); omitted: every layer windowed (Mistral)."""
+
+    @field_validator("global_every")
+    @classmethod
+    def _global_every_needs_a_window(cls, every: int | None, info: ValidationInfo) -> int | None:
+        if every is not None and info.data.get("sliding_window") is None:
+            raise ValueError(
+                "global_every without sliding_window: it says which layers are global among windowed ones; give "
+                "sliding_window (tokens), or omit global_every"
+            )
+        return every
 
     tie_embeddings: bool = False
     """The output head shares the input embedding matrix."""
