@@ -138,6 +138,8 @@ def hf_architecture(model: ModelSpec) -> str:
     problems = []
     if model.parallel_block:
         problems.append("model.parallel_block: true (Falcon's parallel block: no architecture here computes it)")
+    if model.rope_fraction < 1 or model.nope_every is not None:
+        problems.append("model.rope_fraction / model.nope_every (partial RoPE and NoPE layers are not exported yet)")
     if model.embedding_norm:
         problems.append("model.embedding_norm: true (BLOOM's embedding LayerNorm: neither Llama nor GPT-2 has it)")
     llama_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "swiglu"

@@ -67,7 +67,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from runlib.model.context_parallel import ContextParallel
-from runlib.plan.params import gated_mlp, norm_has_bias, qk_norm_widths, qkv_has_bias, windowed_layers
+from runlib.plan.params import gated_mlp, norm_has_bias, qk_norm_widths, qkv_has_bias, rotary_dims, windowed_layers
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
 from runlib.spec.models import ModelSpec
@@ -143,8 +143,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [n, heads, L, hd] rotated by the float32 cos/sin [n, 1, L, hd], in float32."""
+    """x [n, heads, L, hd] rotated by the float32 cos/sin [n, 1, L, r], in float32: the first r dimensions
+    of each head (partial RoPE, model.rope_fraction: GPT-NeoX's rotary_pct), the rest passed as they are."""
     xf = x.float()
+    rotary = cos.shape[-1]
+    if rotary < x.shape[-1]:
+        xr, rest = xf[..., :rotary], xf[..., rotary:]
+        return torch.cat([xr * cos + rotate_half(xr) * sin, rest], dim=-1).type_as(x)
     return (xf * cos + rotate_half(xf) * sin).type_as(x)
 
 
@@ -423,6 +428,7 @@ class Block(nn.Module):
 
     recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
     windowed = False  # attends to model.sliding_window keys (set by Transformer)
+    nope = False  # attends without RoPE (model.nope_every; set by Transformer)
     # with recompute: a policy of what to keep anyway (op-level selective: parallelize.op_selective_context)
     recompute_context_fn: Callable[[], tuple[Any, Any]] | None = None
 
@@ -518,8 +524,9 @@ class Transformer(nn.Module):
             "alibi", alibi_slopes(model.heads) if model.position == "alibi" else torch.empty(0), persistent=False
         )
         self.layers = nn.ModuleList(Block(model) for _ in range(model.layers))
-        for block, windowed in zip(self.blocks(), windowed_layers(model), strict=True):
+        for i, (block, windowed) in enumerate(zip(self.blocks(), windowed_layers(model), strict=True)):
             block.windowed = windowed  # a sliding-window layer (model.sliding_window, global_every)
+            block.nope = model.nope_every is not None and (i + 1) % model.nope_every == 0  # no RoPE (SmolLM3)
         self.norm = make_norm(model, model.d_model)
         self.lm_head = nn.Linear(model.d_model, vocab_rows, bias=False)
         if model.tie_embeddings:
@@ -561,7 +568,7 @@ class Transformer(nn.Module):
         if self.spec.position != "rope":
             raise ValueError("set_rope: the model has learned positions, not RoPE")
         max_seq_len = max_seq_len or self.max_seq_len
-        cos, sin = rope_tables(self.head_dim, max_seq_len, theta, device=self.rope_cos.device)
+        cos, sin = rope_tables(rotary_dims(self.spec), max_seq_len, theta, device=self.rope_cos.device)
         self.rope_cos, self.rope_sin = cos, sin  # buffers stay buffers (non-persistent: not in state_dict)
         self.rope_theta = theta
 
@@ -669,7 +676,7 @@ class Transformer(nn.Module):
             if self.spec.sliding_window is not None:
                 local = self.attention_mask(doc_ids, n, length, device, x.dtype, window=self.spec.sliding_window)
         for layer in self.blocks():
-            x = layer(x, rope, local if layer.windowed and local is not None else mask)
+            x = layer(x, None if layer.nope else rope, local if layer.windowed and local is not None else mask)
         if self.lm_head is None:  # a pipeline stage before the last: the residual stream goes on
             return x
         logits: torch.Tensor = self.lm_head(self.norm(x)).float()

@@ -64,6 +64,11 @@ def windowed_layers(model: ModelSpec) -> list[bool]:
     return [every is None or (i + 1) % every != 0 for i in range(model.layers)]
 
 
+def rotary_dims(model: ModelSpec) -> int:
+    """The dimensions of each head RoPE rotates (model.rope_fraction of head_dim)."""
+    return int(head_dim(model) * model.rope_fraction)
+
+
 def qkv_has_bias(model: ModelSpec) -> bool:
     """Biases on the q, k and v projections: model.qkv_bias when given, else model.bias."""
     return model.bias if model.qkv_bias is None else model.qkv_bias

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from runlib.model.transformer import (
     RMSNorm,
     Transformer,
+    apply_rope,
     capped_attention,
     document_causal_mask,
     document_causal_mask_mod,
@@ -68,6 +69,7 @@ VARIANTS = {
     "qwen3": dict(qk_norm="per_head", head_dim=12),
     "olmo2": dict(qk_norm=True, norm_position="output"),
     "sandwich": dict(norm_position="sandwich"),
+    "nemotron-like": dict(rope_fraction=0.5, nope_every=2, activation="relu2", norm="layernorm"),
     # Gemma 2's block: GeGLU, sandwich norms, scaled embeddings, its query scale, soft-capped logits, windows
     "gemma2": dict(
         activation="geglu",
@@ -298,6 +300,31 @@ def test_capped_attention_is_sdpa_when_the_cap_is_far() -> None:
         assert torch.allclose(far, sdpa, atol=1e-5)
         near = capped_attention(q, k, v, m, 0.2, 0.5, 0.0)
         assert not torch.allclose(near, sdpa, atol=1e-3)
+
+
+def test_partial_rope_rotates_the_first_dims_only() -> None:
+    model = tiny(rope_fraction=0.5)  # head_dim 8: 4 rotated
+    assert model.rope_cos.shape[-1] == 4
+    x = torch.randn(1, 2, 5, 8)
+    pos = torch.arange(5)
+    out = apply_rope(x, model.rope_cos[pos][None, None], model.rope_sin[pos][None, None])
+    assert torch.equal(out[..., 4:], x[..., 4:]) and not torch.allclose(out[..., :4], x[..., :4])
+    full = apply_rope(x[..., :4], model.rope_cos[pos][None, None], model.rope_sin[pos][None, None])
+    assert torch.equal(out[..., :4], full)
+    with pytest.raises(ValueError, match="even number"):
+        ModelSpec(**(TINY | {"rope_fraction": 0.375}))  # 3 of 8 dimensions
+
+
+def test_nope_layers_ignore_positions() -> None:
+    """NoPE in every layer: positions change nothing; in every 2nd, the first layer still sees them."""
+    x = torch.randint(0, VOCAB, (1, 16))
+    shifted = torch.arange(16)[None] * 2  # other distances (RoPE is blind to a shift of all positions)
+    for every, moves in ((1, False), (2, True)):
+        model = tiny(nope_every=every)
+        with torch.no_grad():
+            changed = not torch.allclose(model(x), model(x, shifted), atol=1e-6)
+        assert changed == moves
+        assert [b.nope for b in model.blocks()] == ([True, True] if every == 1 else [False, True])
 
 
 def test_geglu_gates_with_tanh_gelu() -> None:

@@ -219,11 +219,12 @@ def _neox_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
     d.set("model.norm", "layernorm", "LayerNorm with bias")
     d.set("model.bias", bool(config.get("attention_bias", True)), "attention_bias (default true); dense layers biased")
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
-    pct = config.get("rotary_pct", 1.0)
+    pct = float(config.get("rotary_pct", 1.0))
+    d.set("model.rope_fraction", pct, "rotary_pct: the share of each head RoPE rotates")
     return [
-        f"GPT-NeoX specifics the spec cannot express: rotary on {pct:g} of each head (rotary_pct), "
-        f"parallel residual (use_parallel_residual={config.get('use_parallel_residual', True)}); neither changes "
-        "the parameter count."
+        "GPT-NeoX's parallel residual (use_parallel_residual="
+        f"{config.get('use_parallel_residual', True)}: x + attn(ln1(x)) + mlp(ln2(x)), two norms) is held as "
+        "sequential blocks: the same parameters."
     ]
 
 

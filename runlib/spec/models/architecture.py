@@ -43,6 +43,8 @@ class ModelSpec(KeyedWhenSet):
             "embedding_multiplier",
             "sliding_window",
             "global_every",
+            "rope_fraction",
+            "nope_every",
         }
     )
 
@@ -118,6 +120,24 @@ class ModelSpec(KeyedWhenSet):
 
     rope_theta: float = Field(10000.0, gt=0, le=MAX_ROPE_THETA)
     """RoPE base of the first phase; a phase may change it."""
+
+    rope_fraction: float = Field(1.0, gt=0, le=1)
+    """The share of each head's dimensions RoPE rotates (the first rope_fraction x head_dim, an even number; the rest pass unrotated): 1, all (Llama); GPT-NeoX's rotary_pct 0.25 (Black et al. 2022, arXiv 2204.06745), Nemotron-4's 0.5 (arXiv 2402.16819 section 2.1), StableLM 2's 0.25."""
+
+    nope_every: int | None = Field(None, ge=1, le=100_000)
+    """Every nope_every-th layer (layer i with (i + 1) % nope_every == 0) attends without positions, no RoPE (NoPE: Kazemnejad et al. 2023, arXiv 2305.19466; SmolLM3 drops RoPE from every 4th layer, its no_rope_layer_interval); omitted: RoPE in every layer."""
+
+    @field_validator("rope_fraction")
+    @classmethod
+    def _rope_fraction_rotates_pairs(cls, fraction: float, info: ValidationInfo) -> float:
+        d, heads, hd = info.data.get("d_model"), info.data.get("heads"), info.data.get("head_dim")
+        width = hd or (d // heads if d and heads else None)
+        if fraction < 1 and width is not None and int(width * fraction) % 2:
+            raise ValueError(
+                f"rope_fraction {fraction} rotates {int(width * fraction)} of head_dim {width}: RoPE rotates pairs "
+                "of dimensions; use a fraction giving an even number"
+            )
+        return fraction
 
     qk_norm: bool | Literal["per_head"] = False
     """RMSNorm on queries and keys before RoPE: true, over the full q and k projections (OLMo 2, Groeneveld et al. 2025, arXiv 2501.00656 section 3.2: a*hd + kv*hd weights per layer); per_head, over each head's head_dim with one weight vector shared by the heads (Qwen3, Gemma 3: 2*hd weights per layer)."""
