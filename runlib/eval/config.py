@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from runlib.curate.config import InputFile
-from runlib.spec.models import EvalTaskSpec, ModelSpec
+from runlib.spec.models import EvalTaskSpec, ModelSpec, RopeScalingSpec
 from runlib.store.stageconfig import StageConfig
 
 
@@ -24,7 +24,7 @@ class EvalModelConfig(StageConfig):
 class EvalConfig(StageConfig):
     """One phase's evaluation: held-out loss per source and the spec's tasks, at the phase's context."""
 
-    KEYED_WHEN_SET = frozenset({"task_files"})
+    KEYED_WHEN_SET = frozenset({"task_files", "rope_scaling"})
 
     phase: str
     """Name of the evaluated phase (recorded in eval.json)."""
@@ -40,6 +40,9 @@ class EvalConfig(StageConfig):
 
     rope_theta: float | None
     """RoPE base of the phase (None with learned positions)."""
+
+    rope_scaling: RopeScalingSpec | None = None
+    """The phase's RoPE frequency scaling (phases[].rope_scaling)."""
 
     model: EvalModelConfig
     """The model's shape."""

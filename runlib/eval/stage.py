@@ -65,7 +65,7 @@ def evaluate_phase(
     model.load_state_dict(state)
     if shape.spec.position == "rope":
         assert config.rope_theta is not None  # runlib.graph.configs sets it for a RoPE model
-        model.set_rope(config.rope_theta, config.seq_len)
+        model.set_rope(config.rope_theta, config.seq_len, config.rope_scaling)
     model.eval()
     tokenizer = load_tokenizer(Path(tokenizer_dir) / "tokenizer.json")
     eos = read_manifest(tokenizer_dir).details["eos_id"]

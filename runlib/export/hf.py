@@ -48,7 +48,7 @@ from runlib.errors import UserError
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
 from runlib.plan.params import qkv_has_bias, windowed_layers
-from runlib.spec.models import ModelSpec
+from runlib.spec.models import ModelSpec, RopeScalingSpec
 from runlib.util.atomic import replace_dir
 
 if TYPE_CHECKING:  # torch is imported by the functions that build tensors: `runlib plan` and the Snakefile load this
@@ -80,6 +80,7 @@ class ExportShape:
     rope_theta: float  # the phase's RoPE base
     eos_id: int
     pad_id: int | None
+    rope_scaling: RopeScalingSpec | None = None  # the phase's RoPE frequency scaling
 
 
 def _rope_family(model: ModelSpec) -> tuple[str | None, str]:
@@ -186,7 +187,7 @@ def hf_architecture(model: ModelSpec) -> str:
     return family
 
 
-def rope_config(theta: float) -> dict[str, Any]:
+def rope_config(theta: float, scaling: RopeScalingSpec | None = None) -> dict[str, Any]:
     """runlib's plain RoPE at base theta, in the keys of both transformers layouts.
 
     transformers 4.46.3 (src/transformers/models/llama/configuration_llama.py, LlamaConfig.__init__) reads
@@ -196,13 +197,27 @@ def rope_config(theta: float) -> dict[str, Any]:
     RotaryEmbeddingConfigMixin.convert_rope_params_to_dict) reads `rope_parameters`, and a non-null
     `rope_scaling` in config.json replaces it (`self.rope_parameters = rope_scaling or self.rope_parameters`);
     a top-level `rope_theta` only fills a `rope_parameters` without one. So: `rope_scaling` null, the base in
-    `rope_theta` for 4.x and in `rope_parameters` for 5.x.
+    `rope_theta` for 4.x and in `rope_parameters` for 5.x. A phase's frequency scaling (llama3, yarn) goes into
+    both `rope_scaling` and `rope_parameters`, each with the base, in the keys of
+    modeling_rope_utils.py (factor, original_max_position_embeddings, low/high_freq_factor, beta_fast/slow).
     """
-    return {
+    if scaling is None:
+        return {
+            "rope_theta": theta,
+            "rope_scaling": None,
+            "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+        }
+    params: dict[str, Any] = {
+        "rope_type": scaling.kind,
         "rope_theta": theta,
-        "rope_scaling": None,
-        "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+        "factor": scaling.factor,
+        "original_max_position_embeddings": scaling.original_seq_len,
     }
+    if scaling.kind == "llama3":
+        params |= {"low_freq_factor": scaling.low_freq_factor, "high_freq_factor": scaling.high_freq_factor}
+    else:
+        params |= {"beta_fast": scaling.beta_fast, "beta_slow": scaling.beta_slow}
+    return {"rope_theta": theta, "rope_scaling": dict(params), "rope_parameters": dict(params)}
 
 
 def hf_config(shape: ExportShape) -> dict[str, Any]:
@@ -228,7 +243,7 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
             "hidden_activation": "gelu_pytorch_tanh",  # GeGLU's tanh GELU (runlib.model.transformer.MLP)
             "rms_norm_eps": NORM_EPS,
             "max_position_embeddings": shape.seq_len,
-            **rope_config(shape.rope_theta),
+            **rope_config(shape.rope_theta, shape.rope_scaling),
             "attention_bias": False,
             "attention_dropout": 0.0,
             "query_pre_attn_scalar": m.attention_scale_dim or spec_head_dim(m),
@@ -252,7 +267,7 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
             "hidden_act": "silu",
             "rms_norm_eps": NORM_EPS,
             "max_position_embeddings": shape.seq_len,
-            **rope_config(shape.rope_theta),
+            **rope_config(shape.rope_theta, shape.rope_scaling),
             "attention_dropout": 0.0,
             **common,
         }

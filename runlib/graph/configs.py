@@ -314,6 +314,7 @@ def eval_configs(spec: RunSpec, plan: Plan) -> dict[int, EvalConfig]:
             end_tokens=phase.span.end_tokens,
             seq_len=phase.settings.seq_len,
             rope_theta=phase.settings.rope_theta if spec.model.position == "rope" else None,
+            rope_scaling=phase.settings.rope_scaling if spec.model.position == "rope" else None,
             model=model,
             heldout_tokens=spec.eval.heldout_tokens,
             tasks=spec.eval.tasks,

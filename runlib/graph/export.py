@@ -43,6 +43,7 @@ def export_phase(spec_path: str, phase: str, out_dir: Path) -> Path:
         position_rows=cfg.position_rows,
         seq_len=cfg.seq_len,
         rope_theta=cfg.rope_theta,
+        rope_scaling=cfg.rope_scaling,
         eos_id=int(details["eos_id"]),
         pad_id=special_ids.get(PAD),
     )

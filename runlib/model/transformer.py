@@ -67,10 +67,11 @@ import torch.utils.checkpoint
 from torch import nn
 
 from runlib.model.context_parallel import ContextParallel
+from runlib.model.rope import rope_frequencies
 from runlib.plan.params import gated_mlp, norm_has_bias, qk_norm_widths, qkv_has_bias, rotary_dims, windowed_layers
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
-from runlib.spec.models import ModelSpec
+from runlib.spec.models import ModelSpec, RopeScalingSpec
 
 AttentionBackend = Literal["auto", "sdpa", "flex"]
 INIT_STD = 0.02
@@ -128,13 +129,18 @@ def alibi_bias(slopes: torch.Tensor, allowed: torch.Tensor, dtype: torch.dtype) 
 
 
 def rope_tables(
-    head_dim: int, max_seq_len: int, theta: float, device: torch.device | None = None
+    head_dim: int,
+    max_seq_len: int,
+    theta: float,
+    device: torch.device | None = None,
+    scaling: RopeScalingSpec | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [max_seq_len, head_dim] of the rotate-half RoPE: frequency i serves dims i and i + hd/2."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    """cos and sin [max_seq_len, head_dim] of the rotate-half RoPE: frequency i serves dims i and i + hd/2
+    (with `scaling`, Llama 3.1's or YaRN's frequencies, runlib.model.rope)."""
+    inv_freq, attention_factor = rope_frequencies(head_dim, theta, scaling, device)
     angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos(), angles.sin()
+    return angles.cos() * attention_factor, angles.sin() * attention_factor
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -563,12 +569,13 @@ class Transformer(nn.Module):
                 if isinstance(bias, torch.Tensor):
                     nn.init.zeros_(bias)
 
-    def set_rope(self, theta: float, max_seq_len: int | None = None) -> None:
-        """Recompute the RoPE cos/sin tables for base theta and positions up to max_seq_len."""
+    def set_rope(self, theta: float, max_seq_len: int | None = None, scaling: RopeScalingSpec | None = None) -> None:
+        """Recompute the RoPE cos/sin tables for base theta (and a phase's frequency scaling) and positions up to
+        max_seq_len."""
         if self.spec.position != "rope":
             raise ValueError("set_rope: the model has learned positions, not RoPE")
         max_seq_len = max_seq_len or self.max_seq_len
-        cos, sin = rope_tables(rotary_dims(self.spec), max_seq_len, theta, device=self.rope_cos.device)
+        cos, sin = rope_tables(rotary_dims(self.spec), max_seq_len, theta, self.rope_cos.device, scaling)
         self.rope_cos, self.rope_sin = cos, sin  # buffers stay buffers (non-persistent: not in state_dict)
         self.rope_theta = theta
 

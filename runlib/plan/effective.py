@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from runlib.plan.layout import planned_degrees
-from runlib.spec.models import OptimizerSpec, ParallelismSpec, PhaseOverride, PhaseSpec, RunSpec, SpecModel
+from runlib.spec.models import (
+    OptimizerSpec,
+    ParallelismSpec,
+    PhaseOverride,
+    PhaseSpec,
+    RopeScalingSpec,
+    RunSpec,
+    SpecModel,
+)
 from runlib.spec.units import BatchSize
 
 _Section = TypeVar("_Section", bound=SpecModel)
@@ -23,6 +31,7 @@ class PhaseSettings:
     phase: PhaseSpec
     seq_len: int
     rope_theta: float
+    rope_scaling: RopeScalingSpec | None  # phases[].rope_scaling: this phase only
     parallelism: ParallelismSpec
     micro_batch: int
     grad_accum: int
@@ -66,6 +75,7 @@ def phase_settings(spec: RunSpec, index: int) -> PhaseSettings:
         phase=phase,
         seq_len=phase.seq_len or spec.model.seq_len,
         rope_theta=phase.rope_theta or spec.model.rope_theta,
+        rope_scaling=phase.rope_scaling,
         parallelism=parallelism,
         micro_batch=batch.micro_batch,
         grad_accum=batch.grad_accum,

@@ -21,7 +21,7 @@ from runlib.plan.effective import PhaseSettings
 from runlib.plan.layout import Layout, build_layout
 from runlib.plan.schedule import Schedule
 from runlib.plan.timeline import PhaseSpan
-from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec, RunSpec, SpikeSpec
+from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec, RopeScalingSpec, RunSpec, SpikeSpec
 from runlib.spec.models.training import ParallelismSpec, Recompute
 from runlib.spec.units import Duration
 from runlib.store.stageconfig import StageConfig
@@ -255,6 +255,8 @@ class EstimateConfig(_Part):
 class TrainPhaseConfig(StageConfig):
     """One training phase: everything its processes read."""
 
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"rope_scaling"})
+
     phase_index: int
     """Index of the phase in the run."""
     phase_name: str
@@ -273,6 +275,8 @@ class TrainPhaseConfig(StageConfig):
     """Context length of this phase."""
     rope_theta: float
     """RoPE base of this phase."""
+    rope_scaling: RopeScalingSpec | None = None
+    """phases[].rope_scaling: RoPE frequencies rescaled in this phase."""
     micro_batch: int
     """Sequences per data-parallel rank per micro-step."""
     loss_normalization: Literal["global_tokens", "micro_batch_mean"]
@@ -378,6 +382,7 @@ def build_train_phase_configs(spec: RunSpec, plan: Plan) -> list[TrainPhaseConfi
                 position_rows=longest if learned else s.seq_len,
                 seq_len=s.seq_len,
                 rope_theta=s.rope_theta,
+                rope_scaling=s.rope_scaling,
                 micro_batch=s.micro_batch,
                 loss_normalization=spec.data.loss_normalization,
                 loader=build_loader_config(spec, plan, i),

@@ -76,7 +76,7 @@ class Engine:
         torch.manual_seed(cfg.seed)
         model = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
         if cfg.model.position == "rope":
-            model.set_rope(cfg.rope_theta, cfg.seq_len)
+            model.set_rope(cfg.rope_theta, cfg.seq_len, cfg.rope_scaling)
         self.mesh = build_mesh(self.parallel)  # None on one process
         self.dp_rank, self.dp_size = data_parallel_rank_and_size(self.mesh)
         # pipeline parallelism: this rank's stage of the model (runlib.model.pipeline), its PipelineStage

@@ -11,6 +11,7 @@ import torch
 
 from runlib.errors import UserError
 from runlib.export.hf import EXPORT_FORMAT, MARKER, hf_architecture
+from runlib.spec.models import RopeScalingSpec
 from tests.export import tiny_export
 from tests.export.tiny_export import GPT2, LLAMA, SHAPES, VOCAB_ROWS
 
@@ -54,6 +55,30 @@ def test_a_long_context_theta_is_exported(tmp_path):
     tokens = torch.randint(0, VOCAB_ROWS, (1, 300), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert (model(tokens) - hf(tokens).logits).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"kind": "llama3", "factor": 8.0, "original_seq_len": 32},  # Llama 3.1's, over a 32-token original context
+        {"kind": "yarn", "factor": 4.0, "original_seq_len": 64},
+    ],
+)
+def test_a_phase_rope_scaling_is_exported(tmp_path, scaling):
+    """A long-context phase's Llama 3.1 or YaRN frequencies (runlib.model.rope) load as transformers' own
+    rope_type, and the logits agree past the original context."""
+    from transformers import AutoModelForCausalLM
+
+    spec = RopeScalingSpec(**scaling)
+    model, out = tiny_export.export(tmp_path / "hf", {**SHAPES["llama-tied-gqa"], "seq_len": 256}, 100_000.0, spec)
+    plain, _ = tiny_export.export(tmp_path / "plain", {**SHAPES["llama-tied-gqa"], "seq_len": 256}, 100_000.0)
+    hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert hf.config.rope_parameters["rope_type"] == scaling["kind"]
+    tokens = torch.randint(0, VOCAB_ROWS, (1, 256), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ours = model(tokens)
+        assert (ours - hf(tokens).logits).abs().max().item() < 1e-5
+        assert not torch.allclose(ours, plain(tokens), atol=1e-3)  # the scaling moved the logits
 
 
 def test_the_tokenizer_loads_with_its_special_tokens(tmp_path):

@@ -51,8 +51,9 @@ def tiny_tokenizer_json() -> str:
     return tok.to_str()
 
 
-def export(out_dir, fields: dict, theta: float | None = None):
-    """(runlib's model in eval mode, the export folder); theta: a phase's RoPE base other than the model's."""
+def export(out_dir, fields: dict, theta: float | None = None, scaling=None):
+    """(runlib's model in eval mode, the export folder); theta: a phase's RoPE base other than the model's;
+    scaling: a phase's RopeScalingSpec."""
     model_spec = ModelSpec(**fields)
     torch.manual_seed(0)
     model = Transformer(model_spec, VOCAB_ROWS, model_spec.seq_len)
@@ -62,7 +63,9 @@ def export(out_dir, fields: dict, theta: float | None = None):
                 p.add_(torch.randn_like(p) * 0.1)
     theta = theta or model_spec.rope_theta
     if model_spec.position == "rope":
-        model.set_rope(theta, model_spec.seq_len)
-    shape = ExportShape(model_spec, VOCAB_ROWS, model_spec.seq_len, model_spec.seq_len, theta, eos_id=0, pad_id=1)
+        model.set_rope(theta, model_spec.seq_len, scaling)
+    shape = ExportShape(
+        model_spec, VOCAB_ROWS, model_spec.seq_len, model_spec.seq_len, theta, eos_id=0, pad_id=1, rope_scaling=scaling
+    )
     out = write_export(model.state_dict(), shape, tiny_tokenizer_json(), special_ids(5), out_dir, {"test": 1})
     return model.eval(), out

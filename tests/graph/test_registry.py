@@ -111,3 +111,25 @@ def test_every_stage_kind_is_read_from_the_registry() -> None:
         assert f'WF.command("{kind.name}")' in rules
         assert f'WF.resources("{kind.name}")' in rules
         assert issubclass(kind.config, StageConfig)
+
+
+def test_a_phase_rope_scaling_reaches_its_training_and_evaluation_only(tmp_path: Path) -> None:
+    """phases[].rope_scaling: the long phase's train and eval configs carry it (Engine and the eval stage pass it
+    to set_rope), the other phases' do not, and the earlier phases' keys stay as they were (a later phase starts
+    from the long phase's weights: its key follows)."""
+    text = TINY.read_text()
+    old = "{name: long, kind: long_context,"
+    assert old in text
+    scaled = tmp_path / "scaled.yaml"
+    scaled.write_text(text.replace(old, old + " rope_scaling: {kind: yarn, factor: 2, original_seq_len: 128},"))
+    plain, graph = build_graph(load_spec(TINY).spec), build_graph(load_spec(scaled).spec)
+    long = next(i for i, p in enumerate(load_spec(TINY).spec.phases) if p.name == "long")
+    for i in range(len(load_spec(TINY).spec.phases)):
+        train, before = graph.find("train_phase", phase=i), plain.find("train_phase", phase=i)
+        evaluation = graph.find("eval_phase", phase=i)
+        if i == long:
+            assert train.config.rope_scaling.kind == "yarn" and evaluation.config.rope_scaling.factor == 2
+            assert train.key != before.key
+        else:
+            assert train.config.rope_scaling is None and evaluation.config.rope_scaling is None
+            assert (train.key == before.key) == (i < long)

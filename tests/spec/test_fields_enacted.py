@@ -129,6 +129,8 @@ SCAFFOLD: dict[str, Any] = {
         "over": "50%",
     },
     "schedule.lr_steps": [{"after": "50%", "lr_ratio": 0.3}, {"after": "80%", "lr_ratio": 0.1}],
+    # Llama 3.1's frequency scaling (YaRN's own fields: EXPLICIT)
+    "phases[].rope_scaling": {"kind": "llama3", "factor": 4.0, "original_seq_len": 64},
     # quality filters anchored on the spec's last source (invalid, so skipped, on that source itself)
     "data.sources.*.curate.classifier": lambda data: {"positives": [list(data["data"]["sources"])[-1]]},
     "data.sources.*.curate.perplexity": lambda data: {"reference": [list(data["data"]["sources"])[-1]]},
@@ -183,6 +185,9 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
         ({}, {"global_batch": f"{k * _global_batch_tokens(data)} tokens"}) for k in (2, 4)
     ],
     "tokenizer.pretrained": lambda cur, data, files: [({}, {"pretrained": files["a"]})],
+    # YaRN's fields, with kind yarn
+    "phases[].rope_scaling.beta_fast": lambda cur, data, files: [({"kind": "yarn"}, {"beta_fast": 16.0})],
+    "phases[].rope_scaling.beta_slow": lambda cur, data, files: [({"kind": "yarn"}, {"beta_slow": 2.0})],
     # which of the windowed layers are global: only with a window
     "model.global_every": lambda cur, data, files: [({"sliding_window": 16}, {"global_every": 2})],
     # true (over the whole projections) or per_head

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from runlib.spec.models.base import (
     MAX_NAME_CHARS,
@@ -40,8 +40,52 @@ class PhaseBranch(SpecModel):
     """Context length in this branch (default: the phase's seq_len)."""
 
 
+class RopeScalingSpec(SpecModel):
+    """RoPE frequencies rescaled for a longer context than the model trained at (beyond a base change)."""
+
+    kind: Literal["llama3", "yarn"]
+    """llama3: Llama 3.1's frequency scaling (meta-llama/llama-models, models/llama3/reference_impl/model.py apply_scaling): wavelengths above original_seq_len / low_freq_factor divided by factor, below original_seq_len / high_freq_factor kept, smoothly between; yarn: YaRN (Peng et al. 2023, arXiv 2309.00071 section 3.2-3.4): dimensions that turn fewer than beta_slow times over original_seq_len interpolated by factor, more than beta_fast times kept, a linear ramp between, and cos and sin times 0.1 ln(factor) + 1."""
+
+    factor: float = Field(gt=1, le=1024)
+    """How many times the original context the phase reaches (Llama 3.1: 8; DeepSeek-V3's YaRN: 40)."""
+
+    original_seq_len: int = Field(ge=2, le=MAX_SEQ_LEN)
+    """The context the frequencies were trained at (Llama 3.1: 8192)."""
+
+    low_freq_factor: float = Field(1.0, gt=0, le=1024)
+    """llama3: wavelengths above original_seq_len / low_freq_factor are scaled fully (Llama 3.1: 1)."""
+
+    high_freq_factor: float = Field(4.0, gt=0, le=1024)
+    """llama3: wavelengths below original_seq_len / high_freq_factor are kept (Llama 3.1: 4)."""
+
+    beta_fast: float = Field(32.0, gt=0, le=1e6)
+    """yarn: dimensions turning more than beta_fast times over the original context are kept (the paper's 32)."""
+
+    beta_slow: float = Field(1.0, gt=0, le=1e6)
+    """yarn: dimensions turning fewer than beta_slow times are interpolated (the paper's 1)."""
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> RopeScalingSpec:
+        other = {"llama3": ("beta_fast", "beta_slow"), "yarn": ("low_freq_factor", "high_freq_factor")}[self.kind]
+        given = [name for name in other if name in self.model_fields_set]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} with kind {self.kind}: {'YaRN' if self.kind == 'llama3' else 'Llama 3.1'}'s "
+                f"fields, which {self.kind} does not read; remove them, or use the kind they belong to"
+            )
+        return self
+
+    @field_validator("high_freq_factor")
+    @classmethod
+    def _high_above_low(cls, high: float, info: ValidationInfo) -> float:
+        low = info.data.get("low_freq_factor")
+        if low is not None and high <= low:
+            raise ValueError(f"high_freq_factor {high} must be above low_freq_factor {low} (Llama 3.1: 4 and 1)")
+        return high
+
+
 class PhaseSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer", "branches"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer", "branches", "rope_scaling"})
 
     name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
     """Phase name; names its training stage and checkpoints."""
@@ -55,6 +99,8 @@ class PhaseSpec(KeyedWhenSet):
     """Context length in this phase (default: model.seq_len); applies to this phase only."""
     rope_theta: float | None = Field(None, gt=0, le=MAX_ROPE_THETA)
     """RoPE base in this phase (default: model.rope_theta); applies to this phase only."""
+    rope_scaling: RopeScalingSpec | None = None
+    """RoPE frequencies rescaled in this phase (Llama 3.1's or YaRN), on top of its rope_theta; applies to this phase only."""
     parallelism: ParallelismOverride | None = None
     """Parallelism overrides for this phase only."""
     batch: BatchOverride | None = None
