@@ -54,15 +54,23 @@ def _named_trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(name, p) for name, p in _unwrap(model).named_parameters() if p.requires_grad]  # tied: listed once
 
 
-def decay_groups(params: list[nn.Parameter], weight_decay: float, **extra: Any) -> list[dict[str, Any]]:
-    """Decay on matrices (ndim >= 2, embeddings included), none on vectors; empty groups dropped."""
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
+def decay_groups(
+    params: list[nn.Parameter], weight_decay: float, exempt: frozenset[int] = frozenset(), **extra: Any
+) -> list[dict[str, Any]]:
+    """Decay on matrices (ndim >= 2, embeddings included unless their ids are `exempt`), none on vectors;
+    empty groups dropped."""
+    decay = [p for p in params if p.ndim >= 2 and id(p) not in exempt]
+    no_decay = [p for p in params if p.ndim < 2 or id(p) in exempt]
     groups: list[dict[str, Any]] = [
         {"params": decay, "weight_decay": weight_decay, **extra},
         {"params": no_decay, "weight_decay": 0.0, **extra},
     ]
     return [g for g in groups if g["params"]]
+
+
+def embedding_parameters(model: nn.Module) -> frozenset[int]:
+    """ids of the input embedding tables (nn.Embedding: token and learned positions)."""
+    return frozenset(id(m.weight) for m in _unwrap(model).modules() if isinstance(m, nn.Embedding))
 
 
 def muon_parameters(model: nn.Module) -> set[int]:
@@ -188,19 +196,20 @@ def build_optimizer(model: nn.Module, optimizer_cfg: OptimizerSpec, precision: P
     kind, lr, wd = optimizer_cfg.kind, optimizer_cfg.lr, optimizer_cfg.weight_decay
     betas, eps = optimizer_cfg.betas, optimizer_cfg.eps
     params = [p for _, p in _named_trainable(model)]
+    exempt = frozenset() if optimizer_cfg.decay_embeddings else embedding_parameters(model)
     if kind == "adamw":
-        return torch.optim.AdamW(decay_groups(params, wd), lr=lr, betas=betas, eps=eps)
+        return torch.optim.AdamW(decay_groups(params, wd, exempt), lr=lr, betas=betas, eps=eps)
     if kind == "adam":
-        return torch.optim.Adam(decay_groups(params, wd), lr=lr, betas=betas, eps=eps)
+        return torch.optim.Adam(decay_groups(params, wd, exempt), lr=lr, betas=betas, eps=eps)
     if kind == "adafactor":
-        return GatheredAdafactor(decay_groups(params, wd), lr=lr)
+        return GatheredAdafactor(decay_groups(params, wd, exempt), lr=lr)
     if kind == "muon":
         hidden = muon_parameters(model)
         muon = [p for p in params if id(p) in hidden]
         rest = [p for p in params if id(p) not in hidden]
         return MuonWithAdamW(
             [{"params": muon, "weight_decay": wd}],
-            decay_groups(rest, wd),
+            decay_groups(rest, wd, exempt),
             dict(lr=lr, momentum=MUON_MOMENTUM, nesterov=True, adjust_lr_fn="match_rms_adamw"),
             dict(lr=lr, betas=betas, eps=eps),
         )
@@ -212,6 +221,6 @@ def build_optimizer(model: nn.Module, optimizer_cfg: OptimizerSpec, precision: P
                 "optimizer.kind lion cannot be enacted: torch ships no Lion and the lion-pytorch package "
                 "is not installed; use adamw, adam, adafactor or muon"
             ) from None
-        lion: torch.optim.Optimizer = Lion(decay_groups(params, wd), lr=lr, betas=betas)
+        lion: torch.optim.Optimizer = Lion(decay_groups(params, wd, exempt), lr=lr, betas=betas)
         return lion
     raise ValueError(f"optimizer.kind {kind!r}: expected adamw, adam, adafactor, muon or lion")

@@ -84,7 +84,7 @@ def layout(dp_replicate=1, dp_shard=1, tp=1, sharding="none", recompute="none", 
 
 
 def optimizer_cfg(kind="adamw"):
-    return SimpleNamespace(kind=kind, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    return SimpleNamespace(kind=kind, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=True)
 
 
 def tiny_model(name="llama") -> Transformer:

@@ -310,6 +310,21 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest() -> None:
     assert all(p.ndim >= 2 for p in model.parameters() if id(p) in decay)
 
 
+@pytest.mark.parametrize("kind", ["adamw", "muon"])
+def test_decay_embeddings_false_leaves_the_embedding_tables_undecayed(kind) -> None:
+    """optimizer.decay_embeddings: false (OLMo 2): the token table joins the norms and biases without decay;
+    the other matrices keep theirs, and the default decays the table."""
+    model = w.tiny_model()
+    for decay_embeddings, table_decayed in ((True, True), (False, False)):
+        cfg = w.optimizer_cfg(kind)
+        cfg.decay_embeddings = decay_embeddings
+        optimizer = build_optimizer(model, cfg, w.FP32)
+        decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+        assert (id(model.tok_embeddings.weight) in decayed) == table_decayed
+        assert id(model.layers[0].attention.wq.weight) in decayed
+        assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
+
+
 def test_lion_runs_when_its_package_is_installed_else_refuses() -> None:
     model = w.tiny_model()
     try:

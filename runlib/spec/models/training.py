@@ -132,7 +132,9 @@ class BatchOverride(PhaseOverride):
     batch.global_batch), each omitted or null: the run's; the batch ramp does not apply to the phase."""
 
 
-class OptimizerSpec(SpecModel):
+class OptimizerSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"decay_embeddings"})
+
     kind: Literal["adamw", "adam", "adafactor", "muon", "lion"] = "adamw"
     """adamw: decoupled weight decay; adam: L2 penalty through the gradient; adafactor: factored second moments; muon: orthogonalized momentum on 2-D hidden matrices (AdamW for embeddings, head, norms); lion: sign momentum (Chen et al. 2023, via lion-pytorch)."""
     lr: float = Field(ge=-1e3, le=1e3)
@@ -143,6 +145,8 @@ class OptimizerSpec(SpecModel):
     """Adam epsilon."""
     weight_decay: float = Field(0.1, ge=0, le=100)
     """Weight decay (not applied to norms and biases)."""
+    decay_embeddings: bool = True
+    """Weight decay on the input embedding tables (token and learned positions; a tied head is the token table); false: none there, as OLMo 2 (arXiv 2501.00656, its optimizer settings: no weight decay on embeddings) and SmolLM3."""
     grad_clip: float | None = Field(1.0, ge=0, le=1e6)
     """Clip the global gradient norm to this value (default 1.0); 0 or null: no clipping."""
     z_loss: float = Field(0.0, ge=0, le=100)
