@@ -57,6 +57,10 @@ PUBLISHED = {
     # google/gemma-3-1b-pt: 302M embedding + 698M non-embedding (arXiv 2503.19786, Table 1); sandwich norms and
     # per-head QK-norm
     "hf/gemma3-1b.config.json": (999_885_952, "google/gemma-3-1b-pt checkpoint"),
+    # HuggingFaceTB/SmolLM3-3B (card: 3.08B): NoPE every 4th layer, tied embeddings
+    "hf/smollm3-3b.config.json": (3_075_098_624, "HuggingFaceTB/SmolLM3-3B checkpoint"),
+    # stabilityai/stablelm-2-1_6b (card: 1.6B; 1,644,515,328 in the checkpoint): LayerNorm with biases, q/k/v biases
+    "hf/stablelm-2-1.6b.config.json": (1_644_515_328, "stabilityai/stablelm-2-1_6b checkpoint"),
 }
 
 
@@ -99,6 +103,9 @@ def test_the_families_of_2024_25_import_their_features_not_approximations():
         },
         "hf/mistral-7b.config.json": {"sliding_window": 4096, "global_every": None},
         "hf/gemma2-27b.config.json": {"attention_scale_dim": 144, "embedding_multiplier": 4608**0.5},
+        "hf/smollm3-3b.config.json": {"nope_every": 4, "tie_embeddings": True},
+        "hf/stablelm-2-1.6b.config.json": {"rope_fraction": 0.25, "qkv_bias": True, "norm": "layernorm"},
+        "hf/olmo3-7b.config.json": {"sliding_window": 4096, "global_every": 4, "norm_position": "output"},
         "hf/gemma3-1b.config.json": {"norm_position": "sandwich", "qk_norm": "per_head"},
     }
     for fixture, fields in expected.items():

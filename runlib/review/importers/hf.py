@@ -2,19 +2,25 @@
 
 Families, by `model_type` (field names as transformers' configuration_<family>.py defines them):
   llama, mistral, qwen2, olmo2,  RMSNorm, SwiGLU (intermediate_size), RoPE (rope_theta), GQA
-  qwen3, phi3                    (num_key_value_heads); qwen2 biases q, k and v only (qkv_bias); olmo2 adds
+  qwen3, phi3, olmo3, smollm3    (num_key_value_heads); qwen2 biases q, k and v only (qkv_bias); olmo2 adds
                                  QK-norm over the full q and k widths and its norms after the sublayers
                                  (norm_position: output), qwen3 QK-norm per head (qk_norm: per_head); phi3
-                                 fuses qkv_proj and gate_up_proj (the same parameters)
-  gemma2, gemma3_text            GeGLU (tanh GELU as the gate: held as swiglu, the same parameters), RMSNorm
-                                 before and after each sublayer (norm_position: sandwich), head_dim, tied
+                                 fuses qkv_proj and gate_up_proj (the same parameters); olmo3 is olmo2 with
+                                 sliding windows (layer_types); smollm3 drops RoPE from every
+                                 no_rope_layer_interval-th layer (nope_every)
+  stablelm                       LayerNorm with biases, q/k/v biases (use_qkv_bias), partial RoPE
+  gemma2, gemma3_text            GeGLU (activation geglu), RMSNorm before and after each sublayer
+                                 (norm_position: sandwich), embeddings times sqrt(hidden_size), head_dim,
+                                 query_pre_attn_scalar, soft-capping, alternating sliding windows, tied
                                  embeddings; gemma3 adds per-head QK-norm
   starcoder2                     LayerNorm and biases (use_bias), a plain GELU MLP, RoPE, GQA
   gpt2                           n_layer/n_embd/n_head/n_positions, n_inner (None: 4*n_embd), LayerNorm
                                  and biases, learned positions, tied head (tie_word_embeddings default True)
   gpt_neox                       LayerNorm and biases, GELU MLP, rotary on rotary_pct of each head
-What a run spec cannot express is stated in the header (Mistral's sliding window, NeoX's parallel
-residual and partial rotary, rope_scaling, Gemma's soft-capping), with its effect on the parameter count. The config says nothing about training: without --training-args the batch and LR come from the
+Sliding windows (sliding_window with use_sliding_window, layer_types) become model.sliding_window and
+global_every. What a run spec cannot express is stated in the header (NeoX's parallel residual with two
+norms, a layer_types pattern that is not regular, rope_scaling, which is a context extension of the released
+model), with its effect on the parameter count. The config says nothing about training: without --training-args the batch and LR come from the
 DeepSeek LLM fit (arXiv 2401.02954, eq. 1) and the tokens from ~20 per parameter (Chinchilla,
 arXiv 2203.15556), all marked `assumed:`.
 """
@@ -39,7 +45,10 @@ FAMILIES = (
     "qwen2",
     "qwen3",
     "olmo2",
+    "olmo3",
     "phi3",
+    "smollm3",
+    "stablelm",
     "gemma2",
     "gemma3_text",
     "starcoder2",
@@ -117,14 +126,44 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
     d.set("model.vocab_size", _need(config, "vocab_size", file, family), "vocab_size")
     d.set("model.position", "rope", "rotary embeddings")
     theta_key = "rotary_emb_base" if family == "gpt_neox" else "rope_theta"
-    d.set("model.rope_theta", float(config.get(theta_key) or 10000.0), theta_key)
+    given = config.get("rope_parameters")
+    nested: dict[str, Any] = given if isinstance(given, dict) else {}
+    theta = config.get(theta_key) or nested.get("rope_theta") or 10000.0  # transformers 5.x nests it
+    d.set("model.rope_theta", float(theta), theta_key)
+    partial = config.get("partial_rotary_factor") or nested.get("partial_rotary_factor")
+    if partial and float(partial) < 1:
+        d.set("model.rope_fraction", float(partial), "partial_rotary_factor")
     if family == "gpt_neox":
         return _neox_block(d, config, file)
     if family == "starcoder2":
         return _starcoder2_block(d, config, file, hidden, heads, int(kv))
     if family in ("gemma2", "gemma3_text"):
         return _gemma_block(d, config, family, file, hidden, heads, int(kv))
+    if family == "stablelm":
+        return _stablelm_block(d, config, file)
     return _swiglu_block(d, config, family, file, hidden, heads, int(kv))
+
+
+def _stablelm_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
+    """StableLM 2 (transformers models/stablelm): LayerNorm with biases, bias-free linear layers but for q, k and
+    v (use_qkv_bias), SwiGLU, RoPE on partial_rotary_factor of each head, optionally one norm for parallel
+    attention and MLP (use_parallel_residual)."""
+    if config.get("qk_layernorm"):
+        raise UnmappableConfig(
+            f"{file}: qk_layernorm true: StableLM's per-head LayerNorms (a weight per head) are not a runlib field"
+        )
+    act = str(config.get("hidden_act", "silu"))
+    if act not in ("silu", "swish"):
+        raise UnmappableConfig(f"{file}: hidden_act {act!r}: a stablelm MLP maps to swiglu (silu) only")
+    d.set("model.activation", "swiglu", "SiLU-gated MLP (gate, up, down)")
+    d.set("model.norm", "layernorm", "LayerNorm")
+    d.set("model.norm_bias", True, "LayerNorm with a bias")
+    d.set("model.bias", False, "no o_proj or MLP biases")
+    d.set("model.qkv_bias", bool(config.get("use_qkv_bias", False)), "use_qkv_bias")
+    if config.get("use_parallel_residual"):
+        d.set("model.parallel_block", True, "use_parallel_residual: one norm before attention and MLP")
+    d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
+    return _windows(d, config, "stablelm")
 
 
 def _windows(d: Draft, config: dict[str, Any], family: str) -> list[str]:
@@ -251,9 +290,11 @@ def _swiglu_block(
             )
         d.set("model.bias", bias, "attention_bias, mlp_bias")
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
-    if family == "olmo2":
-        d.set("model.qk_norm", True, "OLMo 2: RMSNorm over the full q and k projections")
-        d.set("model.norm_position", "output", "OLMo 2: the norms after the attention and the MLP")
+    if family in ("olmo2", "olmo3"):
+        d.set("model.qk_norm", True, "OLMo 2 and 3: RMSNorm over the full q and k projections")
+        d.set("model.norm_position", "output", "OLMo 2 and 3: the norms after the attention and the MLP")
+    if family == "smollm3":
+        notes += _nope_layers(d, config, int(d.get("model.layers")))
     if family == "qwen3":
         d.set("model.qk_norm", "per_head", "Qwen3: RMSNorm on q and k per head")
     if family == "phi3":
@@ -261,6 +302,17 @@ def _swiglu_block(
             "Phi-3 fuses q, k, v (qkv_proj) and the gate and up projections (gate_up_proj): the same parameters."
         )
     return notes + _windows(d, config, family)
+
+
+def _nope_layers(d: Draft, config: dict[str, Any], layers: int) -> list[str]:
+    """SmolLM3's layers without RoPE: no_rope_layers (1: RoPE, 0: none), else every no_rope_layer_interval-th."""
+    interval = int(config.get("no_rope_layer_interval") or 4)
+    said = config.get("no_rope_layers")
+    pattern = [int((i + 1) % interval != 0) for i in range(layers)]
+    d.set("model.nope_every", interval, "no_rope_layer_interval: every this-th layer without RoPE")
+    if isinstance(said, list) and [int(x) for x in said] != pattern:
+        return [f"no_rope_layers {said} is not every {interval}th layer: that pattern stands in for it."]
+    return []
 
 
 def _seq_len(d: Draft, config: dict[str, Any], args: dict[str, Any] | None, file: str) -> int:
