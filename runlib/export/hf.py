@@ -13,6 +13,8 @@ compute exactly the same function:
     mlp_bias for model.bias, tie_word_embeddings;
   * Qwen2ForCausalLM (models/qwen2): the same block with biases on q, k and v only (model.qkv_bias);
   * Qwen3ForCausalLM (models/qwen3): the same with RMSNorm on q and k per head (qk_norm: per_head);
+  * SmolLM3ForCausalLM (models/smollm3): Llama's block with RoPE left out of every nope_every-th layer
+    (no_rope_layers, 1 where RoPE applies);
   * Olmo2ForCausalLM (models/olmo2): QK-norm over the whole projections and the norms after the
     sublayers, x + norm(attn(x)) (qk_norm: true, norm_position: output; Groeneveld et al. 2025, arXiv
     2501.00656, section 3.2);
@@ -61,6 +63,7 @@ ROPE_MODEL_TYPES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Olmo2ForCausalLM": "olmo2",
+    "SmolLM3ForCausalLM": "smollm3",
 }
 MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
 # in MARKER: 2 writes the RoPE base in the keys of transformers 4.x and 5.x (rope_config); 1 (runlib 0.1 before this change)
@@ -86,6 +89,11 @@ class ExportShape:
 def _rope_family(model: ModelSpec) -> tuple[str | None, str]:
     """The transformers class of a RoPE + RMSNorm + SwiGLU model (None when none computes it), and why not."""
     qkv, o = qkv_has_bias(model), model.bias
+    if model.nope_every is not None:
+        llama_block = model.norm_position == "pre" and not model.qk_norm and qkv == o
+        if llama_block and spec_head_dim(model) * model.heads == model.d_model:
+            return "SmolLM3ForCausalLM", ""
+        return None, "model.nope_every with other than SmolLM3's block (Llama's, with head_dim = d_model / heads)"
     if model.norm_position == "sandwich":
         return (
             None,
@@ -139,8 +147,8 @@ def hf_architecture(model: ModelSpec) -> str:
     problems = []
     if model.parallel_block:
         problems.append("model.parallel_block: true (Falcon's parallel block: no architecture here computes it)")
-    if model.rope_fraction < 1 or model.nope_every is not None:
-        problems.append("model.rope_fraction / model.nope_every (partial RoPE and NoPE layers are not exported yet)")
+    if model.rope_fraction < 1:
+        problems.append("model.rope_fraction (partial RoPE is not exported yet)")
     if model.embedding_norm:
         problems.append("model.embedding_norm: true (BLOOM's embedding LayerNorm: neither Llama nor GPT-2 has it)")
     llama_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "swiglu"
@@ -276,8 +284,13 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
             return rope_block | {"attention_bias": m.bias, "mlp_bias": m.bias, "pretraining_tp": 1}
         if architecture == "Olmo2ForCausalLM":
             return rope_block | {"attention_bias": False}
+        if architecture == "SmolLM3ForCausalLM":
+            nope = [int(m.nope_every is None or (i + 1) % m.nope_every != 0) for i in range(m.layers)]
+            nope_keys: dict[str, Any] = {"no_rope_layers": nope, "no_rope_layer_interval": m.nope_every}
+            full_attention = {"use_sliding_window": False, "sliding_window": None}
+            return rope_block | full_attention | {"attention_bias": m.bias, "mlp_bias": m.bias} | nope_keys
         # Qwen2 (q, k, v always biased) and Qwen3 (attention_bias false): full attention in every layer
-        windows = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": m.layers}
+        windows: dict[str, Any] = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": m.layers}
         return rope_block | windows | ({"attention_bias": False} if architecture == "Qwen3ForCausalLM" else {})
     return {
         "architectures": ["GPT2LMHeadModel"],

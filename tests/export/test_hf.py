@@ -97,6 +97,8 @@ def test_the_tokenizer_loads_with_its_special_tokens(tmp_path):
         ({**LLAMA, "qk_norm": True}, "model.qk_norm"),
         ({**LLAMA, "norm_position": "sandwich"}, "model.norm_position"),
         ({**LLAMA, "attention_softcap": 50.0}, "model.attention_softcap"),
+        ({**LLAMA, "rope_fraction": 0.5}, "model.rope_fraction"),
+        ({**LLAMA, "nope_every": 2, "qk_norm": "per_head"}, "model.nope_every"),
         ({**LLAMA, "activation": "geglu"}, "activation: geglu"),
         ({**LLAMA, "activation": "geglu", "norm_position": "sandwich"}, "model.embedding_multiplier"),
         ({**LLAMA, "norm_position": "output"}, "model.norm_position"),

@@ -19,6 +19,7 @@ SHAPES = {
     "qwen2-qkv-bias": {**LLAMA, "kv_heads": 2, "qkv_bias": True},
     "qwen3-per-head-qk-norm": {**LLAMA, "kv_heads": 2, "head_dim": 24, "qk_norm": "per_head", "tie_embeddings": True},
     "olmo2-output-norms": {**LLAMA, "kv_heads": 2, "qk_norm": True, "norm_position": "output"},
+    "smollm3-nope": {**LLAMA, "kv_heads": 2, "nope_every": 2, "tie_embeddings": True},
     # Gemma 2's block: GeGLU, sandwich norms, embeddings times sqrt(d_model), a query scale other than the head's,
     # soft-capped attention and output logits, a sliding window on alternate layers (shorter than the test's rows)
     "gemma2": {
@@ -37,7 +38,7 @@ SHAPES = {
     },
 }
 # families transformers 4.46.3 does not have (Qwen3: 4.51; OLMo 2: 4.47), or reads otherwise (Gemma 2's layer_types)
-NEEDS_TRANSFORMERS_5 = ("qwen3-per-head-qk-norm", "olmo2-output-norms", "gemma2")  # gemma2: layer_types
+NEEDS_TRANSFORMERS_5 = ("qwen3-per-head-qk-norm", "olmo2-output-norms", "gemma2", "smollm3-nope")  # gemma2: layer_types
 
 
 def tiny_tokenizer_json() -> str:
