@@ -214,8 +214,9 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
         end_step = spans[-1].end_step if spans else 0
         decay = run_tokens - tokens_at_step(spans, max(0.0, end_step - spec.schedule.decay.amount))
     lr_steps = [(to_tokens(x.after) or 0.0, x.lr_ratio) for x in spec.schedule.lr_steps or []]
+    hold = to_tokens(spec.schedule.hold) or 0.0
     schedule = build_schedule(
-        spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens, lr_steps
+        spec.schedule.kind, spec.optimizer.lr, spec.schedule.min_lr_ratio, warmup, decay, run_tokens, lr_steps, hold
     )
 
     peak = mfu_peak_flops(accelerator, spec.precision.compute)

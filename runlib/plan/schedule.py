@@ -9,6 +9,9 @@ with another batch does not move it. Warmup is linear from 0; then
   multistep the peak, then a level (lr_ratio * peak) from each of `lr_steps` on: DeepSeek LLM (arXiv
             2401.02954, section 2.3: 31.6% of the peak after 80% of the tokens, 10% after 90%), which
             keeps the peak for most of the run so that a continued run can reuse it
+  inverse_sqrt the peak until warmup + `hold` = s, then peak * sqrt(s / tokens) (Vaswani et al. 2017,
+            section 5.3: s the warmup's end; T5 and PaLM, arXiv 2204.02311 section 5: 1e-2 for 10,000 steps,
+            then 1/sqrt(k); in tokens here, so a batch change does not move it)
 and the floor (min_lr_ratio * peak; multistep: the last level) after the decay ends.
 
 A phase may scale the schedule (phases[].optimizer.lr_scale, OPT-175B's mid-run LR cuts: Zhang et al. 2022,
@@ -45,6 +48,8 @@ class Schedule:
             return lr
         if self.kind == "constant" or tokens <= self.decay_start_tokens:
             return self.peak_lr
+        if self.kind == "inverse_sqrt":
+            return max(self.floor_lr, self.peak_lr * math.sqrt(self.decay_start_tokens / tokens))
         if tokens >= self.decay_end_tokens:
             return self.floor_lr
         span = self.decay_end_tokens - self.decay_start_tokens
@@ -59,6 +64,10 @@ class Schedule:
         """Tokens of the run trained with the LR at its floor."""
         if self.kind == "constant":
             return 0.0
+        if self.kind == "inverse_sqrt":  # peak * sqrt(s / t) meets the floor at t = s (peak / floor)^2
+            if self.floor_lr <= 0:
+                return 0.0
+            return max(0.0, self.run_tokens - self.decay_start_tokens * (self.peak_lr / self.floor_lr) ** 2)
         return max(0.0, self.run_tokens - max(self.decay_end_tokens, self.warmup_tokens))
 
 
@@ -70,9 +79,11 @@ def build_schedule(
     decay_tokens: float | None,
     run_tokens: float,
     steps: list[tuple[float, float]] | None = None,
+    hold_tokens: float = 0.0,
 ) -> Schedule:
     """decay_tokens: wsd: the final decay's length; cosine/linear: length after warmup (None: to the end);
-    steps: multistep: (tokens from which, lr_ratio) in any order."""
+    steps: multistep: (tokens from which, lr_ratio) in any order; hold_tokens: inverse_sqrt: the peak kept
+    after warmup."""
     if kind == "multistep":
         levels = tuple((t, peak_lr * r) for t, r in sorted(steps or []))
         if not levels:
@@ -83,6 +94,9 @@ def build_schedule(
         decay = decay_tokens or 0.0
         # warmup + decay longer than the run (SCHED001): the decay starts when warmup ends
         decay_start, decay_end = max(run_tokens - decay, warmup_tokens), run_tokens
+    elif kind == "inverse_sqrt":  # decays without end: the floor (if any) meets it at s (peak / floor)^2
+        decay_start, decay_end = warmup_tokens + hold_tokens, math.inf
+        return Schedule(kind, peak_lr, peak_lr * min_lr_ratio, warmup_tokens, decay_start, decay_end, run_tokens)
     elif kind in ("cosine", "linear"):
         decay_start = warmup_tokens
         decay_end = warmup_tokens + decay_tokens if decay_tokens is not None else run_tokens

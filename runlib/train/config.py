@@ -142,7 +142,7 @@ class ScheduleConfig(_Part):
     timeline); a part that cannot apply inside the phase is None, so editing a later phase leaves an
     earlier phase's key alone."""
 
-    kind: Literal["wsd", "cosine", "linear", "constant", "multistep"]
+    kind: Literal["wsd", "cosine", "linear", "constant", "multistep", "inverse_sqrt"]
     """schedule.kind."""
     peak_lr: float
     """optimizer.lr."""
@@ -323,7 +323,8 @@ def schedule_within(
         warmup_tokens=warmup,
         floor_lr=s.floor_lr * scale if decays else None,
         decay_start_tokens=s.decay_start_tokens if decays else None,
-        decay_end_tokens=s.decay_end_tokens if decays else None,
+        # inverse_sqrt decays without end (None here, infinity in Schedule.lr_at)
+        decay_end_tokens=s.decay_end_tokens if decays and math.isfinite(s.decay_end_tokens) else None,
         levels=levels if decays else None,
     )
 

@@ -68,6 +68,21 @@ def test_flops_palm_and_causal():
     )
 
 
+def test_inverse_sqrt_schedule():
+    """Vaswani et al. 2017 (section 5.3): linear warmup to the peak at w, then peak * sqrt(w / t); with a hold
+    (T5, PaLM) the decay starts at warmup + hold; a floor caps it from below, and the run's tokens at the floor
+    count from where peak * sqrt(s / t) meets it."""
+    from runlib.plan.schedule import build_schedule
+
+    s = build_schedule("inverse_sqrt", 1e-2, 0.0, 100.0, None, 10_000.0)
+    assert s.lr_at(50.0) == pytest.approx(5e-3) and s.lr_at(100.0) == 1e-2
+    assert s.lr_at(400.0) == pytest.approx(5e-3) and s.lr_at(10_000.0) == pytest.approx(1e-3)
+    held = build_schedule("inverse_sqrt", 1e-2, 0.2, 0.0, None, 10_000.0, hold_tokens=100.0)
+    assert held.lr_at(0.0) == held.lr_at(100.0) == 1e-2 and held.lr_at(400.0) == pytest.approx(5e-3)
+    assert held.lr_at(5_000.0) == pytest.approx(2e-3)  # the floor: sqrt(100 / 5000) = 0.141 < 0.2
+    assert held.tokens_at_floor() == pytest.approx(10_000.0 - 100.0 * 25)
+
+
 def test_sliding_window_layers_score_the_window_only():
     # Mistral 7B (arXiv 2310.06825): 32 layers, d_attn 4096, every layer windowed at 4096, seq 8192
     full = flops_per_token(0, 32, 4096, 8192)

@@ -185,6 +185,8 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
         ({}, {"global_batch": f"{k * _global_batch_tokens(data)} tokens"}) for k in (2, 4)
     ],
     "tokenizer.pretrained": lambda cur, data, files: [({}, {"pretrained": files["a"]})],
+    # inverse_sqrt only
+    "schedule.hold": lambda cur, data, files: [({"kind": "inverse_sqrt", "decay": DELETE}, {"hold": "10%"})],
     # YaRN's fields, with kind yarn
     "phases[].rope_scaling.beta_fast": lambda cur, data, files: [({"kind": "yarn"}, {"beta_fast": 16.0})],
     "phases[].rope_scaling.beta_slow": lambda cur, data, files: [({"kind": "yarn"}, {"beta_slow": 2.0})],
@@ -249,8 +251,10 @@ def _values(info: FieldInfo, current: Any) -> list[Any]:
     origin, args = typing.get_origin(t), typing.get_args(t)
     if origin is Literal:
         return [v for v in args if v != current]
-    if t is bool:
-        return [not current]
+    if t is bool:  # an absent field holds its default (true for some: optimizer.decay_embeddings)
+        if current is None and info.default is None:  # a phase override: either value
+            return [True, False]
+        return [not (info.default if current is None else current)]
     if t is int:
         c = parse_count(current) if current is not None else None
         return [1, 64, 512] if c is None else [c + 1, 2 * c, c - 1]

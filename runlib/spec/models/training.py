@@ -161,10 +161,10 @@ class LRStep(SpecModel):
 
 
 class ScheduleSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"lr_steps"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"lr_steps", "hold"})
 
-    kind: Literal["wsd", "cosine", "linear", "constant", "multistep"] = "cosine"
-    """LR shape after warmup: warmup-stable-decay, cosine, linear, constant, or multistep (the peak, then the `lr_steps` levels: DeepSeek LLM, arXiv 2401.02954 section 2.3)."""
+    kind: Literal["wsd", "cosine", "linear", "constant", "multistep", "inverse_sqrt"] = "cosine"
+    """LR shape after warmup: warmup-stable-decay, cosine, linear, constant, multistep (the peak, then the `lr_steps` levels: DeepSeek LLM, arXiv 2401.02954 section 2.3), or inverse_sqrt (the peak until warmup + hold, then peak x sqrt(that / tokens): Vaswani et al. 2017 section 5.3 after a linear warmup; T5 and PaLM, arXiv 2204.02311 section 5, after 10,000 steps at a constant 1e-2)."""
     warmup: DurationField
     """Linear warmup from 0 to the peak LR."""
     decay: DurationField | None = None
@@ -173,6 +173,8 @@ class ScheduleSpec(KeyedWhenSet):
     """Floor as a fraction of the peak (multistep: the last of `lr_steps` is the floor)."""
     lr_steps: list[LRStep] | None = Field(None, max_length=64)
     """multistep only: the LR levels after the peak, in order (DeepSeek LLM: after 80% of the tokens 0.316, after 90% 0.1)."""
+    hold: DurationField | None = None
+    """inverse_sqrt only: the peak held this long after the warmup before the inverse square root begins (PaLM: 10,000 steps, with no warmup); omitted: none."""
 
     @model_validator(mode="after")
     def _steps_with_multistep(self) -> ScheduleSpec:
@@ -183,6 +185,15 @@ class ScheduleSpec(KeyedWhenSet):
             )
         if self.kind != "multistep" and self.lr_steps:
             raise ValueError(f"schedule.lr_steps is read with kind: multistep only (kind is {self.kind})")
+        if self.hold is not None and self.kind != "inverse_sqrt":
+            raise ValueError(f"schedule.hold is read with kind: inverse_sqrt only (kind is {self.kind})")
+        if self.kind == "inverse_sqrt" and self.warmup.amount == 0 and (self.hold is None or self.hold.amount == 0):
+            raise ValueError(
+                "schedule.kind inverse_sqrt decays as sqrt(start / tokens) from the end of warmup + hold, which is 0 "
+                "here: give a warmup or a hold (PaLM: hold: 10000 steps)"
+            )
+        if self.kind == "inverse_sqrt" and self.decay is not None:
+            raise ValueError("schedule.kind inverse_sqrt reads no decay (it decays until the run's end): remove it")
         if self.kind == "multistep" and (self.decay is not None or self.min_lr_ratio != 0):
             raise ValueError(
                 "schedule.kind multistep reads neither decay nor min_lr_ratio (the levels are lr_steps, the last "
