@@ -7,7 +7,7 @@
     grad_norm = clip_grad_norm_(model, max_norm)      # across DTensors of several meshes
 
 `parallel` is any object with dp_replicate, dp_shard, tp, cp, pp (their product is the world size),
-sharding (none | zero1 | zero2 | fsdp | hsdp), activation_checkpointing (none | selective | selective_op | full) and
+sharding (none | zero1 | zero2 | fsdp | hsdp), activation_checkpointing (none | selective | selective_op | mlp | full) and
 offload (`Parallel`: runlib.train.config.ParallelConfig); `precision` any object with compute,
 master_weights, grads, optimizer_states (runlib.spec.models.PrecisionSpec). Both are read through
 runlib.plan.layout.Layout (`layout_of`): its mesh shape and names, its data-parallel wrapper, its
@@ -372,16 +372,18 @@ def op_selective_context() -> tuple[contextlib.AbstractContextManager[Any], cont
     return contexts
 
 
-RECOMPUTE_MODES = ("none", "selective", "selective_op", "full")
+RECOMPUTE_MODES = ("none", "selective", "selective_op", "mlp", "full")
 
 
 def set_recompute(model: Transformer, mode: str) -> None:
-    """Activation recomputation per block: none | selective (the attention core) | selective_op (op-level:
+    """Activation recomputation per block: none | selective (the attention core) | mlp (the MLP module) |
+    selective_op (op-level:
     op_selective_context) | full (the whole block)."""
     if mode not in RECOMPUTE_MODES:
         raise ValueError(f"activation_checkpointing {mode!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
     for block in model.blocks():
         block.recompute = mode in ("full", "selective_op")
+        block.recompute_mlp = mode == "mlp"  # module-selective: the MLP only (OLMo-core's feed_forward)
         block.recompute_context_fn = op_selective_context if mode == "selective_op" else None
         block.attention.recompute_core = mode == "selective"
 

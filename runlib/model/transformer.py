@@ -433,6 +433,7 @@ class Block(nn.Module):
     (model.dropout) on each branch's output in training."""
 
     recompute = False  # full activation recomputation of the block (set by runlib.model.parallelize)
+    recompute_mlp = False  # the MLP recomputed in the backward pass (activation_checkpointing: mlp)
     windowed = False  # attends to model.sliding_window keys (set by Transformer)
     nope = False  # attends without RoPE (model.nope_every; set by Transformer)
     # with recompute: a policy of what to keep anyway (op-level selective: parallelize.op_selective_context)
@@ -467,18 +468,26 @@ class Block(nn.Module):
     def _drop(self, y: torch.Tensor) -> torch.Tensor:
         return self.dropout(y) if self.dropout is not None else y
 
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP, recomputed in the backward pass under activation_checkpointing mlp (only its input kept)."""
+        if self.recompute_mlp and torch.is_grad_enabled():
+            out: torch.Tensor = torch.utils.checkpoint.checkpoint(self.mlp, x, use_reentrant=False)
+            return out
+        y: torch.Tensor = self.mlp(x)
+        return y
+
     def body(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
         if self.mlp_norm is None:  # parallel block: one norm for both branches
             h = self.attention_norm(x)
-            return x + self._drop(self.attention(h, rope, mask)) + self._drop(self.mlp(h))
+            return x + self._drop(self.attention(h, rope, mask)) + self._drop(self._mlp(h))
         if self.norm_position == "output":
             x = x + self._drop(self.attention_norm(self.attention(x, rope, mask)))
-            return x + self._drop(self.mlp_norm(self.mlp(x)))
+            return x + self._drop(self.mlp_norm(self._mlp(x)))
         if self.attention_post_norm is not None and self.mlp_post_norm is not None:  # sandwich
             x = x + self._drop(self.attention_post_norm(self.attention(self.attention_norm(x), rope, mask)))
-            return x + self._drop(self.mlp_post_norm(self.mlp(self.mlp_norm(x))))
+            return x + self._drop(self.mlp_post_norm(self._mlp(self.mlp_norm(x))))
         x = x + self._drop(self.attention(self.attention_norm(x), rope, mask))
-        return x + self._drop(self.mlp(self.mlp_norm(x)))
+        return x + self._drop(self._mlp(self.mlp_norm(x)))
 
 
 class AttentionMask:

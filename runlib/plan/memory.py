@@ -29,7 +29,8 @@ replicated on the tensor ranks without sequence parallelism), q/k/v 2sb(a*hd + 2
 output 2sb*a*hd, MLP hidden 8sbf (SwiGLU: gate, up, silu(gate), product) or 4sbf (GELU), all over t.
 An eager attention kernel adds the softmax output 2*a*s^2*b (fused kernels store none); selective
 recompute removes it (the attention core is recomputed); selective_op keeps the layer's input, the
-kernel's output and every other matmul's output (op_selective_bytes_per_layer); full recompute keeps each layer's input
+kernel's output and every other matmul's output (op_selective_bytes_per_layer); mlp drops the MLP hidden
+(mlp_hidden_bytes: OLMo-core's feed-forward-only recomputation); full recompute keeps each layer's input
 (2sbh, over t with sequence parallelism) and recomputes one layer at a time. The last layer's backward
 holds one layer's activations more (their gradients). Context parallelism divides s by c.
 Logits: LOGIT_BYTES per value of the micro-batch's s x V logits over t, on the last stage.
@@ -223,6 +224,12 @@ def activation_bytes_per_layer(
         inside += a * s * seq_len * b * (act_bytes + (1 + act_bytes if dropout else 0))
     split = sequence_parallel and tensor > 1
     return inside / tensor + ((outside - gathered) / tensor + gathered if split else outside)
+
+
+def mlp_hidden_bytes(model: ModelSpec, tokens: float, micro_batch: int, act_bytes: int) -> float:
+    """The MLP's hidden activations of one layer (gated: gate, up, act(gate), product; else two): what
+    activation_checkpointing mlp recomputes instead of keeping (before a tensor-parallel split)."""
+    return tokens * micro_batch * act_bytes * (4 if gated_mlp(model) else 2) * model.d_ff
 
 
 def op_selective_bytes_per_layer(
@@ -445,6 +452,9 @@ def _device_memory(
     elif par.activation_checkpointing == "selective_op":
         kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, par.sequence_parallel)
         activations = stage_layers * in_flight * kept + 2 * per_layer
+    elif par.activation_checkpointing == "mlp":  # the MLP's hidden recomputed: its input stays (in per_layer)
+        kept = per_layer - mlp_hidden_bytes(model, s, b, act_bytes) / t
+        activations = stage_layers * in_flight * kept + per_layer
     else:
         activations = stage_layers * in_flight * per_layer + per_layer
     if stage == 0 and model.embedding_norm:
@@ -519,6 +529,9 @@ def cpu_phase_memory(
         activations = model.layers * s * b * model.d_model * act_bytes / t * in_flight + per_layer
     elif par.activation_checkpointing == "selective_op":
         kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, True)
+        activations = model.layers * kept * in_flight + per_layer
+    elif par.activation_checkpointing == "mlp":
+        kept = per_layer - mlp_hidden_bytes(model, s, b, act_bytes) / t
         activations = model.layers * kept * in_flight + per_layer
     else:
         activations = model.layers * per_layer * in_flight

@@ -230,7 +230,7 @@ def test_checkpoint_save_is_atomic_and_replaces(tmp_path) -> None:
 # ----------------------------------------------------------------------------------------- recomputation
 
 
-@pytest.mark.parametrize("mode", ["full", "selective"])
+@pytest.mark.parametrize("mode", ["full", "selective", "mlp"])
 def test_recomputation_gives_the_same_gradients(mode) -> None:
     grads = {}
     for m in ("none", mode):
@@ -245,7 +245,7 @@ def test_recomputation_gives_the_same_gradients(mode) -> None:
 def test_recomputation_keeps_fewer_activations() -> None:
     """Bytes autograd keeps for the backward pass (what checkpointed regions drop is never packed here)."""
     kept = {}
-    for mode in ("none", "selective", "full"):
+    for mode in ("none", "selective", "mlp", "full"):
         model = parallelize(w.tiny_model(), None, w.layout(recompute=mode), w.FP32)
         total = [0]
 
@@ -258,6 +258,7 @@ def test_recomputation_keeps_fewer_activations() -> None:
         loss.backward()
         kept[mode] = total[0]
     assert kept["none"] > kept["selective"] > kept["full"]
+    assert kept["none"] > kept["mlp"] > kept["full"]
 
 
 @pytest.mark.parametrize("name", ["fsdp_full", "fsdp_selective"])

@@ -19,7 +19,7 @@ from runlib.spec.models.base import (
 from runlib.spec.units import BatchSizeField, Duration, DurationField
 
 Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
-Recompute = Literal["none", "selective", "selective_op", "full"]
+Recompute = Literal["none", "selective", "selective_op", "mlp", "full"]
 
 
 class ParallelismSpec(SpecModel):
@@ -32,7 +32,7 @@ class ParallelismSpec(SpecModel):
     sharding: Sharding = "none"
     """Sharding of model states over the data-parallel ranks (times the context-parallel degree, as torchtitan and Megatron-LM shard): none | zero1 | zero2 | fsdp (= zero3) | hsdp (fsdp within each node, replicated across nodes)."""
     activation_checkpointing: Recompute = "none"
-    """Activation recomputation: none; selective (the attention core, Korthikanti et al. 2022 section 4.1: saves the s^2 scores of an eager kernel); selective_op (torchtitan's op-level policy: each layer keeps its input, the attention kernel's output and every other matmul's output, and recomputes norms, RoPE, activations and the other matmuls); full (each layer keeps only its input)."""
+    """Activation recomputation: none; selective (the attention core, Korthikanti et al. 2022 section 4.1: saves the s^2 scores of an eager kernel); selective_op (torchtitan's op-level policy: each layer keeps its input, the attention kernel's output and every other matmul's output, and recomputes norms, RoPE, activations and the other matmuls); mlp (the MLP's hidden activations recomputed, the attention's kept: OLMo-core's selected_modules ["blocks.*.feed_forward"], allenai/OLMo-core src/olmo_core/train/train_module/transformer/config.py, as its 32B run trained); full (each layer keeps only its input)."""
     offload: bool = False
     """Optimizer states and master weights kept in host memory."""
     sequence_parallel: bool = Field(True, json_schema_extra=PLANNING_ONLY)
