@@ -55,7 +55,7 @@ class ParallelConfig(_Part):
     """Pipeline-parallel degree."""
     sharding: Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
     """parallelism.sharding."""
-    activation_checkpointing: Literal["none", "selective", "selective_op", "full"]
+    activation_checkpointing: Recompute
     """parallelism.activation_checkpointing."""
     offload: bool
     """parallelism.offload."""

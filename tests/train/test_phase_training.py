@@ -146,6 +146,12 @@ def test_two_processes_make_the_same_update_as_one(tokenized, tmp_path):
             "parallelism: {sharding: none, activation_checkpointing: full}",
             {"dp_replicate": 2, "tp": 1},
         ),
+        (
+            "recompute_mlp",
+            "parallelism: {sharding: none}",
+            "parallelism: {sharding: fsdp, activation_checkpointing: mlp}",
+            {"dp_shard": 2, "tp": 1},
+        ),
     ],
 )
 def test_parallel_layouts_make_the_same_updates_as_ddp(tokenized, ddp_reference, tmp_path, layout, old, new, mesh):
