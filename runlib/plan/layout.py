@@ -78,14 +78,15 @@ def divisors_above_one(g: int) -> list[int]:
     return sorted({x for d in low for x in (d, g // d) if x > 1})
 
 
-def split_data_parallel(sharding: Sharding, data_parallel: int, nodes: int) -> tuple[int, int]:
+def split_data_parallel(sharding: Sharding, data_parallel: int, nodes: int, shard_nodes: int = 1) -> tuple[int, int]:
     """(dp_replicate, dp_shard) of `data_parallel` ranks: none replicates (DDP), hsdp replicates across
-    nodes and shards within one (Zhao et al. 2023, arXiv 2304.11277, section 3.2.1), the others shard
-    over all. Where hsdp's nodes do not divide the ranks, the split holds fewer (RUN004 refuses it)."""
+    groups of `shard_nodes` nodes and shards within one (Zhao et al. 2023, arXiv 2304.11277, section 3.2.1;
+    OLMo-core's 32B run shards over 8 nodes), the others shard over all. Where hsdp's groups do not divide
+    the ranks, the split holds fewer (RUN004 refuses it)."""
     if sharding == "none":
         return data_parallel, 1
     if sharding == "hsdp":
-        replicate = min(nodes, data_parallel)
+        replicate = max(1, min(nodes // max(1, shard_nodes), data_parallel))
         return replicate, max(1, data_parallel // replicate)
     return 1, data_parallel
 
@@ -128,6 +129,7 @@ class Layout:
     pp_virtual: int = 1
     pp_first_layers: int | None = None
     pp_last_layers: int | None = None
+    hsdp_shard_nodes: int = 1  # hsdp: the nodes one shard group spans (parallelism.hsdp_shard_nodes)
 
     def __post_init__(self) -> None:
         for name in ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep"):
@@ -422,29 +424,45 @@ class Layout:
         return out
 
     def _hsdp_refusals(self) -> list[Refusal]:
-        if self.sharding != "hsdp" or self.nodes == 1:
+        if self.sharding != "hsdp":
             return []
+        k = self.hsdp_shard_nodes
+        if self.nodes % k:
+            return [
+                Refusal(
+                    "RUN004",
+                    "parallelism.hsdp_shard_nodes",
+                    k,
+                    f"hsdp replicates over groups of hsdp_shard_nodes {k} nodes, which do not divide nodes "
+                    f"{self.nodes}",
+                    f"use an hsdp_shard_nodes dividing {self.nodes}",
+                )
+            ]
+        if self.nodes == 1:
+            return []
+        where = "a node" if k == 1 else f"a group of {k} nodes"
         if self.devices_per_node % self.model_parallel:
             return [
                 Refusal(
                     "RUN004",
                     "parallelism.sharding",
                     self.sharding,
-                    f"hsdp shards within a node and replicates across nodes, but tensor x pipeline x context = "
+                    f"hsdp shards within {where} and replicates across them, but tensor x pipeline x context = "
                     f"{self.model_parallel} does not divide devices_per_node {self.devices_per_node}, so no "
-                    "shard group fits in one node",
+                    "shard group is whole nodes",
                     "use sharding: fsdp, or a tensor degree dividing devices_per_node",
                 )
             ]
-        if self.devices_per_node // self.model_parallel == 1:
+        if self.dp_shard == 1:
             return [
                 Refusal(
                     "RUN004",
                     "parallelism.sharding",
                     self.sharding,
-                    "hsdp shards within a node and replicates across nodes, but each node holds one data-parallel "
-                    "rank, so there is nothing to shard within a node",
-                    "use sharding: none (DDP across the nodes) or fsdp (sharded across the nodes)",
+                    f"hsdp shards within {where} and replicates across them, but {where} holds one data-parallel "
+                    "rank, so there is nothing to shard",
+                    "use sharding: none (DDP across the nodes), fsdp (sharded across the nodes), or a larger "
+                    "hsdp_shard_nodes",
                 )
             ]
         return []
@@ -512,7 +530,9 @@ def build_layout(parallelism: ParallelismSpec, *, nodes: int, devices_per_node: 
     """The layout of a phase's effective parallelism on the run's hardware: the degrees of
     planned_degrees, the data-parallel ranks split by the sharding (split_data_parallel)."""
     data_parallel, _ = planned_degrees(parallelism, nodes * devices_per_node)
-    replicate, shard = split_data_parallel(parallelism.sharding, data_parallel, nodes)
+    # meaningful under hsdp only (a phase may override the sharding and keep the run's groups)
+    shard_nodes = (parallelism.hsdp_shard_nodes or 1) if parallelism.sharding == "hsdp" else 1
+    replicate, shard = split_data_parallel(parallelism.sharding, data_parallel, nodes, shard_nodes)
     return Layout(
         nodes=nodes,
         devices_per_node=devices_per_node,
@@ -527,4 +547,5 @@ def build_layout(parallelism: ParallelismSpec, *, nodes: int, devices_per_node: 
         pp_virtual=parallelism.pipeline_virtual_stages,
         pp_first_layers=parallelism.pipeline_first_stage_layers,
         pp_last_layers=parallelism.pipeline_last_stage_layers,
+        hsdp_shard_nodes=shard_nodes,
     )

@@ -67,10 +67,18 @@ class ParallelConfig(_Part):
     """parallelism.pipeline_first_stage_layers."""
     pipeline_last_stage_layers: int | None = None
     """parallelism.pipeline_last_stage_layers."""
+    hsdp_shard_nodes: int = 1
+    """parallelism.hsdp_shard_nodes (with hsdp)."""
 
     # fields added after the keys existed: left out of the key at their default, so no dense run reruns
     KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
-        {"pipeline_schedule", "pipeline_virtual_stages", "pipeline_first_stage_layers", "pipeline_last_stage_layers"}
+        {
+            "pipeline_schedule",
+            "pipeline_virtual_stages",
+            "pipeline_first_stage_layers",
+            "pipeline_last_stage_layers",
+            "hsdp_shard_nodes",
+        }
     )
 
     @model_serializer(mode="wrap")
@@ -98,6 +106,7 @@ class ParallelConfig(_Part):
         )
         return cls(
             **extra,
+            hsdp_shard_nodes=layout.hsdp_shard_nodes,
             nodes=layout.nodes,
             processes_per_node=layout.devices_per_node,
             dp_replicate=layout.dp_replicate,
@@ -126,6 +135,7 @@ class ParallelConfig(_Part):
             pp_virtual=self.pipeline_virtual_stages,
             pp_first_layers=self.pipeline_first_stage_layers,
             pp_last_layers=self.pipeline_last_stage_layers,
+            hsdp_shard_nodes=self.hsdp_shard_nodes,
         )
 
     @property

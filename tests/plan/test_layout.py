@@ -9,6 +9,7 @@ import pytest
 
 from runlib.plan.layout import Layout, build_layout, data_parallel_wrapper, planned_degrees
 from runlib.spec.models import ModelSpec, ParallelismSpec
+from runlib.train.config import ParallelConfig
 
 MODEL = ModelSpec(layers=2, d_model=64, heads=8, kv_heads=4, d_ff=192, seq_len=128)
 
@@ -174,6 +175,9 @@ REFUSALS = [
     ("hsdp, no shard group in a node", "h100-sxm", (2, 6), {"sharding": "hsdp", "tensor": 4}, {}, 128, [("RUN004", "parallelism.sharding")]),
     ("hsdp, one rank per node", "h100-sxm", (2, 1), {"sharding": "hsdp"}, {}, 128, [("RUN004", "parallelism.sharding")]),
     ("hsdp on one node", "h100-sxm", (1, 8), {"sharding": "hsdp", "tensor": 4}, {}, 128, []),
+    ("hsdp over 2-node groups", "h100-sxm", (4, 8), {"sharding": "hsdp", "hsdp_shard_nodes": 2}, {}, 128, []),
+    ("hsdp groups not dividing the nodes", "h100-sxm", (4, 8), {"sharding": "hsdp", "hsdp_shard_nodes": 3}, {}, 128, [("RUN004", "parallelism.hsdp_shard_nodes")]),
+    ("hsdp, one rank per 2-node group", "h100-sxm", (4, 1), {"sharding": "hsdp", "hsdp_shard_nodes": 2}, {}, 128, []),
     ("offload on cpu", "cpu", (1, 2), {"sharding": "fsdp", "offload": True}, {}, 128, [("RUN005", "parallelism.offload")]),
     ("offload, one data-parallel rank", "h100-sxm", (1, 2), {"sharding": "fsdp", "tensor": 2, "offload": True}, {}, 128, [("RUN005", "parallelism.offload")]),
     ("offload under ddp", "h100-sxm", (1, 8), {"offload": True}, {}, 128, [("RUN005", "parallelism.offload")]),
@@ -233,6 +237,15 @@ def test_interleaved_micro_batches_in_rounds(pipeline: int, micro_batches: int, 
     assert plain == []
     gpipe = layout(1, 8, pipeline=pipeline, pipeline_schedule="gpipe")
     assert gpipe.refusals("h100-sxm", MODEL, 128, micro_batches=[micro_batches]) == []
+
+
+def test_hsdp_shard_groups_span_nodes() -> None:
+    """parallelism.hsdp_shard_nodes: OLMo 2 32B's 4 replicas over 128 nodes of 8 shard over 32 nodes each; the
+    mesh's dp_shard ranks are consecutive, so a group is whole nodes."""
+    lay = layout(128, 8, sharding="hsdp", hsdp_shard_nodes=32)
+    assert (lay.dp_replicate, lay.dp_shard, lay.hsdp_shard_nodes) == (4, 256, 32)
+    assert layout(128, 8, sharding="hsdp").dp_replicate == 128  # within a node by default
+    assert ParallelConfig.of(lay, "none").layout == lay  # the trainer's config rebuilds it
 
 
 def test_tensor_refusal_names_the_degrees_that_work() -> None:

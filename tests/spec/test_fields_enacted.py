@@ -187,6 +187,9 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     "tokenizer.pretrained": lambda cur, data, files: [({}, {"pretrained": files["a"]})],
     # inverse_sqrt only
     "schedule.hold": lambda cur, data, files: [({"kind": "inverse_sqrt", "decay": DELETE}, {"hold": "10%"})],
+    # hsdp's shard groups (on these one-node specs a refused value, but a keyed one)
+    "parallelism.hsdp_shard_nodes": lambda cur, data, files: [({"sharding": "hsdp"}, {"hsdp_shard_nodes": 2})],
+    "phases[].parallelism.hsdp_shard_nodes": lambda cur, data, files: [({"sharding": "hsdp"}, {"hsdp_shard_nodes": 2})],
     # YaRN's fields, with kind yarn
     "phases[].rope_scaling.beta_fast": lambda cur, data, files: [({"kind": "yarn"}, {"beta_fast": 16.0})],
     "phases[].rope_scaling.beta_slow": lambda cur, data, files: [({"kind": "yarn"}, {"beta_slow": 2.0})],

@@ -35,6 +35,8 @@ class ParallelismSpec(SpecModel):
     """Activation recomputation: none; selective (the attention core, Korthikanti et al. 2022 section 4.1: saves the s^2 scores of an eager kernel); selective_op (torchtitan's op-level policy: each layer keeps its input, the attention kernel's output and every other matmul's output, and recomputes norms, RoPE, activations and the other matmuls); mlp (the MLP's hidden activations recomputed, the attention's kept: OLMo-core's selected_modules ["blocks.*.feed_forward"], allenai/OLMo-core src/olmo_core/train/train_module/transformer/config.py, as its 32B run trained); full (each layer keeps only its input)."""
     offload: bool = False
     """Optimizer states and master weights kept in host memory."""
+    hsdp_shard_nodes: int | None = Field(None, ge=1, le=MAX_PARALLEL)
+    """With sharding hsdp: the nodes one shard group spans, the states sharded over their devices and replicated across the groups (OLMo 2 32B: 4 replicas over 1024 GPUs, so 32 nodes of 8 per shard group; allenai/OLMo-core src/scripts/train/OLMo2-32B.py at d7301e6); omitted: 1, within a node."""
     sequence_parallel: bool = Field(True, json_schema_extra=PLANNING_ONLY)
     """With tensor > 1: norms and residuals split along the sequence over the tensor ranks (Korthikanti et al. 2022 section 4.2.2; runlib's trainer always does); false: replicated, as Megatron-LM without --sequence-parallel (BLOOM), for the memory model (planning only: read by the audit, not by any stage)."""
     attention_kernel: Literal["fused", "eager"] = Field("fused", json_schema_extra=PLANNING_ONLY)
