@@ -228,6 +228,35 @@ def rope_config(theta: float, scaling: RopeScalingSpec | None = None) -> dict[st
     return {"rope_theta": theta, "rope_scaling": dict(params), "rope_parameters": dict(params)}
 
 
+def _gemma2_config(shape: ExportShape, common: dict[str, Any]) -> dict[str, Any]:
+    """Gemma2ForCausalLM's config.json: GeGLU, soft-capped logits, sliding and global layers."""
+    m = shape.model
+    windowed = windowed_layers(m)
+    return {
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "hidden_size": m.d_model,
+        "intermediate_size": m.d_ff,
+        "num_hidden_layers": m.layers,
+        "num_attention_heads": m.heads,
+        "num_key_value_heads": spec_kv_heads(m),
+        "head_dim": spec_head_dim(m),
+        "hidden_activation": "gelu_pytorch_tanh",  # GeGLU's tanh GELU (runlib.model.transformer.MLP)
+        "rms_norm_eps": NORM_EPS,
+        "max_position_embeddings": shape.seq_len,
+        **rope_config(shape.rope_theta, shape.rope_scaling),
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "query_pre_attn_scalar": m.attention_scale_dim or spec_head_dim(m),
+        # every layer's kind written out (transformers 5.x reads layer_types; its default alternates)
+        "sliding_window": m.sliding_window or shape.seq_len,
+        "layer_types": ["sliding_attention" if w else "full_attention" for w in windowed],
+        "attn_logit_softcapping": m.attention_softcap,
+        "final_logit_softcapping": m.final_softcap,
+        **common,
+    }
+
+
 def hf_config(shape: ExportShape) -> dict[str, Any]:
     """config.json for the architecture of hf_architecture(shape.model), read alike by transformers 4.x and 5.x."""
     m = shape.model
@@ -238,30 +267,7 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
     common |= {"eos_token_id": shape.eos_id, "bos_token_id": None, "pad_token_id": shape.pad_id}
     architecture = hf_architecture(m)
     if architecture == "Gemma2ForCausalLM":
-        windowed = windowed_layers(m)
-        return {
-            "architectures": [architecture],
-            "model_type": "gemma2",
-            "hidden_size": m.d_model,
-            "intermediate_size": m.d_ff,
-            "num_hidden_layers": m.layers,
-            "num_attention_heads": m.heads,
-            "num_key_value_heads": spec_kv_heads(m),
-            "head_dim": spec_head_dim(m),
-            "hidden_activation": "gelu_pytorch_tanh",  # GeGLU's tanh GELU (runlib.model.transformer.MLP)
-            "rms_norm_eps": NORM_EPS,
-            "max_position_embeddings": shape.seq_len,
-            **rope_config(shape.rope_theta, shape.rope_scaling),
-            "attention_bias": False,
-            "attention_dropout": 0.0,
-            "query_pre_attn_scalar": m.attention_scale_dim or spec_head_dim(m),
-            # every layer's kind written out (transformers 5.x reads layer_types; its default alternates)
-            "sliding_window": m.sliding_window or shape.seq_len,
-            "layer_types": ["sliding_attention" if w else "full_attention" for w in windowed],
-            "attn_logit_softcapping": m.attention_softcap,
-            "final_logit_softcapping": m.final_softcap,
-            **common,
-        }
+        return _gemma2_config(shape, common)
     if architecture != "GPT2LMHeadModel":
         rope_block = {
             "architectures": [architecture],

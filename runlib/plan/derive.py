@@ -11,7 +11,7 @@ from runlib.plan import scaling
 from runlib.plan.effective import PhaseSettings, all_phase_settings, devices
 from runlib.plan.memory import MemoryBreakdown, phase_memory, state_bytes_per_param
 from runlib.plan.params import ParamCounts, count_params, head_dim, windowed_layers
-from runlib.plan.schedule import Schedule, build_schedule, planned_lr
+from runlib.plan.schedule import PhasePath, Schedule, build_schedule, phase_lr, planned_lr
 from runlib.plan.timeline import (
     PhaseSpan,
     RampStretch,
@@ -42,6 +42,7 @@ class PhasePlan:
     memory: MemoryBreakdown
     hours: float  # wall-clock hours of the phase at the assumed MFU
     lr_scale: float = 1.0  # phases[].optimizer.lr_scale: the schedule's LR times this within the phase
+    lr_path: PhasePath | None = None  # the phase's own LR path (phases[].optimizer.lr_decay_to, lr_rewarm)
 
     @property
     def tokens(self) -> int:
@@ -130,7 +131,8 @@ class Plan:
         if not self.phases:
             return planned_lr(self.schedule, tokens)
         index = phase if phase is not None else phase_at_tokens([p.span for p in self.phases], tokens)
-        return planned_lr(self.schedule, tokens, self.phases[index].lr_scale)
+        p = self.phases[index]
+        return phase_lr(self.schedule, tokens, p.lr_scale, p.lr_path)
 
     def lr_at_step(self, step: float, phase: int | None = None) -> float:
         """lr_at for the step count: the LR of optimizer step `step` (counted over the run, from 1)."""
@@ -180,6 +182,23 @@ def _largest_micro_batch(s: PhaseSettings, span: PhaseSpan, stretches: list[Ramp
     ]
     largest = max([s.micro_batch, *covering])
     return s if largest == s.micro_batch else replace(s, micro_batch=largest)
+
+
+def phase_path(
+    s: PhaseSettings, span: PhaseSpan, schedule: Schedule, to_tokens: Callable[[Duration | None], float | None]
+) -> PhasePath | None:
+    """The phase's own LR path (runlib.plan.schedule.PhasePath), None when it follows the schedule."""
+    o = s.phase.optimizer
+    if o is None or (o.lr_decay_to is None and o.lr_rewarm is None):
+        return None
+    return PhasePath(
+        start_tokens=span.start_tokens,
+        end_tokens=span.end_tokens,
+        start_lr=planned_lr(schedule, span.start_tokens, s.lr_scale),
+        end_lr=o.lr_decay_to * schedule.peak_lr if o.lr_decay_to is not None else None,
+        shape=o.lr_decay_shape or "linear",
+        rewarm_tokens=min(to_tokens(o.lr_rewarm) or 0.0, float(span.tokens)),
+    )
 
 
 def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan:
@@ -237,14 +256,15 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
             used[k] = used.get(k, 0.0) + v
         phase_flops = per_token * span.tokens
         lr_scale = s.lr_scale  # a mid-run LR change (runlib.plan.effective merges the phase's optimizer)
+        path = phase_path(s, span, schedule, to_tokens)
         phases.append(
             PhasePlan(
                 name=s.phase.name,
                 kind=s.phase.kind,
                 settings=s,
                 span=span,
-                lr_start=planned_lr(schedule, span.start_tokens, lr_scale),
-                lr_end=planned_lr(schedule, span.end_tokens, lr_scale),
+                lr_start=phase_lr(schedule, span.start_tokens, lr_scale, path),
+                lr_end=phase_lr(schedule, span.end_tokens, lr_scale, path),
                 source_tokens=source_tokens,
                 flops_per_token=per_token,
                 flops=phase_flops,
@@ -260,6 +280,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                 ),
                 hours=phase_flops / throughput / 3600 if throughput > 0 else math.inf,
                 lr_scale=lr_scale,
+                lr_path=path,
             )
         )
 

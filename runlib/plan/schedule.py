@@ -14,6 +14,8 @@ with another batch does not move it. Warmup is linear from 0; then
             then 1/sqrt(k); in tokens here, so a batch change does not move it)
 and the floor (min_lr_ratio * peak; multistep: the last level) after the decay ends.
 
+A phase may take its own path (PhasePath: phases[].optimizer.lr_decay_to from the LR it starts at, OLMo 2's
+stage 2 and DeepSeek-V3's cosine; lr_rewarm, a re-warmed LR after a decay).
 A phase may scale the schedule (phases[].optimizer.lr_scale, OPT-175B's mid-run LR cuts: Zhang et al. 2022,
 arXiv 2205.01068, section 2.5): `planned_lr` is the LR a step of that phase trains at, the one number the
 audit's table, its plots, the run report and `runlib diff` draw (runlib.plan.derive.Plan.lr_at), and what
@@ -105,6 +107,41 @@ def build_schedule(
     if decay_end <= decay_start:
         decay_end = decay_start + 1e-9  # zero-length decay: a step down to the floor
     return Schedule(kind, peak_lr, peak_lr * min_lr_ratio, warmup_tokens, decay_start, decay_end, run_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class PhasePath:
+    """A phase's own LR path (phases[].optimizer.lr_decay_to, lr_decay_shape, lr_rewarm) over its tokens
+    [start_tokens, end_tokens): a linear rise from 0 to start_lr over rewarm_tokens, then a fall from
+    start_lr to end_lr (None: the schedule goes on) by `shape`. start_lr is the LR the schedule gives where
+    the phase starts, its lr_scale applied."""
+
+    start_tokens: float
+    end_tokens: float
+    start_lr: float
+    end_lr: float | None
+    shape: str = "linear"
+    rewarm_tokens: float = 0.0
+
+    def lr_at(self, tokens: float) -> float | None:
+        """The phase's LR at `tokens`; None where the run's schedule applies (after a rewarm, no decay)."""
+        into = tokens - self.start_tokens
+        if self.rewarm_tokens > 0 and into < self.rewarm_tokens:
+            return self.start_lr * max(into, 0.0) / self.rewarm_tokens
+        if self.end_lr is None:
+            return None
+        span = self.end_tokens - self.start_tokens - self.rewarm_tokens
+        progress = min(1.0, max(0.0, (into - self.rewarm_tokens) / span)) if span > 0 else 1.0
+        if self.shape == "cosine":
+            return self.end_lr + (self.start_lr - self.end_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.start_lr + (self.end_lr - self.start_lr) * progress
+
+
+def phase_lr(schedule: Schedule, tokens: float, lr_scale: float = 1.0, path: PhasePath | None = None) -> float:
+    """The LR of a step that ends after `tokens` in a phase: its own path where it has one, else the run's
+    schedule times its lr_scale (planned_lr)."""
+    own = path.lr_at(tokens) if path is not None else None
+    return own if own is not None else planned_lr(schedule, tokens, lr_scale)
 
 
 def planned_lr(schedule: Schedule, tokens: float, lr_scale: float = 1.0) -> float:

@@ -19,7 +19,7 @@ from runlib.data.loader_config import LoaderConfig, build_loader_config
 from runlib.plan.derive import Plan
 from runlib.plan.effective import PhaseSettings
 from runlib.plan.layout import Layout, build_layout
-from runlib.plan.schedule import Schedule
+from runlib.plan.schedule import PhasePath, Schedule
 from runlib.plan.timeline import PhaseSpan
 from runlib.spec.models import ModelSpec, OptimizerSpec, PrecisionSpec, RopeScalingSpec, RunSpec, SpikeSpec
 from runlib.spec.models.training import ParallelismSpec, Recompute
@@ -147,6 +147,20 @@ class ParallelConfig(_Part):
         return self.layout.data_parallel
 
 
+class PhasePathConfig(_Part):
+    """runlib.plan.schedule.PhasePath of a phase, as its config holds it."""
+
+    start_tokens: float
+    end_tokens: float
+    start_lr: float
+    end_lr: float | None
+    shape: Literal["linear", "cosine"]
+    rewarm_tokens: float
+
+    def path(self) -> PhasePath:
+        return PhasePath(self.start_tokens, self.end_tokens, self.start_lr, self.end_lr, self.shape, self.rewarm_tokens)
+
+
 class ScheduleConfig(_Part):
     """The LR schedule's parameters that matter inside the phase (Schedule.lr_at on the run's token
     timeline); a part that cannot apply inside the phase is None, so editing a later phase leaves an
@@ -167,15 +181,25 @@ class ScheduleConfig(_Part):
     levels: list[tuple[float, float]] | None = None
     """multistep: (tokens from which, LR) of the levels that start before the phase ends (None otherwise:
     left out of the config, and so of the key)."""
+    phase_path: PhasePathConfig | None = None
+    """The phase's own LR path (phases[].optimizer.lr_decay_to, lr_rewarm; None: left out of the key)."""
 
     @model_serializer(mode="wrap")
     def _omit_levels(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if self.levels is None:
-            data.pop("levels", None)
+        for name in ("levels", "phase_path"):
+            if getattr(self, name) is None:
+                data.pop(name, None)
         return data
 
     def lr_at(self, tokens: float) -> float:
+        if self.phase_path is not None:
+            own = self.phase_path.path().lr_at(tokens)
+            if own is not None:
+                return own
+        return self._schedule_lr_at(tokens)
+
+    def _schedule_lr_at(self, tokens: float) -> float:
         start, end = self.decay_start_tokens, self.decay_end_tokens
         decay = start is not None and self.kind != "constant"
         return Schedule(
@@ -319,9 +343,10 @@ class TrainPhaseConfig(StageConfig):
 
 
 def schedule_within(
-    plan: Plan, start_tokens: float, end_tokens: float, lr_scale: float | None = None
+    plan: Plan, start_tokens: float, end_tokens: float, lr_scale: float | None = None, path: PhasePath | None = None
 ) -> ScheduleConfig:
-    """lr_scale: a phase's optimizer.lr_scale, multiplying every LR of the schedule within the phase."""
+    """lr_scale: a phase's optimizer.lr_scale, multiplying every LR of the schedule within the phase; path: the
+    phase's own LR path, which replaces the schedule where it applies."""
     s = plan.schedule
     scale = 1.0 if lr_scale is None else lr_scale
     warmup = s.warmup_tokens if start_tokens < s.warmup_tokens else None
@@ -336,6 +361,16 @@ def schedule_within(
         # inverse_sqrt decays without end (None here, infinity in Schedule.lr_at)
         decay_end_tokens=s.decay_end_tokens if decays and math.isfinite(s.decay_end_tokens) else None,
         levels=levels if decays else None,
+        phase_path=PhasePathConfig(
+            start_tokens=path.start_tokens,
+            end_tokens=path.end_tokens,
+            start_lr=path.start_lr,
+            end_lr=path.end_lr,
+            shape="cosine" if path.shape == "cosine" else "linear",
+            rewarm_tokens=path.rewarm_tokens,
+        )
+        if path is not None
+        else None,
     )
 
 
@@ -398,7 +433,9 @@ def build_train_phase_configs(spec: RunSpec, plan: Plan) -> list[TrainPhaseConfi
                 loss_normalization=spec.data.loss_normalization,
                 loader=build_loader_config(spec, plan, i),
                 span=SpanConfig.of(phase.span),
-                schedule=schedule_within(plan, phase.span.start_tokens, phase.span.end_tokens, s.lr_scale),
+                schedule=schedule_within(
+                    plan, phase.span.start_tokens, phase.span.end_tokens, s.lr_scale, phase.lr_path
+                ),
                 optimizer=s.optimizer,  # the phase's optimizer override merged (runlib.plan.effective)
                 precision=spec.precision,
                 parallel=parallel_config(spec, s),

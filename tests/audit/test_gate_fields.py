@@ -219,6 +219,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "model.position": ("runlib/model/transformer.py",),
     "model.norm_position": ("runlib/model/transformer.py",),
     "phases[].rope_scaling.kind": ("runlib/model/rope.py",),
+    "phases[].optimizer.lr_decay_shape": ("runlib/plan/schedule.py", "runlib/train/config.py"),
     "tokenizer.digits": ("runlib/tokenizer/train.py",),
     "data.sources.*.input.format": ("runlib/curate/readers.py", "runlib/curate/stage.py"),
     "data.sources.*.input.extract": ("runlib/curate/extract.py",),

@@ -83,6 +83,21 @@ def test_inverse_sqrt_schedule():
     assert held.tokens_at_floor() == pytest.approx(10_000.0 - 100.0 * 25)
 
 
+def test_a_phase_path_rewarms_then_decays_from_where_the_schedule_stood():
+    """phases[].optimizer: lr_rewarm rises from 0 to the LR at the phase's start; lr_decay_to falls from it to a
+    share of the peak by the phase's end (OLMo 2 stage 2: linear to 0; DeepSeek-V3: cosine to 0.1)."""
+    from runlib.plan.schedule import PhasePath, build_schedule, phase_lr
+
+    schedule = build_schedule("constant", 1e-3, 0.0, 0.0, None, 200.0)
+    linear = PhasePath(100.0, 200.0, 6e-4, 0.0, "linear", 20.0)
+    assert [linear.lr_at(t) for t in (100.0, 110.0, 120.0, 160.0, 200.0)] == pytest.approx([0.0, 3e-4, 6e-4, 3e-4, 0.0])
+    cosine = PhasePath(100.0, 200.0, 1e-3, 1e-4, "cosine")
+    assert cosine.lr_at(150.0) == pytest.approx(5.5e-4) and cosine.lr_at(200.0) == pytest.approx(1e-4)
+    rewarm_only = PhasePath(100.0, 200.0, 1e-3, None, "linear", 10.0)
+    assert rewarm_only.lr_at(105.0) == pytest.approx(5e-4) and rewarm_only.lr_at(150.0) is None
+    assert phase_lr(schedule, 150.0, 0.5, rewarm_only) == 5e-4  # after the rewarm: the schedule, scaled
+
+
 def test_sliding_window_layers_score_the_window_only():
     # Mistral 7B (arXiv 2310.06825): 32 layers, d_attn 4096, every layer windowed at 4096, seq 8192
     full = flops_per_token(0, 32, 4096, 8192)

@@ -187,6 +187,10 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     "tokenizer.pretrained": lambda cur, data, files: [({}, {"pretrained": files["a"]})],
     # inverse_sqrt only
     "schedule.hold": lambda cur, data, files: [({"kind": "inverse_sqrt", "decay": DELETE}, {"hold": "10%"})],
+    # the shape of a phase's own decay
+    "phases[].optimizer.lr_decay_shape": lambda cur, data, files: [
+        ({"lr_decay_to": 0.0}, {"lr_decay_shape": v}) for v in ("cosine", "linear")
+    ],
     # hsdp's shard groups (on these one-node specs a refused value, but a keyed one)
     "parallelism.hsdp_shard_nodes": lambda cur, data, files: [({"sharding": "hsdp"}, {"hsdp_shard_nodes": 2})],
     "phases[].parallelism.hsdp_shard_nodes": lambda cur, data, files: [({"sharding": "hsdp"}, {"hsdp_shard_nodes": 2})],

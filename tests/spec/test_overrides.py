@@ -29,7 +29,7 @@ OVERRIDES = [(ParallelismOverride, ParallelismSpec), (BatchOverride, BatchSpec),
 @pytest.mark.parametrize(("override", "section"), OVERRIDES, ids=[o.__name__ for o, _ in OVERRIDES])
 def test_override_has_every_field_of_its_section_but_the_excluded(override, section):
     assert override.OVERRIDES is section
-    own = {"lr_scale"} if override is PhaseOptimizer else set()
+    own = {"lr_scale", "lr_decay_to", "lr_decay_shape", "lr_rewarm"} if override is PhaseOptimizer else set()
     assert set(override.model_fields) == (set(section.model_fields) - set(override.EXCLUDED)) | own
     assert all(reason for reason in override.EXCLUDED.values())
     for name in set(override.model_fields) - own:
@@ -92,7 +92,7 @@ BAD_OVERRIDES = [
     ("parallelism: {grad_accumulation: in_place}", "phases[2].parallelism.grad_accumulation", "unknown key", "remove"),
     ("optimizer: {lr_scale: 0}", "phases[2].optimizer.lr_scale", "0 is too small", "above 0 and at most 1,000"),
     ("optimizer: {grad_clip: -1}", "phases[2].optimizer.grad_clip", "-1 is too small", "from 0 to 1,000,000"),
-    ("optimizer: {lr: 0.1}", "phases[2].optimizer.lr", "unknown key 'lr'", "grad_clip, lr_scale"),
+    ("optimizer: {lr: 0.1}", "phases[2].optimizer.lr", "unknown key 'lr'", "lr_rewarm, lr_scale"),
 ]
 
 

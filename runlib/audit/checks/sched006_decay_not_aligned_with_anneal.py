@@ -51,6 +51,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     anneal = next((p for p in plan.phases if p.kind == "anneal"), None)
     if anneal is None:
         return
+    if anneal.lr_path is not None and anneal.lr_path.end_lr is not None:
+        return  # the anneal decays on its own path (phases[].optimizer.lr_decay_to), whatever the schedule does
     schedule = plan.schedule
     run = schedule.run_tokens
     if run <= 0:
@@ -102,6 +104,8 @@ PASS = [
     {},
     {"schedule.decay": "8.5%"},
     {"schedule.kind": "cosine", "schedule.decay": "__delete__", "phases[3].kind": "enrichment"},
+    # the anneal decays on its own (OLMo 2's stage 2: linearly to 0 from where the constant schedule stands)
+    {"schedule.kind": "constant", "schedule.decay": "__delete__", "phases[3].optimizer": {"lr_decay_to": 0.0}},
 ]
 FAIL = [
     case({"schedule.decay": "20%"}, "warning"),

@@ -396,6 +396,7 @@ NOT_SHOWN: dict[str, str] = {
     "PhaseSettings.devices": "derived.devices",
     "PhaseSettings.model_parallel": "the product of the phase's parallelism degrees",
     "PhaseSettings.optimizer": "the spec's optimizer with the phase's override: the spec file (lr_scale is shown)",
+    "PhasePlan.lr_path": "the phase's own LR path, drawn in lr_start and lr_end (the spec file holds its fields)",
     "PhaseSettings.rope_scaling": "the phase's RoPE frequency scaling as the spec file writes it (no derived number)",
     "SourcePlan.tokens_basis": "how tokens_available was counted: the text view's 'tokens counted' column",
     "CheckpointPlan.write_gb_per_s": "inside write_seconds",

@@ -223,7 +223,8 @@ class PrecisionSpec(SpecModel):
     OptimizerSpec,
     exclude={
         "kind": "the optimizer's state carries from phase to phase, and another kind keeps other state",
-        "lr": "the LR schedule is one curve across all phases: a phase scales it (lr_scale)",
+        "lr": "the LR schedule is one curve across all phases: a phase scales it (lr_scale) or takes its own path "
+        "from where it stands (lr_decay_to, lr_rewarm)",
         "betas": "run-wide, as no published run this spec describes changes them mid-run (OPT-175B's changed the "
         "LR and the clip)",
         "eps": "as betas",
@@ -239,3 +240,18 @@ class PhaseOptimizer(PhaseOverride):
 
     lr_scale: float | None = Field(None, gt=0, le=1e3)
     """The schedule's LR times this within the phase (OPT: the LR lowered after divergences)."""
+    lr_decay_to: float | None = Field(None, ge=0, le=1e3)
+    """The LR falls over the phase from the one it starts at (the schedule's at the phase's start, times lr_scale) to lr_decay_to x optimizer.lr at the phase's end, instead of following the schedule: OLMo 2's stage 2 decays linearly to 0 from where stage 1's cosine stopped (arXiv 2501.00656, mid-training); DeepSeek-V3 decays by a cosine to 0.1 of the peak over 4.3T tokens after 10T at the peak (arXiv 2412.19437, section 4.2)."""
+    lr_decay_shape: Literal["linear", "cosine"] | None = None
+    """The shape of the lr_decay_to fall (omitted: linear)."""
+    lr_rewarm: DurationField | None = None
+    """The LR rises linearly from 0 over this much of the phase's start back to the LR the phase starts at (a re-warmed LR after a decay, as SmolLM3's long-context stages after its WSD decay); then the schedule, or lr_decay_to, goes on."""
+
+    @model_validator(mode="after")
+    def _shape_with_a_decay(self) -> PhaseOptimizer:
+        if self.lr_decay_shape is not None and self.lr_decay_to is None:
+            raise ValueError(
+                "optimizer.lr_decay_shape without lr_decay_to: it shapes the phase's own decay; give lr_decay_to "
+                "(the LR at the phase's end over optimizer.lr), or remove it"
+            )
+        return self
