@@ -18,11 +18,14 @@ compute exactly the same function:
   * Olmo2ForCausalLM (models/olmo2): QK-norm over the whole projections and the norms after the
     sublayers, x + norm(attn(x)) (qk_norm: true, norm_position: output; Groeneveld et al. 2025, arXiv
     2501.00656, section 3.2);
+  * NemotronForCausalLM (models/nemotron): LayerNorm scaled by 1 + weight with a bias (NemotronLayerNorm1P,
+    norm: layernorm1p), squared ReLU as down(relu(up(x))^2), RoPE on partial_rotary_factor of each head
+    (rope_fraction; Nemotron-4, arXiv 2402.16819 section 2.1);
   * GPT2LMHeadModel (models/gpt2/modeling_gpt2.py): LayerNorm, learned absolute positions, a GELU MLP,
     multi-head attention; its Conv1D layers store weights as [in, out] (transposed) and q, k, v fused in
     c_attn. GPT-2 always has biases: a spec without them exports zero biases (the same function).
 Refused, with the reason: parallel blocks (Falcon), an embedding norm (BLOOM), ALiBi and relative
-positions, ReLU activations, full-width QK-norm in a pre-norm block, sandwich norms (Gemma 2: its GeGLU,
+positions, plain ReLU activations, full-width QK-norm in a pre-norm block, sandwich norms (Gemma 2: its GeGLU,
 soft-capping and sliding windows are not runlib's yet), and the mixed shapes (RoPE with LayerNorm or
 GELU, learned positions with RMSNorm or SwiGLU, grouped-query attention with learned positions) that no
 architecture has.
@@ -49,14 +52,14 @@ from typing import TYPE_CHECKING, Any
 from runlib.errors import UserError
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
-from runlib.plan.params import qkv_has_bias, windowed_layers
+from runlib.plan.params import norm_has_bias, qkv_has_bias, windowed_layers
 from runlib.spec.models import ModelSpec, RopeScalingSpec
 from runlib.util.atomic import replace_dir
 
 if TYPE_CHECKING:  # torch is imported by the functions that build tensors: `runlib plan` and the Snakefile load this
     import torch
 
-NORM_EPS = 1e-5  # runlib.model.transformer.NORM_EPS (not imported: this module must not import torch)
+NORM_EPS = 1e-5  # runlib.model.norms.NORM_EPS (not imported: this module must not import torch)
 # the config's model_type of each RoPE architecture (transformers' models/<model_type>/)
 ROPE_MODEL_TYPES = {
     "LlamaForCausalLM": "llama",
@@ -64,6 +67,7 @@ ROPE_MODEL_TYPES = {
     "Qwen3ForCausalLM": "qwen3",
     "Olmo2ForCausalLM": "olmo2",
     "SmolLM3ForCausalLM": "smollm3",
+    "NemotronForCausalLM": "nemotron",
 }
 MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
 # in MARKER: 2 writes the RoPE base in the keys of transformers 4.x and 5.x (rope_config); 1 (runlib 0.1 before this change)
@@ -121,6 +125,21 @@ def _rope_family(model: ModelSpec) -> tuple[str | None, str]:
     return None, "model.qkv_bias differs from model.bias in a way no architecture has (Qwen2: q, k, v biased only)"
 
 
+def _nemotron_problems(model: ModelSpec) -> list[str]:
+    """What keeps a RoPE + LayerNorm1P + squared-ReLU model from being NemotronForCausalLM (transformers
+    models/nemotron/modeling_nemotron.py: pre-norm blocks, biased LayerNorm1P, one bias flag per sublayer)."""
+    problems = []
+    if not norm_has_bias(model):
+        problems.append("model.norm_bias: false (NemotronLayerNorm1P always has a bias)")
+    if model.norm_position != "pre" or model.qk_norm or model.nope_every is not None:
+        problems.append("model.norm_position, model.qk_norm or model.nope_every (Nemotron's block has none)")
+    if qkv_has_bias(model) != model.bias:
+        problems.append("model.qkv_bias differing from model.bias (Nemotron biases q, k, v and o alike)")
+    if any(getattr(model, name) is not None for name in GEMMA_FIELDS):
+        problems.append("Gemma 2's soft-capping, scaling or windows (Nemotron has none)")
+    return problems
+
+
 GEMMA_FIELDS = ("attention_softcap", "final_softcap", "attention_scale_dim", "embedding_multiplier", "sliding_window")
 
 
@@ -147,15 +166,19 @@ def hf_architecture(model: ModelSpec) -> str:
     problems = []
     if model.parallel_block:
         problems.append("model.parallel_block: true (Falcon's parallel block: no architecture here computes it)")
-    if model.rope_fraction < 1:
-        problems.append("model.rope_fraction (partial RoPE is not exported yet)")
+    nemotron_like = model.position == "rope" and model.norm == "layernorm1p" and model.activation == "relu2"
+    if model.rope_fraction < 1 and not nemotron_like:
+        problems.append("model.rope_fraction (partial RoPE is exported with Nemotron's block only)")
     if model.embedding_norm:
         problems.append("model.embedding_norm: true (BLOOM's embedding LayerNorm: neither Llama nor GPT-2 has it)")
     llama_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "swiglu"
     gpt2_like = model.position == "learned" and model.norm == "layernorm" and model.activation == "gelu"
     gemma_like = model.position == "rope" and model.norm == "rmsnorm" and model.activation == "geglu"
     family: str | None = None
-    if gemma_like and model.norm_position == "sandwich":
+    if nemotron_like:
+        family = "NemotronForCausalLM"
+        problems += _nemotron_problems(model)
+    elif gemma_like and model.norm_position == "sandwich":
         family = "Gemma2ForCausalLM"
         problems += _gemma2_problems(model)
     elif gemma_like:
@@ -173,7 +196,7 @@ def hf_architecture(model: ModelSpec) -> str:
             problems.append(
                 "model.qk_norm, model.norm_position or model.qkv_bias with learned positions (GPT-2 has none)"
             )
-    elif not gemma_like:
+    elif not (gemma_like or nemotron_like):
         problems.append(
             f"position: {model.position}, norm: {model.norm}, activation: {model.activation} (LlamaForCausalLM needs "
             "rope + rmsnorm + swiglu; Gemma2ForCausalLM rope + rmsnorm + geglu; GPT2LMHeadModel needs learned + "
@@ -190,7 +213,7 @@ def hf_architecture(model: ModelSpec) -> str:
             "runlib export: the model has no Hugging Face equivalent: "
             + "; ".join(problems)
             + ". Fix: export a model with the shape of Llama, Qwen2 (qkv_bias), Qwen3 (qk_norm: per_head), OLMo 2 "
-            "(qk_norm: true, norm_position: output) or GPT-2 (learned, layernorm, gelu)"
+            "(qk_norm: true, norm_position: output), Nemotron (layernorm1p, relu2) or GPT-2 (learned, layernorm, gelu)"
         )
     return family
 
@@ -257,6 +280,25 @@ def _gemma2_config(shape: ExportShape, common: dict[str, Any]) -> dict[str, Any]
     }
 
 
+def _nemotron_config(rope_block: dict[str, Any], m: ModelSpec) -> dict[str, Any]:
+    """NemotronConfig: squared ReLU, its own eps key, the rotated share in both layouts (4.x reads
+    partial_rotary_factor at the top, 5.x in rope_parameters)."""
+    partial = {"partial_rotary_factor": m.rope_fraction}
+    rope_parameters = {**rope_block["rope_parameters"], **partial}
+    base = {key: value for key, value in rope_block.items() if key != "rms_norm_eps"}
+    return (
+        base
+        | partial
+        | {
+            "hidden_act": "relu2",
+            "norm_eps": NORM_EPS,
+            "rope_parameters": rope_parameters,
+            "attention_bias": m.bias,
+            "mlp_bias": m.bias,
+        }
+    )
+
+
 def hf_config(shape: ExportShape) -> dict[str, Any]:
     """config.json for the architecture of hf_architecture(shape.model), read alike by transformers 4.x and 5.x."""
     m = shape.model
@@ -290,6 +332,8 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
             return rope_block | {"attention_bias": m.bias, "mlp_bias": m.bias, "pretraining_tp": 1}
         if architecture == "Olmo2ForCausalLM":
             return rope_block | {"attention_bias": False}
+        if architecture == "NemotronForCausalLM":
+            return _nemotron_config(rope_block, m)
         if architecture == "SmolLM3ForCausalLM":
             nope = [int(m.nope_every is None or (i + 1) % m.nope_every != 0) for i in range(m.layers)]
             nope_keys: dict[str, Any] = {"no_rope_layers": nope, "no_rope_layer_interval": m.nope_every}
@@ -336,6 +380,7 @@ def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[st
     if architecture != "GPT2LMHeadModel":
         put("model.embed_tokens.weight", state["tok_embeddings.weight"])
         olmo2 = architecture == "Olmo2ForCausalLM"  # its norms follow the sublayers (norm_position: output)
+        ungated = architecture == "NemotronForCausalLM"  # down(act(up(x))): runlib's w1 is its up projection
         names = {
             "attention_norm": "post_attention_layernorm" if olmo2 else "input_layernorm",
             "mlp_norm": "post_feedforward_layernorm" if olmo2 else "post_attention_layernorm",
@@ -345,7 +390,7 @@ def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[st
             "attention.wk": "self_attn.k_proj",
             "attention.wv": "self_attn.v_proj",
             "attention.wo": "self_attn.o_proj",
-            "mlp.w1": "mlp.gate_proj",
+            "mlp.w1": "mlp.up_proj" if ungated else "mlp.gate_proj",
             "mlp.w3": "mlp.up_proj",
             "mlp.w2": "mlp.down_proj",
         }
@@ -355,6 +400,8 @@ def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[st
                     if f"layers.{i}.{ours}.{kind}" in state:
                         put(f"model.layers.{i}.{theirs}.{kind}", state[f"layers.{i}.{ours}.{kind}"])
         put("model.norm.weight", state["norm.weight"])
+        if "norm.bias" in state:
+            put("model.norm.bias", state["norm.bias"])
         if not m.tie_embeddings:
             put("lm_head.weight", state["lm_head.weight"])
         return out

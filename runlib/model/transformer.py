@@ -8,7 +8,8 @@
 The parts, by the papers that introduced them:
   * pre-norm blocks (x + attn(norm(x)), then x + mlp(norm(x))) and a final norm, with RMSNorm
     (Zhang & Sennrich 2019, arXiv 1910.07467) or LayerNorm (Ba et al. 2016; with a bias when
-    model.norm_bias, default model.bias); or parallel blocks, x + attn(norm(x)) + mlp(norm(x)) with one
+    model.norm_bias, default model.bias) or LayerNorm-1p (Megatron, Nemotron-4), all in runlib.model.norms;
+    or parallel blocks, x + attn(norm(x)) + mlp(norm(x)) with one
     norm (model.parallel_block: GPT-J, PaLM section 2, Falcon); an optional norm after the input
     embedding (model.embedding_norm: BLOOM);
   * rotary position embedding, RoPE (Su et al. 2021, arXiv 2104.09864), in the rotate-half form of
@@ -67,36 +68,15 @@ import torch.utils.checkpoint
 from torch import nn
 
 from runlib.model.context_parallel import ContextParallel
+from runlib.model.norms import LayerNorm1P, RMSNorm, make_norm
 from runlib.model.rope import rope_frequencies
-from runlib.plan.params import gated_mlp, norm_has_bias, qk_norm_widths, qkv_has_bias, rotary_dims, windowed_layers
+from runlib.plan.params import gated_mlp, qk_norm_widths, qkv_has_bias, rotary_dims, windowed_layers
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
 from runlib.spec.models import ModelSpec, RopeScalingSpec
 
 AttentionBackend = Literal["auto", "sdpa", "flex"]
 INIT_STD = 0.02
-NORM_EPS = 1e-5
-
-# ----------------------------------------------------------------------------------------- norms
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), computed in float32."""
-
-    def __init__(self, dim: int, eps: float = NORM_EPS):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
-
-
-def make_norm(model: ModelSpec, dim: int) -> nn.Module:
-    if model.norm == "rmsnorm":
-        return RMSNorm(dim)
-    return nn.LayerNorm(dim, eps=NORM_EPS, bias=norm_has_bias(model))
-
 
 # ----------------------------------------------------------------------------------------- ALiBi
 
@@ -572,8 +552,8 @@ class Transformer(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
             elif isinstance(module, (RMSNorm, nn.LayerNorm)):
-                if module.weight is not None:
-                    nn.init.ones_(module.weight)
+                if module.weight is not None:  # a scale of 1 (LayerNorm1P stores it as 1 + 0)
+                    (nn.init.zeros_ if isinstance(module, LayerNorm1P) else nn.init.ones_)(module.weight)
                 bias = getattr(module, "bias", None)
                 if isinstance(bias, torch.Tensor):
                     nn.init.zeros_(bias)

@@ -46,7 +46,7 @@ def kv_heads(model: ModelSpec) -> int:
 
 def norm_has_bias(model: ModelSpec) -> bool:
     """A LayerNorm's bias: model.norm_bias when given, else model.bias; RMSNorm has none."""
-    if model.norm != "layernorm":
+    if model.norm == "rmsnorm":
         return False
     return model.bias if model.norm_bias is None else model.norm_bias
 

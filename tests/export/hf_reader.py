@@ -30,6 +30,11 @@ SHARED_KEYS = {
         "hidden_act rms_norm_eps max_position_embeddings use_sliding_window tie_word_embeddings "
         "eos_token_id bos_token_id pad_token_id"
     ).split(),
+    "nemotron": (
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "head_dim hidden_act norm_eps max_position_embeddings attention_bias mlp_bias tie_word_embeddings "
+        "eos_token_id bos_token_id pad_token_id"
+    ).split(),
     "gpt2": (
         "vocab_size n_embd n_inner n_layer n_head n_positions activation_function layer_norm_epsilon "
         "scale_attn_weights scale_attn_by_inverse_layer_idx reorder_and_upcast_attn tie_word_embeddings "
@@ -44,12 +49,19 @@ def major_version() -> int:
 
 def rope_read(config) -> dict | None:
     """The RoPE the model computes with, where this version takes it from (see runlib.export.hf.rope_config)."""
-    if config.model_type != "llama":
+    if config.model_type not in ("llama", "nemotron"):
         return None
     if major_version() >= 5:
-        return {"rope_type": config.rope_parameters["rope_type"], "rope_theta": config.rope_parameters["rope_theta"]}
-    scaling = config.rope_scaling or {}
-    return {"rope_type": scaling.get("rope_type", "default"), "rope_theta": config.rope_theta}
+        parameters = config.rope_parameters
+        read = {"rope_type": parameters["rope_type"], "rope_theta": parameters["rope_theta"]}
+        partial = parameters.get("partial_rotary_factor")
+    else:
+        scaling = config.rope_scaling or {}
+        read = {"rope_type": scaling.get("rope_type", "default"), "rope_theta": config.rope_theta}
+        partial = getattr(config, "partial_rotary_factor", None)
+    if config.model_type == "nemotron":  # the rotated share: 5.x reads it in rope_parameters, 4.x at the top
+        read["partial_rotary_factor"] = partial
+    return read
 
 
 def dtype_read(config) -> str:

@@ -105,6 +105,8 @@ def test_the_tokenizer_loads_with_its_special_tokens(tmp_path):
         ({**LLAMA, "qk_norm": "per_head", "bias": True}, "model.qk_norm"),
         ({**LLAMA, "qkv_bias": True, "head_dim": 8}, "model.qkv_bias"),
         ({**LLAMA, "norm": "layernorm"}, "norm: layernorm"),
+        ({**LLAMA, "norm": "layernorm1p", "activation": "relu2"}, "model.norm_bias"),
+        ({**LLAMA, "norm": "layernorm1p", "norm_bias": True, "activation": "relu2", "qk_norm": True}, "model.qk_norm"),
         ({**GPT2, "kv_heads": 2}, "model.kv_heads"),
         ({**LLAMA, "parallel_block": True}, "model.parallel_block"),
         ({**GPT2, "embedding_norm": True}, "model.embedding_norm"),

@@ -134,4 +134,7 @@ def test_transformers_4_reads_the_config_as_5_does(exported, transformers4_run, 
     assert json.loads(json.dumps(reading_5)) == reading_4
     fields, theta = EXPORTS[name]
     if reading_4["rope"] is not None:
-        assert reading_4["rope"] == {"rope_type": "default", "rope_theta": theta or ModelSpec(**fields).rope_theta}
+        rope = {key: reading_4["rope"][key] for key in ("rope_type", "rope_theta")}
+        assert rope == {"rope_type": "default", "rope_theta": theta or ModelSpec(**fields).rope_theta}
+        if "partial_rotary_factor" in reading_4["rope"]:
+            assert reading_4["rope"]["partial_rotary_factor"] == ModelSpec(**fields).rope_fraction

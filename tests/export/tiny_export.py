@@ -20,6 +20,15 @@ SHAPES = {
     "qwen3-per-head-qk-norm": {**LLAMA, "kv_heads": 2, "head_dim": 24, "qk_norm": "per_head", "tie_embeddings": True},
     "olmo2-output-norms": {**LLAMA, "kv_heads": 2, "qk_norm": True, "norm_position": "output"},
     "smollm3-nope": {**LLAMA, "kv_heads": 2, "nope_every": 2, "tie_embeddings": True},
+    # Nemotron-4's block: LayerNorm scaled by 1 + weight, with biases; squared ReLU; RoPE over half of each head
+    "nemotron-partial-rope": {
+        **LLAMA,
+        "kv_heads": 2,
+        "norm": "layernorm1p",
+        "norm_bias": True,
+        "activation": "relu2",
+        "rope_fraction": 0.5,
+    },
     # Gemma 2's block: GeGLU, sandwich norms, embeddings times sqrt(d_model), a query scale other than the head's,
     # soft-capped attention and output logits, a sliding window on alternate layers (shorter than the test's rows)
     "gemma2": {

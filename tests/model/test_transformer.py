@@ -69,7 +69,7 @@ VARIANTS = {
     "qwen3": dict(qk_norm="per_head", head_dim=12),
     "olmo2": dict(qk_norm=True, norm_position="output"),
     "sandwich": dict(norm_position="sandwich"),
-    "nemotron-like": dict(rope_fraction=0.5, nope_every=2, activation="relu2", norm="layernorm"),
+    "nemotron-like": dict(rope_fraction=0.5, nope_every=2, activation="relu2", norm="layernorm1p", norm_bias=True),
     # Gemma 2's block: GeGLU, sandwich norms, scaled embeddings, its query scale, soft-capped logits, windows
     "gemma2": dict(
         activation="geglu",
@@ -398,7 +398,7 @@ def test_backward_with_document_masks_on_cpu() -> None:
     assert model.layers[0].attention.q_norm.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "olmo2", "sandwich", "gemma2"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "olmo2", "sandwich", "gemma2", "nemotron-like"])
 def test_a_few_steps_lower_the_loss(name: str) -> None:
     model = tiny(**VARIANTS[name]).train()
     opt = torch.optim.AdamW(decay_groups(list(model.parameters()), 0.1), lr=3e-3)
@@ -413,10 +413,33 @@ def test_a_few_steps_lower_the_loss(name: str) -> None:
     assert losses[-1] < losses[0] - 1.0
 
 
+def test_layernorm1p_stores_the_scale_as_its_offset_from_one() -> None:
+    """Megatron-LM's apply_layernorm_1p: weight 0 at init, the same function as LayerNorm's weight 1; a
+    trained offset w scales by 1 + w."""
+    one_p = tiny(norm="layernorm1p", norm_bias=True, activation="relu2")
+    plain = tiny(norm="layernorm", norm_bias=True, activation="relu2")
+    norms = [m for m in one_p.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all(torch.equal(m.weight, torch.zeros_like(m.weight)) for m in norms)
+    x = torch.randint(0, VOCAB, (2, 16))
+    with torch.no_grad():
+        for (name, a), b in zip(one_p.named_parameters(), plain.parameters(), strict=True):
+            assert a.shape == b.shape, name
+            if "norm" not in name:
+                b.copy_(a)
+        assert torch.allclose(one_p(x), plain(x), atol=1e-6)
+        norm = norms[0]
+        norm.weight.fill_(0.5)
+        h = torch.randn(3, TINY["d_model"])
+        expected = F.layer_norm(h, (TINY["d_model"],), torch.full((TINY["d_model"],), 1.5), norm.bias, norm.eps)
+        assert torch.allclose(norm(h), expected, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------------- param groups
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "qk_norm", "swiglu-bias", "qwen2", "qwen3", "sandwich"])
+@pytest.mark.parametrize(
+    "name", ["llama", "gpt2", "qk_norm", "swiglu-bias", "qwen2", "qwen3", "sandwich", "nemotron-like"]
+)
 def test_param_groups_put_norms_and_biases_and_nothing_else_in_no_decay(name: str) -> None:
     model = tiny(**VARIANTS[name])
     decay, no_decay = decay_groups(list(model.parameters()), 0.1)  # a tied weight is listed once

@@ -231,7 +231,10 @@ def test_megatron_llama3_8b_example_script_resolves_as_bash_would():
     the arrays reach the spec; every flag not mapped is named in the header."""
     imported = import_file(FIX / "megatron_llama3_8b_h100_fp8.sh")
     spec = imported.loaded.spec
-    assert derive(spec).params.total == 8_030_261_248  # meta-llama/Meta-Llama-3-8B checkpoint
+    # The script trains LayerNorm-1p (--apply-layernorm-1p, no --normalization RMSNorm), whose Transformer
+    # Engine norms keep a bias: the meta-llama/Meta-Llama-3-8B checkpoint's 8,030,261,248 plus 65 x 4096.
+    assert spec.model.norm == "layernorm1p"
+    assert derive(spec).params.total == 8_030_261_248 + 65 * 4096
     assert spec.model.vocab_size == 128256 and spec.precision.compute == "fp8"
     assert (spec.hardware.nodes, spec.hardware.devices_per_node, spec.hardware.accelerator) == (1, 8, "h100-sxm")
     assert spec.model.seq_len == 8192 and spec.model.rope_theta == 1_000_000

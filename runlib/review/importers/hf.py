@@ -17,6 +17,8 @@ Families, by `model_type` (field names as transformers' configuration_<family>.p
   gpt2                           n_layer/n_embd/n_head/n_positions, n_inner (None: 4*n_embd), LayerNorm
                                  and biases, learned positions, tied head (tie_word_embeddings default True)
   gpt_neox                       LayerNorm and biases, GELU MLP, rotary on rotary_pct of each head
+  nemotron                       LayerNorm scaled by 1 + weight, with a bias (layernorm1p), squared ReLU
+                                 (up, down), RoPE on partial_rotary_factor of each head (Nemotron-4)
 Sliding windows (sliding_window with use_sliding_window, layer_types) become model.sliding_window and
 global_every. What a run spec cannot express is stated in the header (NeoX's parallel residual with two
 norms, a layer_types pattern that is not regular, rope_scaling, which is a context extension of the released
@@ -54,6 +56,7 @@ FAMILIES = (
     "starcoder2",
     "gpt2",
     "gpt_neox",
+    "nemotron",
 )
 MAX_PRETRAIN_SEQ = 8192  # a max_position_embeddings above this is taken as a context extension, not pretraining
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -141,6 +144,8 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
         return _gemma_block(d, config, family, file, hidden, heads, int(kv))
     if family == "stablelm":
         return _stablelm_block(d, config, file)
+    if family == "nemotron":
+        return _nemotron_block(d, config, file)
     return _swiglu_block(d, config, family, file, hidden, heads, int(kv))
 
 
@@ -164,6 +169,26 @@ def _stablelm_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
         d.set("model.parallel_block", True, "use_parallel_residual: one norm before attention and MLP")
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
     return _windows(d, config, "stablelm")
+
+
+def _nemotron_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
+    """Nemotron-4 (arXiv 2402.16819 section 2.1; transformers models/nemotron): NemotronLayerNorm1P, biased, in
+    every norm; squared ReLU as down(relu(up(x))^2); untied embeddings by default."""
+    act = str(config.get("hidden_act", "relu2"))
+    if act != "relu2":
+        raise UnmappableConfig(f"{file}: hidden_act {act!r}: a nemotron MLP maps to relu2 (squared ReLU) only")
+    attention_bias, mlp_bias = bool(config.get("attention_bias", False)), bool(config.get("mlp_bias", False))
+    if attention_bias != mlp_bias:
+        raise UnmappableConfig(
+            f"{file}: attention_bias={attention_bias} with mlp_bias={mlp_bias}: a spec's `bias` covers both; "
+            "set them alike"
+        )
+    d.set("model.activation", "relu2", "hidden_act relu2: squared ReLU (up, down)")
+    d.set("model.norm", "layernorm1p", "NemotronLayerNorm1P: LayerNorm scaled by 1 + weight")
+    d.set("model.norm_bias", True, "NemotronLayerNorm1P has a bias")
+    d.set("model.bias", attention_bias, "attention_bias, mlp_bias")
+    d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
+    return _windows(d, config, "nemotron")
 
 
 def _windows(d: Draft, config: dict[str, Any], family: str) -> list[str]:

@@ -264,9 +264,16 @@ def _model(d: Draft, a: Arguments) -> int:
         a.count("--ffn-hidden-size", default_ffn),
         "--ffn-hidden-size" if "--ffn-hidden-size" in a else "4 * hidden (Megatron default)",
     )
-    d.set("model.activation", "swiglu" if swiglu else "gelu", "--swiglu" if swiglu else "GELU (Megatron default)")
+    if "--squared-relu" in a:  # Nemotron-4 (megatron/training/arguments.py: squared_relu)
+        d.set("model.activation", "relu2", "--squared-relu")
+    else:
+        d.set("model.activation", "swiglu" if swiglu else "gelu", "--swiglu" if swiglu else "GELU (Megatron default)")
     norm = a.word("--normalization", "LayerNorm")
-    d.set("model.norm", "rmsnorm" if norm == "RMSNorm" else "layernorm", f"--normalization {norm}")
+    if norm != "RMSNorm" and "--apply-layernorm-1p" in a:
+        d.set("model.norm", "layernorm1p", f"--normalization {norm} --apply-layernorm-1p")
+        d.set("model.norm_bias", True, "Megatron's LayerNorm keeps its bias under --disable-bias-linear")
+    else:
+        d.set("model.norm", "rmsnorm" if norm == "RMSNorm" else "layernorm", f"--normalization {norm}")
     d.set(
         "model.bias",
         "--disable-bias-linear" not in a,
@@ -293,6 +300,8 @@ def _position(d: Draft, a: Arguments, seq: int) -> None:
     d.set("model.position", "rope" if pos == "rope" else "learned", f"--position-embedding-type {pos}")
     if pos == "rope":
         d.set("model.rope_theta", float(a.count("--rotary-base", 10000)), "--rotary-base")
+        if "--rotary-percent" in a and a.rate("--rotary-percent") < 1:  # Nemotron-4: 0.5
+            d.set("model.rope_fraction", a.rate("--rotary-percent"), "--rotary-percent")
     else:
         max_pos = a.count("--max-position-embeddings", seq)
         if max_pos != seq:

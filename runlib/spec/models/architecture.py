@@ -84,8 +84,8 @@ class ModelSpec(KeyedWhenSet):
     activation: Literal["swiglu", "geglu", "gelu", "relu", "relu2"] = "swiglu"
     """swiglu: gated MLP with three matrices, w2(silu(w1 x) * w3 x) (Shazeer 2020, arXiv 2002.05202); geglu: the same with a tanh-approximated GELU gate, w2(gelu_tanh(w1 x) * w3 x) (the same paper; Gemma, arXiv 2408.00118); gelu, relu (OPT, Zhang et al. 2022) and relu2, squared ReLU (Primer, So et al. 2021, arXiv 2109.08668, section 4): two matrices, w2(act(w1 x))."""
 
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    """Normalization; layernorm carries a bias when `norm_bias` (default: `bias`) is true."""
+    norm: Literal["rmsnorm", "layernorm", "layernorm1p"] = "rmsnorm"
+    """Normalization; layernorm carries a bias when `norm_bias` (default: `bias`) is true; layernorm1p: LayerNorm whose stored scale w applies as 1 + w and starts at 0: the scale stored as its offset from 1, so decay or rounding of the stored value acts around a scale of 1 (Megatron-LM's --apply-layernorm-1p, megatron/core/fusions/fused_layer_norm.py zero_centered_gamma; Nemotron-4, arXiv 2402.16819): the same parameters as layernorm."""
 
     bias: bool = False
     """Biases in linear layers (and, unless `norm_bias` says otherwise, in layernorm)."""
