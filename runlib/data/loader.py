@@ -185,7 +185,11 @@ class SourceStream:
         fim_rate: float = 0.0,
         spm_rate: float = 0.0,
         fim_ids: tuple[int, int, int] | None = None,
+        reseed: tuple[int, int, bool] | None = None,
     ):
+        """reseed: (seed, stream position, positions count documents), a phase's own seed from where the phase
+        starts reading: the documents of the epoch in progress that no earlier phase has read (after the one
+        the position falls in) are reordered by it, and so are the epochs that begin later."""
         self.name, self.shard, self.seed, self.eos_id = name, shard, seed, eos_id
         self.offsets = np.asarray(shard.offsets, dtype=np.int64)
         self.lengths = np.diff(self.offsets)
@@ -205,13 +209,27 @@ class SourceStream:
         self.n_fim = int(round(self.fim_rate * len(self.eligible)))
         self.epoch_tokens = int(self.offsets[-1]) + 3 * self.n_fim  # the same for every epoch
         self._epochs: OrderedDict[int, _Epoch] = OrderedDict()
+        self.reseed_from_epoch, self.reseed_seed = None if reseed is None else -1, seed
+        self.reseed_offset, self.reseed_by_documents = 0, False  # where the phase starts in its first epoch
+        if reseed is not None:
+            self.reseed_seed, position, self.reseed_by_documents = reseed
+            length = self.n_docs if self.reseed_by_documents else self.epoch_tokens
+            self.reseed_from_epoch, self.reseed_offset = divmod(position, length)
+
+    def epoch_seed(self, e: int) -> int:
+        """The seed that orders epoch e (the one in progress at a reseed is its own seed's, then reordered)."""
+        late = self.reseed_from_epoch is not None and (
+            e > self.reseed_from_epoch or (e == self.reseed_from_epoch and self.reseed_offset == 0)
+        )
+        return self.reseed_seed if late else self.seed
 
     def epoch(self, e: int) -> _Epoch:
         cached = self._epochs.get(e)
         if cached is not None:
             self._epochs.move_to_end(e)
             return cached
-        rng = _rng(self.seed, "source", self.name, "epoch", e)
+        seed = self.epoch_seed(e)
+        rng = _rng(seed, "source", self.name, "epoch", e)
         perm = rng.permutation(self.n_docs)
         lengths = self.lengths
         fim = None
@@ -221,7 +239,18 @@ class SourceStream:
             lengths = lengths + 3 * fim
         cum = np.zeros(self.n_docs + 1, dtype=np.int64)
         np.cumsum(lengths[perm], out=cum[1:])
-        out = _Epoch(perm, cum, fim, stable_seed(self.seed, "fim", self.name, e) & 0xFFFFFFFFFFFFFFFF)
+        if e == self.reseed_from_epoch and self.reseed_offset > 0:
+            # the epoch in progress when a reseeded phase starts: the documents up to the one it starts in
+            # keep their places (read, or being read); the rest are drawn in the phase's order
+            read = (
+                self.reseed_offset
+                if self.reseed_by_documents
+                else int(np.searchsorted(cum, self.reseed_offset, "right"))
+            )
+            rest = _rng(self.reseed_seed, "source", self.name, "epoch", e, "rest").permutation(self.n_docs - read)
+            perm = np.concatenate([perm[:read], perm[read:][rest]])
+            np.cumsum(lengths[perm], out=cum[1:])
+        out = _Epoch(perm, cum, fim, stable_seed(seed, "fim", self.name, e) & 0xFFFFFFFFFFFFFFFF)
         self._epochs[e] = out
         if len(self._epochs) > _EPOCH_CACHE:
             self._epochs.popitem(last=False)
@@ -339,6 +368,8 @@ class PhaseLoader:
     def __init__(self, config: LoaderConfig, token_dirs: Mapping[str, TokenDirs], special_ids: Mapping[str, int]):
         self.config, self.phase_index = config, config.phase_index
         self.seed = int(config.seed)
+        # the batch shuffle's seed: the phase's own when it has one (phases[].seed)
+        self.order_seed = self.seed if config.phase_seed is None else int(config.phase_seed)
         self.seq_len = int(config.seq_len)
         self.packing = config.packing
         self.boundary_targets = config.boundary_targets
@@ -361,11 +392,10 @@ class PhaseLoader:
                     raise ValueError(f"source {name!r} uses FIM, but the tokenizer lacks {', '.join(missing)}")
                 fim_ids = (special_ids["fim_prefix"], special_ids["fim_middle"], special_ids["fim_suffix"])
             shard = open_split(token_dirs[name], "train")
-            self.streams.append(
-                SourceStream(
-                    name, shard, self.seed, self.eos_id, fim.rate if fim else 0.0, fim.spm_rate if fim else 0.0, fim_ids
-                )
-            )
+            start = config.stream_starts.get(name, 0)
+            reseed = None if config.phase_seed is None else (self.order_seed, start, self.packing == "none")
+            rates = (fim.rate, fim.spm_rate) if fim else (0.0, 0.0)
+            self.streams.append(SourceStream(name, shard, self.seed, self.eos_id, *rates, fim_ids, reseed))
 
     @property
     def global_batch(self) -> int:
@@ -390,7 +420,7 @@ class PhaseLoader:
         cum, counts = self.mixture.cum(step), self.mixture.counts(step)
         src = np.repeat(np.arange(len(counts)), counts)
         k = np.concatenate([np.arange(c0, c0 + c) for c0, c in zip(cum, counts, strict=True)])
-        order = _rng(self.seed, "batch", self.phase_index, step).permutation(len(src))
+        order = _rng(self.order_seed, "batch", self.phase_index, step).permutation(len(src))
         return src[order], k[order]
 
     def window_start(self, source_index: int, k: np.ndarray | int) -> np.ndarray:

@@ -8,11 +8,12 @@ mixture, packing, boundary targets and fill-in-the-middle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 from runlib.data.mixture import phase_mixture, stream_starts
+from runlib.util.keyed import omit_new_fields_at_default
 
 if TYPE_CHECKING:  # the plan and the spec are read, not built, here
     from runlib.plan.derive import Plan
@@ -42,6 +43,9 @@ class FimConfig(_Frozen):
 class LoaderConfig(_Frozen):
     seed: int
     """Seed of data order (spec.seed)."""
+    phase_seed: int | None = None
+    """The phase's own data-order seed (phases[].seed, a branch's seed) when it differs from `seed`: the batch
+    shuffle and each source's epochs that begin in this phase use it. Left out of the key while None."""
     phase_index: int
     """Index of the phase in the run (enters the batch shuffle's seed)."""
     seq_len: int
@@ -61,6 +65,10 @@ class LoaderConfig(_Frozen):
     fim: dict[str, FimConfig]
     """Fill-in-the-middle per source of this phase's mixture (sources without FIM are absent)."""
 
+    @model_serializer(mode="wrap")
+    def _omit_phase_seed_unset(self, handler: Any) -> Any:
+        return omit_new_fields_at_default(self, frozenset({"phase_seed"}), handler(self))
+
 
 def build_loader_config(spec: RunSpec, plan: Plan, phase_index: int) -> LoaderConfig:
     """The data-order config of plan.phases[phase_index] (pure: spec and plan in, config out)."""
@@ -72,8 +80,10 @@ def build_loader_config(spec: RunSpec, plan: Plan, phase_index: int) -> LoaderCo
         source = spec.data.sources.get(name)
         if source is not None and source.fim is not None and source.fim.rate > 0:
             fim[name] = FimConfig(rate=source.fim.rate, spm_rate=source.fim.spm_rate)
+    own_seed = phase.settings.phase.seed
     return LoaderConfig(
         seed=int(spec.seed),
+        phase_seed=None if own_seed is None or own_seed == spec.seed else int(own_seed),
         phase_index=phase_index,
         seq_len=int(phase.settings.seq_len),
         packing=packing,

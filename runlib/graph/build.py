@@ -81,20 +81,28 @@ class StageGraph:
 
     def named_phase_node(self, spec: RunSpec, stage: str, name: str, where: str) -> StageNode:
         """The spec's own train_phase / eval_phase node of the phase `name`, or of a branch of the last phase
-        named '<phase>@<branch>' as its stages are (train_phase anneal@code-heavy); a UserError at `where`
+        named '<phase>@<branch>' as its stages are (train_phase anneal@code-heavy), or of its soup (for
+        train_phase: the soup_phase node, whose final.pt is the soup's model); a UserError at `where`
         for a name that is neither, or a spec that does not train its own phases."""
         names = [p.name for p in spec.phases]
         last = spec.phases[-1] if spec.phases else None
         branches = {f"{last.name}@{b.name}": b.name for b in (last.branches or [])} if last else {}
+        if last is not None and last.soup is not None:
+            branches[f"{last.name}@{last.soup.name}"] = last.soup.name
         if name in branches:
-            node = self.branch_nodes(stage).get(branches[name])
+            # a soup's model is its soup_phase's final.pt: where a phase's is its train_phase's
+            souped = stage == "train_phase" and last is not None and last.soup is not None
+            souped = souped and branches[name] == last.soup.name  # type: ignore[union-attr]
+            node = self.branch_nodes("soup_phase" if souped else stage).get(branches[name])
         elif name in names:
             node = self.phase_node(stage, names.index(name))
         else:
             known = names + list(branches)
             guess = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {guess[0]!r}?" if guess else f"the phases: {', '.join(known)}"
-            raise UserError(f"{where}: {name[:80]!r} is not a phase of this spec (nor <phase>@<branch>); {hint}")
+            raise UserError(
+                f"{where}: {name[:80]!r} is not a phase of this spec (nor <phase>@<branch> or <phase>@<soup>); {hint}"
+            )
         if node is None:
             raise UserError(f"{where}: this spec does not train its own phases (ladder.train_target: false)")
         return node

@@ -1,5 +1,5 @@
-"""`runlib export SPEC --phase NAME --out DIR`: a built phase of the spec (or a branch of its last phase,
-NAME = <phase>@<branch>) as a Hugging Face checkpoint.
+"""`runlib export SPEC --phase NAME --out DIR`: a built phase of the spec (or a branch or the soup of its last
+phase, NAME = <phase>@<branch>, <phase>@<soup>) as a Hugging Face checkpoint.
 
 The I/O edge of runlib.export.hf: finds the phase's train_phase artifact and the tokenizer artifact in the
 spec's graph, verifies both against their manifests (sizes and digests) before reading, and writes the
@@ -29,13 +29,15 @@ def export_phase(spec_path: str, phase: str, out_dir: Path) -> Path:
     node = graph.named_phase_node(spec, "train_phase", phase, f"{spec_path}: --phase")
     if not node.manifest_path.exists():
         raise UserError(
-            f"{spec_path}: phase {phase!r} is not built (train_phase {node.key}); "
+            f"{spec_path}: phase {phase!r} is not built ({node.stage} {node.key}); "
             f"fix: {snakemake_command(spec_path, cores='all')}"
         )
-    tokenizer = graph.input_nodes(node)["tokenizer"]
+    # a soup (soup_phase) is shaped as its ingredients: its first one's config and tokenizer describe it
+    trained = graph.input_nodes(node)["ingredient0"] if node.stage == "soup_phase" else node
+    tokenizer = graph.input_nodes(trained)["tokenizer"]
     verify_node(node, spec_path=spec_path)
     details = verify_node(tokenizer, spec_path=spec_path).details
-    cfg = node.config_as(TrainPhaseConfig)
+    cfg = trained.config_as(TrainPhaseConfig)
     special_ids = dict(details["special_ids"])
     shape = ExportShape(
         model=cfg.model,
@@ -48,7 +50,7 @@ def export_phase(spec_path: str, phase: str, out_dir: Path) -> Path:
         pad_id=special_ids.get(PAD),
     )
     state = ckpt.load(node.dir / "final.pt")["model"]
-    provenance = {"spec": str(spec_path), "run": spec.name, "phase": phase, "train_phase_key": node.key}
+    provenance = {"spec": str(spec_path), "run": spec.name, "phase": phase, f"{node.stage}_key": node.key}
     provenance["tokenizer_key"] = tokenizer.key
     tokenizer_json = (tokenizer.dir / "tokenizer.json").read_text()
     return write_export(state, shape, tokenizer_json, special_ids, out_dir, provenance)

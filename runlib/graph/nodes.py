@@ -22,6 +22,7 @@ from runlib.spec.models import RunSpec
 from runlib.store.keys import stage_key
 from runlib.store.node import StageNode
 from runlib.store.stageconfig import StageConfig
+from runlib.train.soup_config import SoupConfig
 
 
 @dataclass(frozen=True)
@@ -307,8 +308,8 @@ def train_phase_nodes(g: GraphContext) -> list[StageNode]:
                 if same is not None:
                     raise UserError(
                         f"phases[{i}].branches ({run.tag['branch']}): trains exactly as "
-                        f"{same.instance.removeprefix('train_phase ')}; give it another mixture, tokens, decay or "
-                        "seq_len, or remove it"
+                        f"{same.instance.removeprefix('train_phase ')}; give it another mixture, tokens, decay, "
+                        "seq_len or seed, or remove it"
                     )
             out.append(node)
     return out
@@ -336,7 +337,53 @@ def eval_phase_nodes(g: GraphContext) -> list[StageNode]:
             model = next(n for n in g.of("train_phase") if n.params["phase"] == i and _tag(n) == run.tag)
             inputs = {"model": model.key, "tokenizer": tokenizer.key, **tokens}
             out.append(g.make("eval_phase", f"eval_phase {run.phase_label(i)}", config, inputs, phase=i, **run.tag))
-    return out
+    return out + _soup_eval_nodes(g, tokens, tokenizer)
+
+
+def _soup_ingredients(g: GraphContext) -> list[str]:
+    """The names the last phase's soup averages (PhaseSpec.soup), [] without a soup or without the run's own
+    phases (a ladder with train_target false)."""
+    last = g.branched.phases[-1] if g.branched.phases else None
+    if last is None or last.soup is None or not g.trains:
+        return []
+    return last.soup.ingredients or [last.name, *(b.name for b in last.branches or [])]
+
+
+def soup_phase_nodes(g: GraphContext) -> list[StageNode]:
+    """The soup of the last phase (PhaseSpec.soup): one node averaging its ingredients' final weights, tagged as
+    a branch of its own (named '<phase>@<soup>')."""
+    names = _soup_ingredients(g)
+    if not names:
+        return []
+    last = len(g.branched.phases) - 1
+    phase, soup = g.branched.phases[last], g.branched.phases[last].soup
+    assert soup is not None  # _soup_ingredients is [] without one
+    trained = {phase.name: _trained(g.of("train_phase"), {}, last)}
+    trained |= {b.name: _trained(g.of("train_phase"), {"branch": b.name}, last) for b in phase.branches or []}
+    inputs = {}
+    for i, name in enumerate(names):
+        node = trained[name]
+        assert node is not None  # every branch of the last phase is trained (train_phase_nodes)
+        inputs[f"ingredient{i}"] = node.key
+    config = SoupConfig(phase_index=last, weights=[1 / len(names)] * len(names))
+    label = f"{phase.name}@{soup.name}"
+    return [g.make("soup_phase", f"soup_phase {label}", config, inputs, phase=last, branch=soup.name, soup=soup.name)]
+
+
+def _soup_eval_nodes(g: GraphContext, tokens: dict[str, str], tokenizer: StageNode) -> list[StageNode]:
+    """The soup's evaluation: its first ingredient's eval config, recorded under the soup's name."""
+    souped = g.of("soup_phase")
+    if not souped:
+        return []
+    node, first = souped[0], _soup_ingredients(g)[0]
+    last = node.params["phase"]
+    run = next(r for r in g.runs if r.tag == ({"branch": first} if first != g.spec.phases[last].name else {}))
+    config = configs.eval_configs(run.spec, run.plan)[last]
+    label = f"{g.spec.phases[last].name}@{node.params['soup']}"
+    config = config.model_copy(update={"phase": label})
+    inputs = {"model": node.key, "tokenizer": tokenizer.key, **tokens}
+    params = {k: node.params[k] for k in ("phase", "branch", "soup")}
+    return [g.make("eval_phase", f"eval_phase {label}", config, inputs, **params)]
 
 
 def fit_ladder_nodes(g: GraphContext) -> list[StageNode]:

@@ -169,10 +169,12 @@ def render(rows: list[dict[str, Any]], spec_file: str) -> str:
     built = sum(r["built"] for r in rows)
     lines.append(f"{built} of {len(rows)} stages built")
     lines += data_job_lines(rows)
-    branches = sorted({r["branch"] for r in rows if r.get("part") == "branch"})
+    soups = {r["branch"] for r in rows if r.get("part") == "branch" and r["stage"] == "soup_phase"}
+    branches = sorted({r["branch"] for r in rows if r.get("part") == "branch"} - soups)
     if branches:
         shared = sum(r.get("part") == "prefix" for r in rows)
-        lines.append(f"{len(branches)} branches ({', '.join(branches)}) share {shared} prefix stages")
+        souped = f" and a soup ({', '.join(sorted(soups))})" if soups else ""
+        lines.append(f"{len(branches)} branches ({', '.join(branches)}){souped} share {shared} prefix stages")
     return "\n".join(lines) + "\n"
 
 

@@ -45,6 +45,7 @@ from runlib.store.node import StageNode
 from runlib.store.stageconfig import StageConfig
 from runlib.tokenizer.config import TokenizerConfig
 from runlib.train.config import TrainPhaseConfig
+from runlib.train.soup_config import SoupConfig
 
 if TYPE_CHECKING:
     from runlib.graph.build import StageGraph
@@ -171,6 +172,12 @@ def _train_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any
     return train_phase(node.config_as(TrainPhaseConfig), input_dirs(graph, node), out, key=node.key)
 
 
+def _soup_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
+    from runlib.train.soup import soup_phase
+
+    return soup_phase(node.config_as(SoupConfig), _numbered(input_dirs(graph, node), "ingredient"), out)
+
+
 def _eval_phase(graph: StageGraph, node: StageNode, out: Path) -> dict[str, Any]:
     from runlib.data.shards import token_inputs
     from runlib.eval.stage import evaluate_phase
@@ -291,6 +298,16 @@ KINDS: tuple[StageKind, ...] = (
         "train one phase from the previous phase's end (accelerate launch, one process per device)",
         None,  # nodes, processes, memory and time limit from the phase's plan (runlib.train.launch)
         tracked_files=("metrics.jsonl", "spikes.json"),
+    ),
+    StageKind(
+        "soup_phase",
+        1,
+        SoupConfig,
+        nodes.soup_phase_nodes,
+        _soup_phase,
+        "average the weights of branches of the last phase into one model (phases[].soup)",
+        Resources(threads=1, mem_mb=4000, runtime_min=60),
+        tracked_files=(),
     ),
     StageKind(
         "eval_phase",

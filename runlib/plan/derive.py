@@ -74,10 +74,11 @@ class CheckpointPlan:
     interval_steps: float | None
     interval_hours: float | None
     job_mtbf_hours: float | None
-    young_optimum_hours: float | None  # sqrt(2 * write time * MTBF), Young 1974
+    young_optimum_hours: float | None  # sqrt(2 * write time * MTBF), Young 1974; the write time with async_save
     count: int  # checkpoints written over the run (intervals + phase ends)
     write_gb_per_s: float = 0.0  # min(nodes x per-node bandwidth, storage bandwidth)
     mtbf_basis: str = ""  # how job_mtbf_hours was found, for messages ("" when there is none)
+    stall_seconds: float = 0.0  # training time one checkpoint costs: the write, or with async_save the wait
 
 
 @dataclass(frozen=True)
@@ -397,9 +398,15 @@ def _checkpoint_plan(
     interval_hours = interval_tokens * hours_per_token if interval_tokens is not None else None
     mtbf, basis = job_mtbf(spec)
     young = math.sqrt(2 * (write_seconds / 3600) * mtbf) if mtbf else None
+    stall = write_seconds
+    if spec.checkpoint.async_save:
+        # the write overlaps training, which waits only when the next save comes before it ends (the copy in
+        # memory before the write is not modelled): the best interval is the write time itself
+        stall = max(0.0, write_seconds - interval_hours * 3600) if interval_hours else 0.0
+        young = write_seconds / 3600 if mtbf else None
     count = len(spans)
     if interval_tokens and interval_tokens > 0:
         count += int(run_tokens // interval_tokens)
     return CheckpointPlan(
-        size, write_seconds, interval_tokens, interval_steps, interval_hours, mtbf, young, count, rate, basis
+        size, write_seconds, interval_tokens, interval_steps, interval_hours, mtbf, young, count, rate, basis, stall
     )

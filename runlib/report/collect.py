@@ -133,6 +133,7 @@ class BranchRun:
     train: StageState | None
     eval: StageState | None
     eval_data: JsonObject | None = None
+    soup: bool = False  # the soup of the phase and its branches (PhaseSpec.soup): trained on no tokens
 
 
 @dataclass
@@ -206,8 +207,8 @@ def collect_run(spec_path: str | Path) -> RunData:
 
 
 def _branch_runs(spec: RunSpec, graph: StageGraph, by_key: dict[tuple[str, str], StageState]) -> list[BranchRun]:
-    """The last phase as written, then each of its branches, with their stages and evaluations ([] without
-    branches)."""
+    """The last phase as written, then each of its branches and its soup, with their stages and evaluations
+    ([] without branches)."""
     base = without_branches(spec)
     plan = derive(base)
     specs = branch_specs(spec, plan)
@@ -242,6 +243,12 @@ def _branch_runs(spec: RunSpec, graph: StageGraph, by_key: dict[tuple[str, str],
                 state(evals.get(branch)),
             )
         )
+    last_spec = spec.phases[last]
+    if last_spec.soup is not None:
+        label = f"{name}@{last_spec.soup.name}"
+        souped = graph.branch_nodes("soup_phase").get(last_spec.soup.name)
+        soup_eval = evals.get(last_spec.soup.name)
+        out.append(BranchRun(label, None, plan.phases[last], plan.devices, state(souped), state(soup_eval), soup=True))
     for b in out:
         if b.eval is not None and b.eval.built:
             b.eval_data = read_json(b.eval.node.dir / "eval.json")

@@ -321,7 +321,8 @@ def _branches(run: RunData) -> list[Block]:
         Heading(2, "Branches"),
         Para(
             f"The phase {last} as written and each of its branches, all trained from the same checkpoint (the "
-            f"end of the phase before it). Held-out loss per source and task scores from each one's eval.json "
+            f"end of the phase before it), and their soup where the spec averages them (no tokens of its own). "
+            f"Held-out loss per source and task scores from each one's eval.json "
             f"(acc for multiple choice, else the first metric recorded); cost: the phase's tokens, its planned "
             f"{unit} (its FLOPs at the spec's MFU) and its measured ones (the stage's wall time x its processes)."
         ),
@@ -361,8 +362,8 @@ def branch_table(branches: list[BranchRun], sources: list[str], unit: str) -> Ta
     rows = [(f"held-out loss: {s}", *(heldout(b, s) for b in branches)) for s in sources]
     rows += [(f"{name} ({metric})", *(task(b, name) for b in branches)) for name, metric in tasks.items()]
     rows += [
-        ("tokens", *(_count(b.plan.tokens) for b in branches)),
-        (f"planned {unit}", *(_fmt(b.plan.hours * b.devices, ".3g") for b in branches)),
+        ("tokens", *("–" if b.soup else _count(b.plan.tokens) for b in branches)),
+        (f"planned {unit}", *("–" if b.soup else _fmt(b.plan.hours * b.devices, ".3g") for b in branches)),
         (f"measured {unit}", *(measured(b) for b in branches)),
     ]
     return Table(("", *(b.label for b in branches)), rows)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from runlib.spec.models import PhaseBranch, RunSpec
 
-PHASE_FIELDS = ("mixture", "tokens", "seq_len")  # the branch's fields that replace the phase's
+PHASE_FIELDS = ("mixture", "tokens", "seq_len", "seed")  # the branch's fields that replace the phase's
 SCHEDULE_FIELDS = ("decay",)  # the branch's fields that replace the schedule's
 
 
@@ -20,18 +20,18 @@ def without_branches(spec: RunSpec) -> RunSpec:
     those of the same spec written without branches)."""
     if not any(p.branches for p in spec.phases):
         return spec
-    phases = [p.model_copy(update={"branches": None}) for p in spec.phases]
+    phases = [p.model_copy(update={"branches": None, "soup": None}) for p in spec.phases]
     return spec.model_copy(update={"phases": phases})
 
 
 def branch_fields(branch: PhaseBranch) -> list[str]:
-    """The fields the branch sets, in PhaseBranch order ('mixture', 'tokens', 'seq_len', 'decay')."""
+    """The fields the branch sets, in PhaseBranch order ('mixture', 'tokens', 'seq_len', 'seed', 'decay')."""
     return [name for name in (*PHASE_FIELDS, *SCHEDULE_FIELDS) if getattr(branch, name) is not None]
 
 
 def branch_run(spec: RunSpec, branch: PhaseBranch) -> RunSpec:
-    """The run of one branch of the last phase: the spec without branches, its last phase's mixture, tokens
-    and seq_len and the schedule's decay replaced where the branch sets them (the caller checks that the
+    """The run of one branch of the last phase: the spec without branches, its last phase's mixture, tokens,
+    seq_len and seed and the schedule's decay replaced where the branch sets them (the caller checks that the
     branch is one of the last phase's)."""
     base = without_branches(spec)
     last = len(base.phases) - 1

@@ -244,6 +244,12 @@ class CheckpointConfig(_Part):
     """Checkpoints kept in the phase's scratch directory."""
     state: list[Literal["model", "optimizer", "scheduler", "rng", "data", "scaler"]]
     """What a checkpoint holds (checkpoint.state)."""
+    async_save: bool = False
+    """Write the shards in the background (checkpoint.async_save); left out of the key while false."""
+
+    @model_serializer(mode="wrap")
+    def _omit_async_save_unset(self, handler: Any) -> Any:
+        return omit_new_fields_at_default(self, frozenset({"async_save"}), handler(self))
 
 
 class SpikeConfig(SpikeSpec):
@@ -406,6 +412,7 @@ def build_train_phase_configs(spec: RunSpec, plan: Plan) -> list[TrainPhaseConfi
         every_steps=_steps(plan, spec.checkpoint.every),
         keep=spec.checkpoint.keep,
         state=list(spec.checkpoint.state),
+        async_save=spec.checkpoint.async_save,
     )
     eval_tokens = int(spec.monitor.eval_tokens or TRAINING_EVAL_TOKENS)
     configs = []

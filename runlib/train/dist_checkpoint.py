@@ -54,6 +54,8 @@ import shutil
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+from torch.utils._pytree import tree_map
 
 from runlib.errors import UserError
 from runlib.util.atomic import replace_dir
@@ -334,15 +337,57 @@ def _options(staged: bool) -> StateDictOptions:
     return StateDictOptions(flatten_optimizer_state_dict=staged)
 
 
+@dataclass
+class PendingSave:
+    """A checkpoint whose shards are being written in the background (save_checkpoint with a `background`
+    writer): `commit()`, on every rank, waits for the write, then digests and renames it into place as a
+    blocking save does. Until then the directory does not exist, so a kill leaves the older checkpoints."""
+
+    future: Future[None]
+    tmp: Path
+    directory: Path
+
+    def commit(self) -> None:
+        self.future.result()  # the write's own error, if it failed
+        write_digests(self.tmp)
+        if _rank() == 0:
+            replace_dir(self.tmp, self.directory)
+        _barrier()
+
+
+@dataclass
+class BackgroundWriter:
+    """One writer thread and its own process group (None on one process), so that DCP's collectives while a
+    checkpoint is written never interleave with training's on the default group (torch's async_save takes a
+    separate gloo group for the same reason: torch/distributed/checkpoint/state_dict_saver.py, async_save)."""
+
+    executor: ThreadPoolExecutor
+    group: Any
+
+    @classmethod
+    def start(cls) -> BackgroundWriter:
+        group = dist.new_group(backend="gloo") if _distributed() else None  # every rank, in the same order
+        return cls(ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer"), group)
+
+
+def _staged_copy(tree: Any) -> Any:
+    """The state dict with every tensor copied (DTensors keep their layout): training may change the live
+    tensors while the copy is written."""
+    return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
 def save_checkpoint(
     directory: Path | str,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     extra: dict[str, Any],
     staged: bool = False,
-) -> None:
+    background: BackgroundWriter | None = None,
+) -> PendingSave | None:
     """Write model + optimizer (sharded, every rank), extra (rank 0) and the digests to directory, atomically.
-    staged: `model` is this rank's pipeline stage (load it with staged as well)."""
+    staged: `model` is this rank's pipeline stage (load it with staged as well). With a `background` writer
+    (checkpoint.async_save) the state is copied in memory and its shards written by the writer's thread: the
+    returned PendingSave's commit() finishes the save (before the next one, a rollback or the phase's end)."""
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
     if _rank() == 0:
@@ -350,14 +395,23 @@ def save_checkpoint(
         tmp.mkdir(parents=True)
     _barrier()
     model_state, optim_state = get_state_dict(model, optimizer, options=_options(staged))
-    with _single_process_quietly():
-        dcp_save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     if _rank() == 0:
         torch.save(extra, tmp / EXTRA)
+    if background is not None:
+        state = _staged_copy({"model": model_state, "optimizer": optim_state})
+
+        def write() -> None:
+            with _single_process_quietly():
+                dcp_save(state, checkpoint_id=str(tmp), process_group=background.group)
+
+        return PendingSave(background.executor.submit(write), tmp, directory)
+    with _single_process_quietly():
+        dcp_save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     write_digests(tmp)  # after every rank wrote (its barrier), before the rename
     if _rank() == 0:
         replace_dir(tmp, directory)
     _barrier()
+    return None
 
 
 def load_checkpoint(

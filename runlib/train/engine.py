@@ -122,6 +122,11 @@ class Engine:
         self.cp_size = self.context_parallel.size if self.context_parallel is not None else 1
         # Accelerate's optimizer wrapper steps the fp16 GradScaler
         self.optimizer = accelerator.prepare(build_optimizer(self.model, cfg.optimizer, cfg.precision))
+        # checkpoint.async_save: the background writer (started at the first save) and its save in flight
+        self.writer: dcp_ckpt.BackgroundWriter | None = None
+        self.pending: dcp_ckpt.PendingSave | None = None
+        # each group's own weight decay, before any state is loaded over it (optimizer.weight_decay_follows_lr)
+        self.base_weight_decay = [float(g["weight_decay"]) for g in self.optimizer.param_groups]
 
     def mesh_dims(self) -> dict[str, int]:
         return mesh_dims(self.parallel)
@@ -255,16 +260,30 @@ class Engine:
         return extra
 
     def save_resumable(self, scratch: Path, state: dict[str, Any]) -> None:
+        """A resumable checkpoint of this step; with checkpoint.async_save, its shards are written while
+        training goes on, and committed by finish_saves (at the next save, a rollback or the phase's end)."""
         self.accelerator.wait_for_everyone()
-        dcp_ckpt.save_checkpoint(
+        self.finish_saves(scratch)  # one write in flight at a time
+        if self.cfg.checkpoint.async_save and self.writer is None:
+            self.writer = dcp_ckpt.BackgroundWriter.start()
+        self.pending = dcp_ckpt.save_checkpoint(
             scratch / f"step-{state['step']}",
             self.model,
             self.optimizer_for_state(),
             self._extra(state),
             staged=self.pipeline is not None,
+            background=self.writer,
         )
-        dcp_ckpt.prune_checkpoints(scratch, self.cfg.checkpoint.keep)
+        if self.pending is None:
+            dcp_ckpt.prune_checkpoints(scratch, self.cfg.checkpoint.keep)
         self.accelerator.wait_for_everyone()
+
+    def finish_saves(self, scratch: Path) -> None:
+        """Commit the checkpoint being written in the background, if any (every rank)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.commit()
+            dcp_ckpt.prune_checkpoints(scratch, self.cfg.checkpoint.keep)
 
     def save_final(self, path: Path, state: dict[str, Any]) -> None:
         """The consolidated end-of-phase state (checkpoint.state decides what it holds)."""
@@ -292,6 +311,7 @@ class Engine:
     def rollback(self, scratch: Path, state: dict[str, Any], rollback_steps: int | None) -> dict[str, Any]:
         """Back to the newest verified checkpoint at least rollback_steps before this step, keeping the
         offending data steps skipped from now on (the loop bounds the rollbacks: monitor.spike.max_retries)."""
+        self.finish_saves(scratch)  # a checkpoint still being written is one to roll back to
         rollbacks = state["rollbacks"] + 1
         limit = state["step"] - (rollback_steps or 0)
         path = dcp_ckpt.latest_checkpoint(scratch, at_most_step=limit)

@@ -63,8 +63,10 @@ def train_phase_loop(run: PhaseRun, accelerator: Accelerator) -> LoopState:
             with log.paused():
                 engine.save_resumable(run.scratch_dir, state.saved())
         if stop:
+            engine.finish_saves(run.scratch_dir)
             return state  # tests: stop here, with the state saved like a regular checkpoint
     seconds = log.seconds()
+    engine.finish_saves(run.scratch_dir)  # a checkpoint written in the background, committed
     engine.save_final(run.out_dir / "final.pt", state.saved())
     measured = engine.measurements(seconds, state.tokens - log.first_tokens, cfg)
     log.write_outputs(policy.spikes, state, measured)

@@ -35,8 +35,11 @@ def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data:
     tokens_per_step = batch_sequences * cfg.seq_len
     # the one schedule, in tokens, across phases; at the step's end so the first update's LR is not 0
     lr = cfg.schedule.lr_at(tokens + tokens_per_step)
-    for group in engine.optimizer.param_groups:
+    follows = cfg.optimizer.weight_decay_follows_lr  # PaLM's lr^2 decay: the decay scaled as the LR is
+    for group, weight_decay in zip(engine.optimizer.param_groups, engine.base_weight_decay, strict=True):
         group["lr"] = lr
+        if follows:
+            group["weight_decay"] = weight_decay * lr / cfg.optimizer.lr
     batches = [loader.micro_batch(data, m, dp_rank, dp_size, cfg.micro_batch) for m in range(accum)]
     by_source = torch.zeros(2, len(loader.source_names))  # [loss sum, scored tokens] per source
 

@@ -160,22 +160,25 @@ class Workflow:
             if fits:  # a ladder is tracked once, after its fit: every rung's stages and the fit
                 nodes = [n for n in self.graph.nodes if is_rung(n)] + fits
             else:
-                train = self.graph.by_key("train_phase", wildcards.key)
+                stage = (
+                    "soup_phase" if any(n.key == wildcards.key for n in self.graph.of("soup_phase")) else "train_phase"
+                )
+                train = self.graph.by_key(stage, wildcards.key)
                 nodes = [train, *(n for n in self.graph.of("eval_phase") if train.key in n.inputs.values())]
             return self._stamps(nodes)
 
         return function
 
     def track_targets(self) -> list[str]:
-        """One track stamp per training phase of the run (the data stages are recorded by the first) and
-        one for a ladder's rungs and fit (keyed by the fit: one MLflow process for all the rungs)."""
+        """One track stamp per training phase of the run (the data stages are recorded by the first), one for
+        a soup (PhaseSpec.soup) and one for a ladder's rungs and fit (keyed by the fit: one MLflow process for all the rungs)."""
         phases = [n for n in self.graph.of("train_phase") if not is_rung(n)]
-        return [self.tracked(n.key) for n in [*phases, *self.graph.of("fit_ladder")]]
+        return [self.tracked(n.key) for n in [*phases, *self.graph.of("soup_phase"), *self.graph.of("fit_ladder")]]
 
     def report_inputs(self) -> list[str]:
         """The training and evaluation done stamps, and the track stamps: the report logs itself to the
         spec's parent run once every stage is recorded there."""
-        shown = ("train_phase", "eval_phase", "fit_ladder")
+        shown = ("train_phase", "soup_phase", "eval_phase", "fit_ladder")
         done = [self.done(n.stage, n.key) for n in self.graph.nodes if n.stage in shown]
         return done + self.track_targets()
 

@@ -215,7 +215,7 @@ def test_a_warc_only_field_on_another_format_is_refused_at_the_gate_with_line_an
 # enumerated field -> the modules that enact its values (a value is written out there as a string)
 ENACTED_IN: dict[str, tuple[str, ...]] = {
     "model.activation": ("runlib/model/transformer.py", "runlib/plan/params.py"),
-    "model.norm": ("runlib/model/transformer.py",),
+    "model.norm": ("runlib/model/norms.py",),
     "model.position": ("runlib/model/transformer.py",),
     "model.norm_position": ("runlib/model/transformer.py",),
     "phases[].rope_scaling.kind": ("runlib/model/rope.py",),
@@ -251,7 +251,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
 # values enacted without being written out: the module's fall-through branch, or a value passed on as is
 FALL_THROUGH: dict[tuple[str, str], str] = {
     ("model.activation", "gelu"): "Mlp.forward's last branch: F.gelu",
-    ("model.norm", "layernorm"): "norm(): nn.LayerNorm unless rmsnorm",
+    ("model.norm", "layernorm"): "make_norm(): nn.LayerNorm unless rmsnorm or layernorm1p",
     ("model.norm_position", "pre"): "Block.body's last branch: the norm before each sublayer",
     ("phases[].rope_scaling.kind", "yarn"): "rope_frequencies: YaRN unless llama3",
     ("tokenizer.digits", "none"): "_new_tokenizer: no digit pre-tokenizer unless single or triplets",

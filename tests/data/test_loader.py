@@ -458,6 +458,38 @@ def test_seed_changes_order(two_phase, tmp_path):
     assert stable_seed(1, "x") == stable_seed(1, "x") != stable_seed(1, "y")
 
 
+def test_a_phase_seed_reorders_the_epochs_it_begins_and_no_other(tmp_path):
+    """phases[].seed: the documents of the epoch in progress that earlier phases have not read, the epochs the
+    phase begins and its batches are drawn by the phase's seed, and no document repeats or is skipped; the
+    phase before it is untouched, and a seed equal to the run's changes nothing."""
+    phases = [phase("a", 12, {"web": 0.5, "code": 0.3, "books": 0.2}), phase("b", 6, {"web": 0.25, "code": 0.75})]
+    spec, plan = make_spec(phases)
+    seeded_spec, seeded_plan = make_spec([phases[0], {**phases[1], "seed": 99}])
+    same_spec, same_plan = make_spec([phases[0], {**phases[1], "seed": 7}])  # the run's own seed
+    dirs = make_dirs(tmp_path, {"web": make_docs(40, 1), "code": make_docs(10, 2), "books": make_docs(40, 3)})
+    assert build_loader_config(seeded_spec, seeded_plan, 0) == build_loader_config(spec, plan, 0)
+    assert build_loader_config(same_spec, same_plan, 1) == build_loader_config(spec, plan, 1)
+    config = build_loader_config(seeded_spec, seeded_plan, 1)
+    assert config.phase_seed == 99 and "phase_seed" not in build_loader_config(spec, plan, 1).model_dump()
+    plain, seeded = PhaseLoader(build_loader_config(spec, plan, 1), dirs, IDS), PhaseLoader(config, dirs, IDS)
+    code_plain, code_seeded = (ld.streams[ld.source_names.index("code")] for ld in (plain, seeded))
+    start, end, length = config.stream_starts["code"], config.stream_ends["code"], code_plain.epoch_tokens
+    current, offset = divmod(start, length)
+    assert offset and end > (current + 1) * length  # b ends an epoch begun in a, and begins another
+    for e in range(current):
+        assert code_seeded.epoch(e).perm.tolist() == code_plain.epoch(e).perm.tolist()
+    ours, theirs = code_seeded.epoch(current), code_plain.epoch(current)
+    read = int(np.searchsorted(theirs.cum, offset, "right"))  # documents a read (the last one partly)
+    assert 0 < read < 9 and ours.perm[:read].tolist() == theirs.perm[:read].tolist()
+    assert sorted(ours.perm[read:].tolist()) == sorted(theirs.perm[read:].tolist())  # no repeat, no skip
+    assert ours.perm[read:].tolist() != theirs.perm[read:].tolist()
+    within = np.arange(start, current * length + int(ours.cum[read]))  # the rest of the document a was in
+    assert code_seeded.tokens_at(within).tolist() == code_plain.tokens_at(within).tolist()
+    perm = code_seeded.epoch(current + 1).perm.tolist()
+    assert sorted(perm) == list(range(10)) and perm != code_plain.epoch(current + 1).perm.tolist()
+    assert not torch.equal(plain.global_batch_at(0).input_ids, seeded.global_batch_at(0).input_ids)
+
+
 def test_speed(tmp_path):
     """A demo step (16 sequences of 257 tokens, FIM on one source) in well under 10 ms once warm."""
     docs = {"web": make_docs(300, 1, 1, 600), "code": make_docs(300, 2, 1, 600), "books": make_docs(300, 3, 1, 30)}

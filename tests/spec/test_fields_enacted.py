@@ -49,6 +49,7 @@ NOT_KEYED: dict[str, str] = {
     "name": "names the run's reports and MLflow runs; renaming a run must change no key",
     "tracking.experiment": "where MLflow records the run, not what any stage computes",
     "phases[].branches[].name": "names a branch's stages (train_phase anneal@<name>), not what they compute",
+    "phases[].soup.name": "names the soup's stages (soup_phase anneal@<name>), not what they compute",
 }
 
 
@@ -138,10 +139,14 @@ SCAFFOLD: dict[str, Any] = {
     "phases[].branches": lambda data: [
         {"name": "scaffold", "mixture": dict(data["phases"][-1]["mixture"]), "seq_len": data["model"]["seq_len"] // 2}
     ],
+    # a soup of the last phase and one of two reseeded branches (SCAFFOLD_ALSO adds them)
+    "phases[].soup": lambda data: {"ingredients": [data["phases"][-1]["name"], "scaffold"]},
 }
 
-# what a scaffolded field needs beside it in its section (pattern of the field -> patch of its parent)
+# what a scaffolded field needs beside it in its section (pattern of the field -> patch of its parent, a
+# value or a function of the spec data)
 SCAFFOLD_ALSO: dict[str, dict[str, Any]] = {
+    "phases[].soup": {"branches": [{"name": "scaffold", "seed": 99}, {"name": "scaffold2", "seed": 98}]},
     "data.sources.*.curate.ner": {"pii": "ner"},
     "batch.linear_ramp": {"grad_accum": 4, "global_batch": DELETE},
     "schedule.lr_steps": {"kind": "multistep", "decay": DELETE, "min_lr_ratio": DELETE},
@@ -247,6 +252,8 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
         ({}, {"tokens": "12%"}),
         ({"decay": "2%"}, {"tokens": "4%"}),
     ],
+    # another set of models to average (the soup's scaffold has two branches)
+    "phases[].soup.ingredients": lambda cur, data, files: [({}, {"ingredients": [*cur, "scaffold2"]})] if cur else [],
     # meaningful with layernorm only (true with rmsnorm is a spec error)
     "model.norm_bias": lambda cur, data, files: [({"norm": "layernorm"}, {"norm_bias": v}) for v in (True, False)],
 }

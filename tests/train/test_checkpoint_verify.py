@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import shutil
+import threading
 
 import pytest
 import torch
@@ -190,3 +191,27 @@ def test_the_allow_list_admits_what_the_trainer_writes(scratch):
     unpickler = dcp_ckpt.MetadataUnpickler(open(os.devnull, "rb"))
     assert all(unpickler.find_class(module, name) is not None for module, name in seen)
     assert dcp_ckpt.read_metadata(scratch / "step-3" / ".metadata").state_dict_metadata
+
+
+def test_a_background_save_holds_the_state_of_its_step_and_appears_only_when_committed(tmp_path):
+    """checkpoint.async_save: the state is copied when the save starts, so training on does not leak into it;
+    the directory appears (digested, verifiable) only at commit, so a kill before it leaves the older ones."""
+    model, optimizer = tiny()
+    train_step(model, optimizer, 1)
+    writer = dcp_ckpt.BackgroundWriter.start()
+    gate = threading.Event()
+    writer.executor.submit(gate.wait)  # the write waits behind it: it runs after the next step, deterministically
+    pending = dcp_ckpt.save_checkpoint(tmp_path / "step-1", model, optimizer, {"state": {"step": 1}}, background=writer)
+    assert pending is not None and not (tmp_path / "step-1").exists()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    train_step(model, optimizer, 2)  # changes the live tensors before the write runs
+    gate.set()
+    pending.commit()
+    assert dcp_ckpt.verify_checkpoint(tmp_path / "step-1") is None
+    assert dcp_ckpt.latest_checkpoint(tmp_path) == tmp_path / "step-1"
+    restored, restored_optimizer = tiny()
+    extra = dcp_ckpt.load_checkpoint(tmp_path / "step-1", restored, restored_optimizer)
+    assert extra["state"]["step"] == 1
+    for name, tensor in restored.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+    writer.executor.shutdown()

@@ -472,3 +472,62 @@ def test_bf16_autocast_trains_on_cpu(tokenized, tmp_path):
     records = [json.loads(x) for x in (scratch / "metrics.jsonl").read_text().splitlines()]
     assert records and all(math.isfinite(r["loss"]) for r in records)
     assert torch.load(scratch / "step-8" / "extra.pt", weights_only=True)["state"]["step"] == 8
+
+
+def test_weight_decay_follows_lr_shrinks_the_weights_by_lr_squared(tokenized, tmp_path):
+    """optimizer.weight_decay_follows_lr (PaLM's lr^2 decay): from the same start and batch, the first update
+    differs from a constant decay's only by the shrink, p0 x lr x (wd - wd x lr / peak) on decayed matrices."""
+    runs = {}
+    for follows in (False, True):
+        extra = ", weight_decay_follows_lr: true" if follows else ""
+        (tmp_path / str(follows)).mkdir()
+        _, spec, graph = spec_variant(
+            tmp_path / str(follows),
+            "weight_decay: 0.1, grad_clip: 1.0, z_loss: 1e-4}",  # a decay large enough to measure in one step
+            f"weight_decay: 10.0, grad_clip: 1.0, z_loss: 1e-4{extra}}}",
+        )
+        node = graph.find("train_phase", phase=0)
+        proc = launch_spec(graph, node, tmp_path / f"out{follows}", tmp_path / f"s{follows}", stop_after=1)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[follows] = checkpoint_weights(node, tmp_path / f"s{follows}" / "step-1")
+    cfg = node.config
+    peak, wd = cfg.optimizer.lr, cfg.optimizer.weight_decay
+    lr = cfg.schedule.lr_at(cfg.loader.segments[0].batch_sequences * cfg.seq_len)
+    assert 0 < lr < peak / 2  # in the warmup: the two decays differ
+    torch.manual_seed(spec.seed)
+    init = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows).state_dict()
+    decayed = [n for n, p in init.items() if p.dim() == 2]
+    assert decayed
+    for name, p0 in init.items():
+        expected = p0 * lr * (wd - wd * lr / peak) if name in decayed else torch.zeros_like(p0)
+        torch.testing.assert_close(runs[True][name] - runs[False][name], expected, rtol=0, atol=2e-7)
+    assert max(float((p0 * lr * (wd - wd * lr / peak)).abs().max()) for n, p0 in init.items() if n in decayed) > 1e-5
+
+
+def test_async_checkpoints_on_two_processes_hold_what_blocking_ones_do(tokenized, tmp_path):
+    """checkpoint.async_save on 2 gloo processes (the writer's own process group): the checkpoints it leaves
+    verify and hold, bitwise, the weights the blocking saves hold at the same steps (and training between
+    them is undisturbed by the write in flight)."""
+    saved = {}
+    for background in (False, True):
+        flag = ", async_save: true" if background else ""
+        (tmp_path / str(background)).mkdir()
+        _, _, graph = spec_variant(
+            tmp_path / str(background),
+            "checkpoint: {every: 50 steps, keep: 2}",
+            f"checkpoint: {{every: 4 steps, keep: 2{flag}}}",
+        )
+        node = graph.find("train_phase", phase=0)
+        assert node.config.checkpoint.async_save is background
+        scratch = tmp_path / f"s{background}"
+        proc = launch(graph, node, tmp_path / f"out{background}", scratch, 2, stop_after=10)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert sorted(p.name for p in scratch.iterdir() if p.name.startswith("step-")) == ["step-10", "step-8"]
+        assert not [p for p in scratch.iterdir() if p.name.endswith(".tmp")]
+        saved[background] = {}
+        for step in (8, 10):
+            assert dcp_ckpt.verify_checkpoint(scratch / f"step-{step}") is None
+            saved[background][step] = checkpoint_weights(node, scratch / f"step-{step}")
+    for step in (8, 10):
+        for name, tensor in saved[False][step].items():
+            assert torch.equal(tensor, saved[True][step][name]), (step, name)

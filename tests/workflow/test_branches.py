@@ -42,7 +42,7 @@ def test_prefix_and_base_phase_keys_are_the_unbranched_specs(graph):
 
 def test_one_train_and_eval_per_branch_from_the_shared_checkpoint(graph):
     trains, evals = graph.branch_nodes("train_phase"), graph.branch_nodes("eval_phase")
-    assert sorted(trains) == sorted(evals) == ["code-heavy", "long-decay"]
+    assert sorted(trains) == ["code-heavy", "long-decay", "reseeded"] and sorted(evals) == [*sorted(trains), "soup"]
     long = graph.phase_node("train_phase", 2)
     base = graph.phase_node("train_phase", 3)
     assert base.instance == "train_phase anneal" and not is_branch(base)
@@ -51,8 +51,30 @@ def test_one_train_and_eval_per_branch_from_the_shared_checkpoint(graph):
         assert train.inputs["previous"] == long.key == base.inputs["previous"]
         assert evals[name].instance == f"eval_phase anneal@{name}"
         assert evals[name].inputs["model"] == train.key
-    assert len(graph.of("train_phase")) == 6 and len(graph.of("eval_phase")) == 6
+    assert len(graph.of("train_phase")) == 7 and len(graph.of("eval_phase")) == 8
     assert len({n.key for n in graph.nodes}) == len(graph.nodes)
+
+
+def test_the_soup_averages_its_ingredients_and_is_evaluated_as_a_phase(graph):
+    (soup,) = graph.of("soup_phase")
+    base, reseeded = graph.phase_node("train_phase", 3), graph.branch_nodes("train_phase")["reseeded"]
+    assert soup.instance == "soup_phase anneal@soup"
+    assert soup.inputs == {"ingredient0": base.key, "ingredient1": reseeded.key}
+    assert soup.config.weights == [0.5, 0.5]
+    evaluated = graph.branch_nodes("eval_phase")["soup"]
+    assert evaluated.instance == "eval_phase anneal@soup" and evaluated.inputs["model"] == soup.key
+    # evaluated as the anneal is (same context, tasks, held-out tokens), recorded under the soup's name
+    as_phase = graph.phase_node("eval_phase", 3).config
+    assert (
+        evaluated.config.model_copy(update={"phase": "anneal"}) == as_phase and evaluated.config.phase == "anneal@soup"
+    )
+
+
+def test_a_branch_seed_reorders_only_that_branch(graph):
+    base, reseeded = graph.phase_node("train_phase", 3).config, graph.branch_nodes("train_phase")["reseeded"].config
+    assert reseeded.loader.phase_seed == 2662 and base.loader.phase_seed is None
+    assert reseeded.loader.model_copy(update={"phase_seed": None}) == base.loader
+    assert reseeded.model_copy(update={"loader": base.loader}) == base  # nothing else differs
 
 
 def test_branch_settings(loaded, graph):
@@ -97,21 +119,62 @@ def test_bad_branch_exits_2_with_the_field(tmp_path):
     assert "branches" in out.stderr and "code-heavy given twice" in out.stderr and "Traceback" not in out.stderr
 
 
+SOUP = "    soup: {ingredients: [anneal, reseeded]}"
+
+
+@pytest.mark.parametrize(
+    ("soup", "needle"),
+    [
+        ("    soup: {ingredients: [anneal, reseded]}", "reseded is neither the phase nor one of its branches"),
+        ("    soup: {ingredients: [anneal]}", "at least 2"),
+        ("    soup: {ingredients: [anneal, anneal]}", "each model once"),
+        ("    soup: {name: code-heavy}", "give the soup another name"),
+        ("    soup: {ingredients: [anneal, reseeded], weights: [1, 2]}", "weights"),
+    ],
+)
+def test_bad_soup_exits_2_with_the_field(tmp_path, soup, needle):
+    text = BRANCHES.read_text()
+    assert SOUP in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace(SOUP, soup))
+    out = subprocess.run([sys.executable, "-m", "runlib", "plan", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert "soup" in out.stderr and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_soup_of_other_context_lengths_or_without_branches_is_refused(tmp_path):
+    anneal = "mixture: {docs: 0.4, code: 0.35, arithmetic: 0.25}}"
+    for path, old, new, needle in [
+        (BRANCHES, "{name: reseeded, seed: 2662}", "{name: reseeded, seed: 2662, seq_len: 128}", "different seq_len"),
+        (DEMO, anneal, anneal[:-1] + ", soup: {}}", "soup needs branches"),
+    ]:
+        text = path.read_text()
+        assert old in text
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text.replace(old, new))
+        out = subprocess.run([sys.executable, "-m", "runlib", "plan", str(bad)], capture_output=True, text=True)
+        assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
 def test_plan_view_shows_the_prefix_then_the_branches(graph):
     text = render(plan_rows(graph), "demo-branches.yaml")
     lines = text.splitlines()
     prefix = lines.index("shared prefix (trained once; every branch starts from its last checkpoint):")
     branched = lines.index("branched phase, from the end of train_phase long: the phase as written, then each branch")
     assert prefix < branched
-    assert [line.split()[1] for line in lines[branched + 1 : branched + 7]] == [
+    assert [line.split()[1] for line in lines[branched + 1 : branched + 11]] == [
         "anneal",
         "anneal",
         "anneal@code-heavy",
         "anneal@code-heavy",
         "anneal@long-decay",
         "anneal@long-decay",
+        "anneal@reseeded",
+        "anneal@reseeded",
+        "anneal@soup",
+        "anneal@soup",
     ]
-    assert lines[-1] == "2 branches (code-heavy, long-decay) share 34 prefix stages"
+    assert lines[-1] == "3 branches (code-heavy, long-decay, reseeded) and a soup (soup) share 34 prefix stages"
     unbranched = plan_rows(build_graph(load_spec(DEMO).spec))
     assert all("part" not in r for r in unbranched)  # the JSON rows of a spec without branches are unchanged
 
@@ -121,7 +184,8 @@ def test_dry_run_trains_the_prefix_once_and_each_branch_once(tmp_path, graph):
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout + out.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", text, re.M))
-    assert counts["train_phase"] == "6" and counts["eval_phase"] == "6"  # 4 phases + 2 branches
+    assert counts["train_phase"] == "7" and counts["eval_phase"] == "8"  # 4 phases + 3 branches (+ the soup's eval)
+    assert counts["soup_phase"] == "1"
     assert counts["tokenize"] == "6" and counts["train_tokenizer"] == "1"
     jobs = re.findall(r"rule train_phase:.*?wildcards: key=(\w+)", text, re.S)
     assert sorted(jobs) == sorted(n.key for n in graph.of("train_phase"))  # each once
@@ -163,3 +227,6 @@ def test_a_branch_is_named_for_export_as_its_stages_are(loaded, graph):
     assert graph.named_phase_node(spec, "train_phase", "anneal", "here") is graph.phase_node("train_phase", 3)
     with pytest.raises(UserError, match=r"here: 'anneal@long-decy' is not a phase.*did you mean 'anneal@long-decay'"):
         graph.named_phase_node(spec, "train_phase", "anneal@long-decy", "here")
+    # the soup's model is its soup_phase's final.pt; its evaluation is named as its stages are
+    assert graph.named_phase_node(spec, "train_phase", "anneal@soup", "here") is graph.of("soup_phase")[0]
+    assert graph.named_phase_node(spec, "eval_phase", "anneal@soup", "here") is graph.branch_nodes("eval_phase")["soup"]

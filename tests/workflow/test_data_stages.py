@@ -43,7 +43,7 @@ def edited(tmp_path, name: str, old: str, new: str):
     return path
 
 
-def export_and_compare(node, out, spec=TINY):
+def export_and_compare(node, out, spec=TINY, shaped_as=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -53,7 +53,7 @@ def export_and_compare(node, out, spec=TINY):
     # the Snakemake target (rules/export.smk), which runs `runlib export`
     proc = snakemake(out.parents[2], spec, "--cores", "1", f"exports/tiny/{out.name}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cfg = node.config
+    cfg = (shaped_as or node).config  # a soup is shaped as its ingredients
     ours = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
     ours.load_state_dict(ckpt.load(node.dir / "final.pt")["model"])
     ours.set_rope(cfg.rope_theta, cfg.seq_len)
@@ -192,6 +192,42 @@ def test_data_dag_end_to_end(workdir):
     export_and_compare(branch, workdir / "exports" / "tiny" / "anneal@code-heavy", branched)
     provenance = json.loads((workdir / "exports" / "tiny" / "anneal@code-heavy" / "runlib_export.json").read_text())
     assert provenance["train_phase_key"] == branch.key != last_train.key
+
+    # a branch that differs only in its data-order seed, and the soup of it and the anneal as written
+    # (phases[-1].soup): only the branch trains; the soup is their mean, evaluated and exported as a phase is
+    souped = edited(
+        workdir,
+        "souped.yaml",
+        "tokens: 10%, mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}}",
+        "tokens: 10%, mixture: {docs: 0.4, code: 0.4, arithmetic: 0.2}, "
+        "branches: [{name: reseeded, seed: 11}], soup: {}}",
+    )
+    built = snakemake(workdir, souped, "--cores", "2")
+    assert built.returncode == 0, built.stderr[-3000:]
+    ran = jobs_run(built)
+    assert (ran.count("train_phase"), ran.count("soup_phase"), ran.count("eval_phase")) == (1, 1, 2), ran
+    soup_graph = build_graph(load_spec(souped).spec)
+    (soup,) = soup_graph.of("soup_phase")
+    reseeded = soup_graph.branch_nodes("train_phase")["reseeded"]
+    assert soup.inputs == {"ingredient0": last_train.key, "ingredient1": reseeded.key}
+    reseeded_records = [json.loads(x) for x in (reseeded.dir / "metrics.jsonl").read_text().splitlines()]
+    assert reseeded_records[-1]["tokens"] == records[-1]["tokens"]  # as many tokens, in another order
+    assert reseeded_records[-1]["loss"] != records[-1]["loss"]
+    import torch
+
+    from runlib.train import checkpoint as ckpt
+
+    a, b, mean = (ckpt.load(n.dir / "final.pt")["model"] for n in (last_train, reseeded, soup))
+    assert any(not torch.equal(a[name], b[name]) for name in a)
+    for name, tensor in mean.items():
+        assert torch.allclose(tensor.double(), (a[name].double() + b[name].double()) / 2, atol=1e-7), name
+    soup_eval = json.loads((soup_graph.branch_nodes("eval_phase")["soup"].dir / "eval.json").read_text())
+    assert soup_eval["phase"] == "anneal@soup" and set(soup_eval["heldout"]) == set(spec.data.sources)
+    report = (workdir / "reports" / "tiny" / "run-souped" / "report.html").read_text()
+    assert "anneal@reseeded" in report and "anneal@soup" in report
+    export_and_compare(soup, workdir / "exports" / "tiny" / "anneal@soup", souped, shaped_as=last_train)
+    provenance = json.loads((workdir / "exports" / "tiny" / "anneal@soup" / "runlib_export.json").read_text())
+    assert provenance["soup_phase_key"] == soup.key
 
     # the long phase with context parallelism 2 (each row's 256 tokens over both processes, dp 1, twice the
     # accumulation): only it and what follows retrain, its manifest records cp 2, and it reaches the

@@ -70,8 +70,20 @@ def run_to_end(node, spec: Path, work: Path) -> float:
     argv, env = stage_command(node, spec, work)
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=ROOT)
-    assert proc.returncode == 0, f"{node.instance}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{node.instance}: exit {proc.returncode}\n{salient(proc.stderr)}\n{proc.stderr[-3000:]}"
+    )
     return time.perf_counter() - started
+
+
+SALIENT = ("terminate called", "what():", "Fatal Python error", "Traceback", "Error", "Signal", "gloo")
+
+
+def salient(stderr: str, most: int = 40) -> str:
+    """The lines of a failed stage's whole stderr that say why a worker died (a C++ abort's message, a
+    traceback's head), which its last 3,000 characters may no longer hold."""
+    lines = [line for line in stderr.splitlines() if any(word in line for word in SALIENT)]
+    return "salient lines:\n" + "\n".join(lines[:most])
 
 
 def kill_at(node, spec: Path, work: Path, delay_s: float) -> None:

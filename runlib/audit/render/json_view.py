@@ -242,6 +242,7 @@ class CheckpointView:
     job_mtbf_hours: float | None
     young_optimum_hours: float | None
     count: int
+    stall_seconds: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -530,6 +531,7 @@ def derived_view(plan: Plan, ladder: LadderPredictionView | None = None) -> Deri
             job_mtbf_hours=_num(ck.job_mtbf_hours),
             young_optimum_hours=_num(ck.young_optimum_hours),
             count=ck.count,
+            stall_seconds=_num(ck.stall_seconds),
         ),
         references=ReferencesView(
             tokens_per_param=_num(refs.tokens_per_param),

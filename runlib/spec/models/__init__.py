@@ -50,7 +50,7 @@ from runlib.spec.models.data import (
     UrlFilterSpec,
 )
 from runlib.spec.models.machine import BudgetSpec, HardwareSpec
-from runlib.spec.models.phases import MAX_BRANCHES, PhaseBranch, PhaseSpec, RopeScalingSpec
+from runlib.spec.models.phases import MAX_BRANCHES, PhaseBranch, PhaseSpec, RopeScalingSpec, SoupSpec
 from runlib.spec.models.run import (
     AuditSpec,
     CheckpointSpec,
@@ -131,6 +131,7 @@ __all__ = [
     "PhaseOverride",
     "PhaseSpec",
     "RopeScalingSpec",
+    "SoupSpec",
     "PrecisionSpec",
     "RampStage",
     "Recompute",

@@ -12,6 +12,7 @@ from runlib.spec.models.base import (
     MAX_SEQ_LEN,
     NAME_PATTERN,
     PLANNING_ONLY,
+    SEED_LIMIT,
     KeyedWhenSet,
     SpecModel,
     Weight,
@@ -38,6 +39,19 @@ class PhaseBranch(SpecModel):
     """schedule.decay in this branch: the LR decay that ends at the branch's end (default: schedule.decay as given); it must not reach back into an earlier phase."""
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
     """Context length in this branch (default: the phase's seq_len)."""
+    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
+    """Data-order seed of this branch (default: the phase's seed): the same data drawn in another order, as OLMo 2's anneals were (seeds 1110 and 2662 before their soup: allenai/OLMo-core src/scripts/official/OLMo2/README.md)."""
+
+
+class SoupSpec(SpecModel):
+    """The average of the weights of several branches of the last phase ("model soup": Wortsman et al.
+    2022, arXiv 2203.05482, section 2, the uniform soup), built as a stage of its own and evaluated like a
+    phase: OLMo 2 souped the anneals it branched from one stage-1 checkpoint (arXiv 2501.00656, mid-training)."""
+
+    name: str = Field("soup", pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
+    """Name of the souped model; its stages are named '<phase>@<name>' (soup_phase anneal@soup)."""
+    ingredients: list[str] | None = Field(None, min_length=2, max_length=MAX_BRANCHES + 1)
+    """The models averaged, with equal weights: the phase's name (the phase as written) and its branches' names (default: the phase and every branch)."""
 
 
 class RopeScalingSpec(SpecModel):
@@ -85,7 +99,7 @@ class RopeScalingSpec(SpecModel):
 
 
 class PhaseSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer", "branches", "rope_scaling"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer", "branches", "rope_scaling", "seed", "soup"})
 
     name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
     """Phase name; names its training stage and checkpoints."""
@@ -107,8 +121,12 @@ class PhaseSpec(KeyedWhenSet):
     """Batch overrides for this phase (the batch ramp does not apply to a phase with a batch override)."""
     optimizer: PhaseOptimizer | None = None
     """Optimizer changes for this phase only (a mid-run LR or clip change)."""
+    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
+    """Data-order seed of this phase (default: the run's seed): its batches, each source's documents that no earlier phase has read in the epoch in progress, and the epochs that begin in it are ordered by this seed; the documents already read keep their places, so none repeats or is skipped."""
     branches: list[PhaseBranch] | None = Field(None, max_length=MAX_BRANCHES)
-    """Variants of this phase (the last phase only), each trained from the previous phase's checkpoint as a stage and an evaluation of its own, beside the phase itself; the earlier phases are trained once. A branch overrides mixture, tokens, decay and seq_len."""
+    """Variants of this phase (the last phase only), each trained from the previous phase's checkpoint as a stage and an evaluation of its own, beside the phase itself; the earlier phases are trained once. A branch overrides mixture, tokens, decay, seq_len and seed."""
+    soup: SoupSpec | None = None
+    """The average of the weights of this phase and its branches (the last phase only; needs branches), a stage and an evaluation of its own."""
 
     @field_validator("branches")
     @classmethod
@@ -118,3 +136,30 @@ class PhaseSpec(KeyedWhenSet):
         if twice:
             raise ValueError(f"branch names must differ: {', '.join(twice)} given twice; rename one")
         return branches
+
+    @model_validator(mode="after")
+    def _soup_of_its_branches(self) -> PhaseSpec:
+        if self.soup is None:
+            return self
+        if not self.branches:
+            raise ValueError("soup needs branches to average: add phases[].branches, or remove soup")
+        names = [self.name] + [b.name for b in self.branches]
+        if self.soup.name in names:
+            raise ValueError(f"soup name {self.soup.name!r} is the phase's or a branch's; give the soup another name")
+        ingredients = self.soup.ingredients or names
+        unknown = [n for n in ingredients if n not in names]
+        if unknown:
+            raise ValueError(
+                f"soup.ingredients: {', '.join(unknown)} is neither the phase nor one of its branches; "
+                f"the ingredients are among {', '.join(names)}"
+            )
+        if len(set(ingredients)) != len(ingredients):
+            raise ValueError("soup.ingredients: each model once (a soup's weights are equal); remove the repeat")
+        seq_lens = {b.name: b.seq_len for b in self.branches if b.seq_len is not None}
+        lengths = {seq_lens.get(n, self.seq_len) for n in ingredients}
+        if len(lengths) > 1:
+            raise ValueError(
+                "soup.ingredients: the models average at one context length, and these train at different "
+                "seq_len; soup branches of one seq_len"
+            )
+        return self

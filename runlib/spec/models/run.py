@@ -27,7 +27,9 @@ from runlib.spec.models.training import BatchSpec, OptimizerSpec, ParallelismSpe
 from runlib.spec.units import Count, Duration, DurationField
 
 
-class CheckpointSpec(SpecModel):
+class CheckpointSpec(KeyedWhenSet):
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"async_save"})
+
     every: DurationField | None = None
     """Interval between checkpoints, more than 0 (a checkpoint is always written at the end of each phase as well)."""
     keep: int = Field(3, ge=1, le=10_000)
@@ -40,6 +42,8 @@ class CheckpointSpec(SpecModel):
         "data",
     ]
     """What a checkpoint holds; resuming exactly needs all of model, optimizer, scheduler, rng, data (+ scaler with fp16)."""
+    async_save: bool = False
+    """true: training stops only to copy the state in memory, and the shards are written in the background while it goes on (one save in flight: the next save, a rollback or the phase's end waits for it), as OLMo 2 trained (OLMo-core's save_async; torch.distributed.checkpoint.async_save); the audit then counts the copy, not the write, as the checkpoint's cost to training."""
 
     @field_validator("every")
     @classmethod

@@ -135,7 +135,7 @@ class BatchOverride(PhaseOverride):
 
 
 class OptimizerSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"decay_embeddings"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"decay_embeddings", "weight_decay_follows_lr"})
 
     kind: Literal["adamw", "adam", "adafactor", "muon", "lion"] = "adamw"
     """adamw: decoupled weight decay; adam: L2 penalty through the gradient; adafactor: factored second moments; muon: orthogonalized momentum on 2-D hidden matrices (AdamW for embeddings, head, norms); lion: sign momentum (Chen et al. 2023, via lion-pytorch)."""
@@ -147,6 +147,8 @@ class OptimizerSpec(KeyedWhenSet):
     """Adam epsilon."""
     weight_decay: float = Field(0.1, ge=0, le=100)
     """Weight decay (not applied to norms and biases)."""
+    weight_decay_follows_lr: bool = False
+    """true: the weight decay at each step is weight_decay x lr_k / lr (it falls and rises with the schedule), so a decoupled decay shrinks the weights by lr_k x that per step: with weight_decay equal to lr, by lr_k^2, PaLM's "dynamic weight decay of lr^2.0" (arXiv 2204.02311, section 5); false: weight_decay throughout."""
     decay_embeddings: bool = True
     """Weight decay on the input embedding tables (token and learned positions; a tied head is the token table); false: none there, as OLMo 2 (arXiv 2501.00656, its optimizer settings: no weight decay on embeddings) and SmolLM3."""
     grad_clip: float | None = Field(1.0, ge=0, le=1e6)
