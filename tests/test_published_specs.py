@@ -40,6 +40,14 @@ PUBLISHED: dict[str, tuple[int, str]] = {
     "specs/falcon-7b.yaml": (6_921_720_704, "tiiuae/falcon-7b checkpoint (arXiv 2311.16867)"),
     # ALiBi, LayerNorm and linear layers without bias (no_bias)
     "specs/mpt-7b.yaml": (6_649_286_656, "mosaicml/mpt-7b checkpoint (model card: 6.7B)"),
+    # tied 256000 x 4608 embedding + 26,047,480,320 non-embedding (arXiv 2408.00118 Table 2, whose embedding
+    # count is for 256,128 rows): GeGLU, an RMSNorm before and after each sublayer (norm_position: sandwich)
+    "specs/gemma2-27b.yaml": (27_227_128_320, "google/gemma-2-27b checkpoint (arXiv 2408.00118 Table 2)"),
+    # tied embeddings, GQA 16/4, NoPE every 4th layer (no parameters of its own)
+    "specs/smollm3-3b.yaml": (
+        3_075_098_624,
+        "HuggingFaceTB/SmolLM3-3B checkpoint, model.safetensors.index.json total_size 6,150,197,248 bytes in bf16",
+    ),
 }
 
 # spec -> (published count as the paper rounds it, where it is published): within ROUNDED_TOLERANCE
@@ -52,6 +60,10 @@ ROUNDED: dict[str, tuple[int, str]] = {
     # 280,226,709,504 with the Transformer-XL relative-position projections (21.5B of them)
     "specs/gopher-280b.yaml": (280_000_000_000, "Gopher, arXiv 2112.11446 Table 1: 280B"),
     "specs/chinchilla-70b.yaml": (70_000_000_000, "Chinchilla, arXiv 2203.15556 Table 4: 70B"),  # 70,320,136,192
+    # 15,628,775,424 (-0.45%): untied 2 x 256000 x 6144 = 3,145,728,000 + 32 x (q, o 2 x 6144^2 + k, v
+    # 2 x 6144 x 1024 + squared-ReLU MLP 2 x 6144 x 24576 + two LayerNorm-1p with bias 4 x 6144) + the final
+    # LayerNorm 2 x 6144; the paper's 3.2B embedding is 3.146B by its own shape (no checkpoint is public)
+    "specs/nemotron4-15b.yaml": (15_700_000_000, "Nemotron-4 15B, arXiv 2402.16819 §2: 3.2B + 12.5B"),
 }
 
 

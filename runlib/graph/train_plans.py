@@ -37,6 +37,6 @@ def node_run(node: StageNode) -> RunId:
 
 def node_device_hours(node: StageNode, plans: dict[RunId, Plan]) -> float:
     """The plan's device-hours (GPU-hours, core-hours on CPU) of one train_phase node."""
-    plan = plans[node_run(node)]
-    hours: float = plan.phases[node.params["phase"]].hours
-    return hours * plan.devices
+    phase = plans[node_run(node)].phases[node.params["phase"]]
+    hours: float = phase.hours
+    return hours * int(phase.settings.devices)  # the phase's own devices (phases[].hardware)

@@ -240,7 +240,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     )
 
     peak = mfu_peak_flops(accelerator, spec.precision.compute)
-    throughput = peak * spec.hardware.mfu * devices(spec)  # model FLOP/s of the whole job
+    per_device = peak * spec.hardware.mfu  # model FLOP/s of one device; a phase runs on its own devices
     attn_width = spec.model.heads * head_dim(spec.model)
     relative = spec.model.position == "relative"  # one more score matmul per layer (flops.py)
     windowed = sum(windowed_layers(spec.model))  # sliding-window layers score at most the window's keys
@@ -276,10 +276,10 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                     rows,
                     _largest_micro_batch(s, span, stretches),
                     accelerator.runtime_overhead_gib,
-                    nodes=spec.hardware.nodes,
+                    nodes=s.nodes,
                     accelerator=spec.hardware.accelerator,
                 ),
-                hours=phase_flops / throughput / 3600 if throughput > 0 else math.inf,
+                hours=phase_flops / (per_device * s.devices) / 3600 if per_device > 0 else math.inf,
                 lr_scale=lr_scale,
                 lr_path=path,
             )
@@ -314,9 +314,10 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     )
     gpu_hours = flops_total / (peak * spec.hardware.mfu) / 3600 if peak > 0 else math.inf
     n_devices = devices(spec)
-    wall_days = gpu_hours / n_devices / 24
+    wall_hours = sum(p.hours for p in phases)  # each phase on its own devices
+    wall_days = wall_hours / 24
 
-    hours_per_token = flops_total / run_tokens / throughput / 3600 if run_tokens and throughput > 0 else math.inf
+    hours_per_token = wall_hours / run_tokens if run_tokens and per_device > 0 else math.inf
     checkpoint = _checkpoint_plan(spec, params, spans, hours_per_token, to_tokens)
     references = scaling.references(params, run_tokens, flops_total, spec.model, first_seq)
     return Plan(

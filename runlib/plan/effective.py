@@ -1,6 +1,6 @@
 """Each phase's effective settings: the phase's overrides on top of the global ones.
 
-A phase override (seq_len, rope_theta, parallelism, batch, optimizer) applies to that phase only; a
+A phase override (seq_len, rope_theta, hardware, parallelism, batch, optimizer) applies to that phase only; a
 phase without one uses the global value. This module is the one place that merges them (the plan, the
 audit and the training stage configs read PhaseSettings); every check runs on these effective settings.
 """
@@ -37,11 +37,13 @@ class PhaseSettings:
     grad_accum: int
     global_batch: BatchSize | None  # declared, if any
     batch_overridden: bool  # the batch ramp applies only to phases without a batch override
-    devices: int
+    devices: int  # nodes x devices_per_node of this phase
     data_parallel: int  # floor of devices / (tensor*pipeline*context); PAR001 reports a remainder
     model_parallel: int  # tensor * pipeline * context
     optimizer: OptimizerSpec  # the run's with the phase's optimizer overrides (grad_clip)
     lr_scale: float  # phases[].optimizer.lr_scale: the schedule's LR times this within the phase (1: none)
+    nodes: int = 1  # the phase's machines (phases[].hardware, else hardware.nodes)
+    devices_per_node: int = 1  # (phases[].hardware, else hardware.devices_per_node)
 
     @property
     def path(self) -> str:
@@ -53,7 +55,14 @@ class PhaseSettings:
 
 
 def devices(spec: RunSpec) -> int:
+    """The run's devices (hardware): a phase may train on others (phases[].hardware, PhaseSettings.devices)."""
     return spec.hardware.nodes * spec.hardware.devices_per_node
+
+
+def phase_machines(spec: RunSpec, phase: PhaseSpec) -> tuple[int, int]:
+    """(nodes, devices_per_node) the phase trains on: its hardware override, else the run's."""
+    hardware = merged(spec.hardware, phase.hardware)
+    return hardware.nodes, hardware.devices_per_node
 
 
 def merged(section: _Section, override: PhaseOverride | None) -> _Section:
@@ -67,7 +76,8 @@ def phase_settings(spec: RunSpec, index: int) -> PhaseSettings:
     phase = spec.phases[index]
     parallelism = merged(spec.parallelism, phase.parallelism)
     batch = merged(spec.batch, phase.batch)
-    n_devices = devices(spec)
+    nodes, per_node = phase_machines(spec, phase)
+    n_devices = nodes * per_node
     data_parallel, model_parallel = planned_degrees(parallelism, n_devices)
     lr_scale = phase.optimizer.lr_scale if phase.optimizer is not None else None
     return PhaseSettings(
@@ -86,6 +96,8 @@ def phase_settings(spec: RunSpec, index: int) -> PhaseSettings:
         model_parallel=model_parallel,
         optimizer=merged(spec.optimizer, phase.optimizer),
         lr_scale=float(lr_scale) if lr_scale is not None else 1.0,
+        nodes=nodes,
+        devices_per_node=per_node,
     )
 
 

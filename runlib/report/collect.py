@@ -226,7 +226,7 @@ def _branch_runs(spec: RunSpec, graph: StageGraph, by_key: dict[tuple[str, str],
             name,
             None,
             plan.phases[last],
-            plan.devices,
+            plan.phases[last].settings.devices,
             state(graph.phase_node("train_phase", last)),
             state(graph.phase_node("eval_phase", last)),
         )
@@ -238,7 +238,7 @@ def _branch_runs(spec: RunSpec, graph: StageGraph, by_key: dict[tuple[str, str],
                 f"{name}@{branch}",
                 branch,
                 branch_plan.phases[last],
-                branch_plan.devices,
+                branch_plan.phases[last].settings.devices,
                 state(trains.get(branch)),
                 state(evals.get(branch)),
             )
@@ -248,7 +248,17 @@ def _branch_runs(spec: RunSpec, graph: StageGraph, by_key: dict[tuple[str, str],
         label = f"{name}@{last_spec.soup.name}"
         souped = graph.branch_nodes("soup_phase").get(last_spec.soup.name)
         soup_eval = evals.get(last_spec.soup.name)
-        out.append(BranchRun(label, None, plan.phases[last], plan.devices, state(souped), state(soup_eval), soup=True))
+        out.append(
+            BranchRun(
+                label,
+                None,
+                plan.phases[last],
+                plan.phases[last].settings.devices,
+                state(souped),
+                state(soup_eval),
+                soup=True,
+            )
+        )
     for b in out:
         if b.eval is not None and b.eval.built:
             b.eval_data = read_json(b.eval.node.dir / "eval.json")

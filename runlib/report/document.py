@@ -221,7 +221,7 @@ def _plan_vs_measured(run: RunData) -> list[Block]:
                 p.name,
                 " x ".join(f"{k} {v}" for k, v in mesh.items() if v != 1) or "1 process",
                 _fmt(wall * processes / 3600, ".3g") if is_number(processes) and wall is not None else "–",
-                _fmt(p.plan.hours * run.plan.devices, ".3g"),
+                _fmt(p.plan.hours * p.plan.settings.devices, ".3g"),
                 _count(counts.get("tokens_per_s")),
                 _fmt(counts.get("mfu"), ".3f"),
                 _fmt(run.spec.hardware.mfu, ".3f"),

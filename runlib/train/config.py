@@ -381,9 +381,10 @@ def schedule_within(
 
 
 def parallel_config(spec: RunSpec, settings: PhaseSettings) -> ParallelConfig:
-    """The phase's layout (runlib.plan.layout.build_layout) on the run's hardware, as its config holds it."""
-    hw, p = spec.hardware, settings.parallelism
-    layout = build_layout(p, nodes=hw.nodes, devices_per_node=hw.devices_per_node)
+    """The phase's layout (runlib.plan.layout.build_layout) on its machines (phases[].hardware, else the run's),
+    as its config holds it."""
+    p = settings.parallelism
+    layout = build_layout(p, nodes=settings.nodes, devices_per_node=settings.devices_per_node)
     return ParallelConfig.of(layout, p.activation_checkpointing, p)
 
 

@@ -53,6 +53,8 @@ PHASE_KEYS = [
     "micro_batch",
     "grad_accum",
     "data_parallel",
+    "nodes",
+    "devices_per_node",
     "parallelism",
     "lr_start",
     "lr_end",

@@ -49,11 +49,12 @@ PUBLISHED = {
     "hf/qwen2-0.5b.config.json": (494_032_768, "Qwen/Qwen2-0.5B checkpoint"),
     # Qwen/Qwen3-8B checkpoint (card: 8.2B, 6.95B non-embedding); QK-norm per head (qk_norm: per_head)
     "hf/qwen3-8b.config.json": (8_190_735_360, "Qwen/Qwen3-8B checkpoint"),
-    # google/gemma-2-9b: 917,504,000 embedding + 8,324,201,984 non-embedding (arXiv 2408.00118, Table 1),
+    # google/gemma-2-9b: 917,504,000 embedding (the checkpoint's 256,000 x 3584) + 8,324,201,984 non-embedding (arXiv 2408.00118, Table 2),
     # with an RMSNorm before and after each sublayer (norm_position: sandwich)
-    "hf/gemma2-9b.config.json": (9_241_705_984, "google/gemma-2-9b, arXiv 2408.00118 Table 1"),
-    # google/gemma-2-27b: 1,179,648,000 embedding + 26,047,480,320 non-embedding (arXiv 2408.00118, Table 1)
-    "hf/gemma2-27b.config.json": (27_227_128_320, "google/gemma-2-27b, arXiv 2408.00118 Table 1"),
+    "hf/gemma2-9b.config.json": (9_241_705_984, "google/gemma-2-9b, arXiv 2408.00118 Table 2"),
+    # google/gemma-2-27b: 1,179,648,000 embedding (the checkpoint's 256,000 x 4608) + 26,047,480,320 non-embedding
+    # (arXiv 2408.00118, Table 2)
+    "hf/gemma2-27b.config.json": (27_227_128_320, "google/gemma-2-27b, arXiv 2408.00118 Table 2"),
     # google/gemma-3-1b-pt: 302M embedding + 698M non-embedding (arXiv 2503.19786, Table 1); sandwich norms and
     # per-head QK-norm
     "hf/gemma3-1b.config.json": (999_885_952, "google/gemma-3-1b-pt checkpoint"),

@@ -531,3 +531,42 @@ def test_async_checkpoints_on_two_processes_hold_what_blocking_ones_do(tokenized
     for step in (8, 10):
         for name, tensor in saved[False][step].items():
             assert torch.equal(tensor, saved[True][step][name]), (step, name)
+
+
+def test_a_phase_on_machines_of_its_own_is_planned_launched_and_trained_on_them(tokenized, ddp_reference, tmp_path):
+    """phases[].hardware: the foundation phase on one device of the run's two (twice the accumulation: the same
+    global batch). Its job config and Slurm
+    resources ask for one process, its planned hours double at the same device-hours, the other phases keep
+    the run's two, and the phase trains in one process to the two-process run's weights (the data order
+    is a function of seed and step on any world size)."""
+    from runlib.graph.train_plans import node_device_hours, train_plans
+    from runlib.plan import derive
+    from runlib.train.launch import phase_job_resources
+
+    spec, graph, _ = tokenized
+    path, variant_spec, variant_graph = spec_variant(
+        tmp_path,
+        "{name: foundation, kind: foundation,",
+        "{name: foundation, kind: foundation, hardware: {devices_per_node: 1}, batch: {grad_accum: 2},",
+    )
+    own, later = variant_graph.find("train_phase", phase=0), variant_graph.find("train_phase", phase=1)
+    assert (own.config.parallel.nodes, own.config.parallel.processes_per_node) == (1, 1)
+    assert later.config.parallel.processes_per_node == 2 and later.config == graph.find("train_phase", phase=1).config
+    base, moved = derive(spec), derive(variant_spec)
+    assert moved.phases[0].hours == pytest.approx(2 * base.phases[0].hours)
+    assert moved.phases[1].hours == pytest.approx(base.phases[1].hours)
+    base_hours = node_device_hours(graph.find("train_phase", phase=0), train_plans(spec))
+    assert node_device_hours(own, train_plans(variant_spec)) == pytest.approx(base_hours)
+    resources = phase_job_resources(own.config.parallel, "cpu", 1, moved.phases[0])
+    assert resources["nodes"] == resources["tasks"] == 1 and resources["cpus_per_task"] == 1
+    job = [sys.executable, str(PHASE_JOB), *phase_job(tmp_path, variant_graph, own, "own-machines")]
+    job += [str(tmp_path / "own-out"), str(tmp_path / "own-s"), "2"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.run(
+        job, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 0 of 1" in proc.stdout and "rank 1 of" not in proc.stdout
+    trained = checkpoint_weights(own, tmp_path / "own-s" / "step-2")
+    for name, tensor in ddp_reference.items():
+        torch.testing.assert_close(trained[name], tensor, rtol=1e-5, atol=1e-6)

@@ -21,10 +21,16 @@ REFUSED = "; the runner refuses it: the workflow gate starts no job while this f
 
 
 def _parallelism(
-    ctx: Context, par: ParallelismSpec, seq_len: int, micro_batches: Collection[int] = ()
+    ctx: Context,
+    par: ParallelismSpec,
+    seq_len: int,
+    micro_batches: Collection[int] = (),
+    machines: tuple[int, int] | None = None,
 ) -> list[Refusal]:
+    """machines: the phase's (nodes, devices_per_node), by default the run's."""
     hw = ctx.spec.hardware
-    layout = build_layout(par, nodes=hw.nodes, devices_per_node=hw.devices_per_node)
+    nodes, per_node = machines or (hw.nodes, hw.devices_per_node)
+    layout = build_layout(par, nodes=nodes, devices_per_node=per_node)
     return layout.refusals(hw.accelerator, ctx.spec.model, seq_len, micro_batches=micro_batches)
 
 
@@ -46,7 +52,16 @@ def _phase_refusals(ctx: Context) -> list[list[Refusal]]:
     if _last[0] is not ctx.plan:
         _last = (
             ctx.plan,
-            [_parallelism(ctx, p.settings.parallelism, p.settings.seq_len, _micro_batches(p)) for p in ctx.plan.phases],
+            [
+                _parallelism(
+                    ctx,
+                    p.settings.parallelism,
+                    p.settings.seq_len,
+                    _micro_batches(p),
+                    (p.settings.nodes, p.settings.devices_per_node),
+                )
+                for p in ctx.plan.phases
+            ],
         )
     return _last[1]
 
@@ -60,7 +75,7 @@ def refusal_findings(ctx: Context, code: str) -> Iterator[Finding]:
             if r.code != code:
                 continue
             name = r.field.split(".", 1)[1]
-            if overrides_parallelism(name)(p.settings.phase):
+            if overrides_parallelism(name)(p.settings.phase) or p.settings.phase.hardware is not None:
                 yield ctx.finding(f"{p.settings.path}.{r.field}", f"phase {p.name!r}: {r.reason}{REFUSED}", r.fix)
             else:
                 global_hits.setdefault((r.field, r.reason, r.fix), []).append(p.name)

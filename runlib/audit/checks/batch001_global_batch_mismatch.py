@@ -115,6 +115,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         if s.data_parallel != g_dp and s.phase.parallelism is not None:
             path = f"phases[{i}].parallelism"
+        elif s.data_parallel != g_dp and s.phase.hardware is not None:  # the phase's own machines
+            path = f"phases[{i}].hardware"
         elif s.batch_overridden:
             path = f"phases[{i}].batch"
         else:
@@ -163,4 +165,6 @@ FAIL = [
     case({"phases[2].batch": {"global_batch": "256Ki tokens"}}, "error"),
     case({"phases[0].batch": {"micro_batch": 4}}, "error"),
     case({"phases[2].parallelism": {"tensor": 2}}, "error"),
+    # a phase on half the devices (phases[].hardware) keeps micro_batch x grad_accum: half the declared batch
+    case({"phases[0].hardware": {"devices_per_node": 4}}, "error"),
 ]

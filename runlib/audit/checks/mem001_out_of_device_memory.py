@@ -65,7 +65,7 @@ def _total(ctx: Context, s: PhaseSettings) -> float:
         plan.vocab_rows,
         s,
         plan.accelerator.runtime_overhead_gib,
-        spec.hardware.nodes,
+        s.nodes,
         accelerator=spec.hardware.accelerator,
     ).total
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from runlib.audit.checks._shared import who
 from runlib.audit.registry import Context, Finding, case
 from runlib.plan.layout import build_layout
-from runlib.spec.models import HardwareSpec, ParallelismSpec, PhaseSpec
+from runlib.spec.models import ParallelismSpec, PhaseSpec
 
 CODE = "PAR001"
 NAME = "devices-not-divisible-by-model-parallel"
@@ -44,8 +44,9 @@ def _nearby_divisors(n: int, around: int) -> list[int]:
     return [d for d in range(low, high + 1) if n % d == 0][:6]
 
 
-def _problem(hardware: HardwareSpec, par: ParallelismSpec) -> tuple[str, str] | None:
-    layout = build_layout(par, nodes=hardware.nodes, devices_per_node=hardware.devices_per_node)
+def _problem(machines: tuple[int, int], par: ParallelismSpec) -> tuple[str, str] | None:
+    """machines: (nodes, devices_per_node) of the phase, or of the run."""
+    layout = build_layout(par, nodes=machines[0], devices_per_node=machines[1])
     devices, product = layout.world_size, layout.model_parallel
     if devices % product == 0:
         return None
@@ -65,19 +66,23 @@ def check(ctx: Context) -> Iterator[Finding]:
     spec = ctx.spec
     phases = ctx.plan.phases
     global_names = []
+    run_machines = (spec.hardware.nodes, spec.hardware.devices_per_node)
     for p in phases:
         fields = _overridden(p.settings.phase)
-        if not fields:
+        machines = (p.settings.nodes, p.settings.devices_per_node)
+        if not fields and machines == run_machines:
             global_names.append(p.name)
             continue
         par = p.settings.parallelism
-        problem = _problem(spec.hardware, par)
+        problem = _problem(machines, par)
         if problem:
             path = f"phases[{p.settings.index}].parallelism" + (f".{fields[0]}" if len(fields) == 1 else "")
+            if not fields:  # the phase's own machines
+                path = f"phases[{p.settings.index}].hardware"
             yield ctx.finding(path, f"phase {p.name!r}: {problem[0]}", problem[1])
     if global_names or not phases:
         par = spec.parallelism
-        problem = _problem(spec.hardware, par)
+        problem = _problem(run_machines, par)
         if problem:
             above_one = [f for f in FIELDS if getattr(par, f) > 1]
             path = "parallelism" + (f".{above_one[0]}" if len(above_one) == 1 else "")
@@ -95,4 +100,13 @@ FAIL = [
     case({"hardware.nodes": 2, "parallelism.pipeline": 2, "parallelism.context": 3}, "error"),
     case({"phases[2].parallelism": {"context": 3}}, "error"),
     case({"hardware.devices_per_node": 2, "parallelism.tensor": 4}, "error"),
+    # a phase on 12 devices of its own (phases[].hardware) with the run's tensor 8
+    case(
+        {
+            "hardware.devices_per_node": 8,
+            "parallelism.tensor": 8,
+            "phases[2].hardware": {"nodes": 3, "devices_per_node": 4},
+        },
+        "error",
+    ),
 ]

@@ -91,7 +91,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 plan.vocab_rows,
                 reduced,
                 plan.accelerator.runtime_overhead_gib,
-                ctx.spec.hardware.nodes,
+                reduced.nodes,
                 accelerator=ctx.spec.hardware.accelerator,
             )
             cache[key] = mem.total

@@ -49,15 +49,20 @@ def check(ctx: Context) -> Iterator[Finding]:
         return  # a TPU pod's chips share one interconnect across hosts: no bandwidth cliff at a host
     per_node = ctx.spec.hardware.devices_per_node
     phases = ctx.plan.phases
-    own, global_names = split_by_override(ctx, overrides_parallelism("tensor"))
+    tensor_or_machines = overrides_parallelism("tensor")
+    own, global_names = split_by_override(
+        ctx,
+        lambda phase: tensor_or_machines(phase) or (phase.hardware is not None and bool(phase.hardware.overrides())),
+    )
     for p in own:
-        problem = _problem(p.settings.parallelism.tensor, per_node)
+        problem = _problem(p.settings.parallelism.tensor, p.settings.devices_per_node)
         if problem:
+            field = "parallelism.tensor" if tensor_or_machines(p.settings.phase) else "hardware.devices_per_node"
             yield ctx.finding(
-                f"phases[{p.settings.index}].parallelism.tensor",
+                f"phases[{p.settings.index}].{field}",
                 f"phase {p.name!r}: {problem[0]}",
                 problem[1],
-                value=per_node,
+                value=p.settings.devices_per_node,
             )
     if global_names or not phases:
         problem = _problem(ctx.spec.parallelism.tensor, per_node)
@@ -88,4 +93,13 @@ PASS = [
 FAIL = [
     case({"hardware.nodes": 4, "hardware.devices_per_node": 2, "parallelism.tensor": 4}, "warning"),
     case({"hardware.nodes": 2, "hardware.devices_per_node": 4, "phases[2].parallelism": {"tensor": 8}}, "warning"),
+    # a phase on 4-GPU nodes of its own with the run's tensor 8
+    case(
+        {
+            "hardware.devices_per_node": 8,
+            "parallelism.tensor": 8,
+            "phases[2].hardware": {"nodes": 4, "devices_per_node": 4},
+        },
+        "warning",
+    ),
 ]

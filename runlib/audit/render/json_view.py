@@ -205,6 +205,8 @@ class PhaseView:
     micro_batch: int
     grad_accum: int
     data_parallel: int
+    nodes: int  # the phase's machines (phases[].hardware, else hardware)
+    devices_per_node: int
     parallelism: dict[str, JsonValue]
     lr_start: float
     lr_end: float
@@ -394,7 +396,7 @@ NOT_SHOWN: dict[str, str] = {
     "PhaseSettings.index": "the phase's position in derived.phases",
     "PhaseSettings.global_batch": "the declared batch; the effective one is tokens_per_step",
     "PhaseSettings.batch_overridden": "a fact about the spec, not a number of the plan",
-    "PhaseSettings.devices": "derived.devices",
+    "PhaseSettings.devices": "derived.phases[].nodes x devices_per_node",
     "PhaseSettings.model_parallel": "the product of the phase's parallelism degrees",
     "PhaseSettings.optimizer": "the spec's optimizer with the phase's override: the spec file (lr_scale is shown)",
     "PhasePlan.lr_path": "the phase's own LR path, drawn in lr_start and lr_end (the spec file holds its fields)",
@@ -455,6 +457,8 @@ def _phase_view(p: PhasePlan) -> PhaseView:
         micro_batch=s.micro_batch,
         grad_accum=s.grad_accum,
         data_parallel=s.data_parallel,
+        nodes=s.nodes,
+        devices_per_node=s.devices_per_node,
         parallelism=s.parallelism.model_dump(),
         lr_start=p.lr_start,
         lr_end=p.lr_end,

@@ -48,12 +48,25 @@ class ShrunkPhases:
         return sum(self.steps)
 
 
+def seq_len_exponent(spec: RunSpec, seq0: int) -> float:
+    """The power the phases' context ratios are raised to: 1 (the published ratios) unless the longest phase
+    would pass MAX_SEQ_LEN, then less, so that it lands on MAX_SEQ_LEN and every longer phase stays longer
+    (SmolLM3's 4k -> 32k -> 64k stages: 256 -> 724 -> 1024, where a cap alone made the last two equal)."""
+    longest = max([p.seq_len or spec.model.seq_len for p in spec.phases] + [spec.model.seq_len])
+    ratio = longest / spec.model.seq_len
+    if ratio <= 1 or seq0 * ratio <= MAX_SEQ_LEN or seq0 >= MAX_SEQ_LEN:
+        return 1.0
+    return math.log(MAX_SEQ_LEN / seq0) / math.log(ratio)
+
+
 def phase_entry(spec: RunSpec, phase: PhaseSpec, seq0: int, grad_accum: int) -> dict[str, Any]:
-    """One phase: the published kind and mixture; seq_len in the published ratio to the first phase's."""
+    """One phase: the published kind and mixture; seq_len in the published ratio to the first phase's (raised
+    to seq_len_exponent when the longest would pass MAX_SEQ_LEN)."""
     entry: dict[str, Any] = {"name": phase.name, "kind": phase.kind}
     entry["mixture"] = dict(phase.mixture)
     if phase.seq_len is not None:
-        entry["seq_len"] = min(MAX_SEQ_LEN, max(16, round(seq0 * phase.seq_len / spec.model.seq_len)))
+        ratio = (phase.seq_len / spec.model.seq_len) ** seq_len_exponent(spec, seq0)
+        entry["seq_len"] = min(MAX_SEQ_LEN, max(16, round(seq0 * ratio)))
     if phase.rope_theta is not None:
         entry["rope_theta"] = phase.rope_theta
     if phase.optimizer is not None:  # a phase's optimizer changes (LR, clip) are structure

@@ -49,7 +49,7 @@ from runlib.spec.models.data import (
     TokenizerSpec,
     UrlFilterSpec,
 )
-from runlib.spec.models.machine import BudgetSpec, HardwareSpec
+from runlib.spec.models.machine import BudgetSpec, HardwareOverride, HardwareSpec
 from runlib.spec.models.phases import MAX_BRANCHES, PhaseBranch, PhaseSpec, RopeScalingSpec, SoupSpec
 from runlib.spec.models.run import (
     AuditSpec,
@@ -110,6 +110,7 @@ __all__ = [
     "EvalSpec",
     "EvalTaskSpec",
     "FimSpec",
+    "HardwareOverride",
     "HardwareSpec",
     "InputSpec",
     "KeyedWhenSet",

@@ -10,7 +10,9 @@ from runlib.spec.models.base import (
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
     PLANNING_ONLY,
+    PhaseOverride,
     SpecModel,
+    override_of,
 )
 from runlib.spec.units import Count
 
@@ -42,6 +44,27 @@ class HardwareSpec(SpecModel):
 
     storage_write_gb_per_s: float | None = Field(None, ge=0.001, le=1e6, json_schema_extra=PLANNING_ONLY)
     """Write bandwidth of the storage checkpoints go to, all nodes together, in GB/s, when it is less than nodes x checkpoint_write_gb_per_s (a shared filesystem that does not grow with the job); omitted: no cap beyond the nodes' own (planning only: read by the audit, not by any stage)."""
+
+
+@override_of(
+    HardwareSpec,
+    exclude={
+        "accelerator": "one accelerator per run: a checkpoint moves between machines of one kind, and the catalog "
+        "entry prices every phase",
+        "mfu": "the planning assumption of the run",
+        "node_mtbf_hours": "a property of the cluster's nodes, not of a phase",
+        "memory_gib": "a property of the accelerator",
+        "peak_tflops": "a property of the accelerator",
+        "checkpoint_write_gb_per_s": "a property of the cluster's nodes",
+        "storage_write_gb_per_s": "a property of the cluster's storage",
+    },
+)
+class HardwareOverride(PhaseOverride):
+    """The machines one phase trains on: nodes and devices_per_node, each omitted or null: the run's. Nemotron-4
+    ramped its data-parallel GPUs 1,536 -> 3,072 -> 6,144 (arXiv 2402.16819, Table 2); SmolLM3 trained its
+    long-context stages on fewer GPUs than its pre-training. The phase's job asks Slurm for these nodes, its
+    layout and memory are planned on them, and its hours are its FLOPs over them; the data order does not
+    depend on them (a pure function of seed and step on any world size)."""
 
 
 class BudgetSpec(SpecModel):

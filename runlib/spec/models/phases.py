@@ -17,6 +17,7 @@ from runlib.spec.models.base import (
     SpecModel,
     Weight,
 )
+from runlib.spec.models.machine import HardwareOverride
 from runlib.spec.models.training import BatchOverride, ParallelismOverride, PhaseOptimizer
 from runlib.spec.units import DurationField
 
@@ -99,7 +100,9 @@ class RopeScalingSpec(SpecModel):
 
 
 class PhaseSpec(KeyedWhenSet):
-    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"optimizer", "branches", "rope_scaling", "seed", "soup"})
+    KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
+        {"optimizer", "branches", "rope_scaling", "seed", "soup", "hardware"}
+    )
 
     name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)
     """Phase name; names its training stage and checkpoints."""
@@ -115,6 +118,8 @@ class PhaseSpec(KeyedWhenSet):
     """RoPE base in this phase (default: model.rope_theta); applies to this phase only."""
     rope_scaling: RopeScalingSpec | None = None
     """RoPE frequencies rescaled in this phase (Llama 3.1's or YaRN), on top of its rope_theta; applies to this phase only."""
+    hardware: HardwareOverride | None = None
+    """The machines of this phase only (nodes, devices_per_node; the run's accelerator)."""
     parallelism: ParallelismOverride | None = None
     """Parallelism overrides for this phase only."""
     batch: BatchOverride | None = None
