@@ -79,12 +79,23 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
     warmup = schedule.warmup_tokens
     value = _in_unit(ctx, max(0.0, run - warmup), warmup, spec_schedule.decay.unit)
+    severity = "info" if -INFO_SHORTFALL * run <= gap <= INFO_OVERSHOOT * run else "warning"
+    last = ctx.plan.phases[-1] if ctx.plan.phases else None
+    own = last.settings.phase.optimizer if last is not None else None
+    if gap > 0 and own is not None and own.lr_decay_to is not None:
+        # the schedule is cut where the last phase takes its own decay (OLMo 2: a cosine to a 5T horizon
+        # stopped at 3.9T, then a linear decay to 0): the run ends at that phase's target, not the schedule's
+        message += (
+            f"; the last phase {last.name!r} decays on its own path to {own.lr_decay_to:g} x the peak "
+            "(phases[].optimizer.lr_decay_to), so the run ends there"
+        )
+        severity = "info"
     yield ctx.finding(
         "schedule.decay",
         message,
         f"omit schedule.decay ({spec_schedule.kind} then decays until the run's end) or set decay: {value} (the run minus the warmup)",
         value=value,
-        severity="info" if -INFO_SHORTFALL * run <= gap <= INFO_OVERSHOOT * run else "warning",
+        severity=severity,
     )
 
 
@@ -100,4 +111,9 @@ FAIL = [
     case({"schedule.kind": "linear", "schedule.decay": "115%"}, "info"),  # 14% past the end
     case({"schedule.kind": "cosine", "schedule.decay": "86%"}, "info"),  # ends 13% early: GPT-3's recipe
     case({"schedule.kind": "cosine", "schedule.decay": "4000 steps"}, "warning"),
+    # a cosine to a horizon 50% past the run, cut where the last phase decays on its own (OLMo 2's stage 2)
+    case(
+        {"schedule.kind": "cosine", "schedule.decay": "150%", "phases[3].optimizer": {"lr_decay_to": 0.0}},
+        "info",
+    ),
 ]
