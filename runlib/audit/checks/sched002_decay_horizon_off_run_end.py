@@ -24,6 +24,7 @@ How to fix:
 """
 
 from collections.abc import Iterator
+from typing import Literal
 
 from runlib.audit.checks._shared import tokens_and_steps
 from runlib.audit.registry import Context, Finding, case
@@ -79,10 +80,10 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
     warmup = schedule.warmup_tokens
     value = _in_unit(ctx, max(0.0, run - warmup), warmup, spec_schedule.decay.unit)
-    severity = "info" if -INFO_SHORTFALL * run <= gap <= INFO_OVERSHOOT * run else "warning"
+    severity: Literal["info", "warning"] = "info" if -INFO_SHORTFALL * run <= gap <= INFO_OVERSHOOT * run else "warning"
     last = ctx.plan.phases[-1] if ctx.plan.phases else None
     own = last.settings.phase.optimizer if last is not None else None
-    if gap > 0 and own is not None and own.lr_decay_to is not None:
+    if gap > 0 and last is not None and own is not None and own.lr_decay_to is not None:
         # the schedule is cut where the last phase takes its own decay (OLMo 2: a cosine to a 5T horizon
         # stopped at 3.9T, then a linear decay to 0): the run ends at that phase's target, not the schedule's
         message += (
