@@ -64,6 +64,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -73,7 +74,6 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
-from torch.utils._pytree import tree_map
 
 from runlib.errors import UserError
 from runlib.util.atomic import replace_dir
@@ -370,10 +370,15 @@ class BackgroundWriter:
         return cls(ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer"), group)
 
 
-def _staged_copy(tree: Any) -> Any:
-    """The state dict with every tensor copied (DTensors keep their layout): training may change the live
-    tensors while the copy is written."""
-    return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, tree)
+def _staged_copy(state: dict[str, Any]) -> Any:
+    """The state dict copied to host memory (DTensors keep their layout), as torch's async_save stages it
+    (torch.distributed.checkpoint.staging.DefaultStager, synchronous, unpinned): training may change the
+    live tensors while the copy is written, and a GPU's copy must not take its memory."""
+    stager = DefaultStager(StagingOptions(False, False, False, False))
+    try:
+        return stager.stage(state)
+    finally:
+        stager.close()
 
 
 def save_checkpoint(
