@@ -367,3 +367,32 @@ def test_pipeline_in_flight_by_schedule():
     assert pipeline_in_flight("interleaved_1f1b", 4, 2, 0, 8) == 11 / 2
     assert pipeline_in_flight("interleaved_1f1b", 4, 2, 0, 2) == 4 / 2
     assert pipeline_in_flight("1f1b", 1, 1, 0, 8) == 1
+
+
+def test_deepseek_v3_schedule_constant_cosine_then_two_constant_steps():
+    """DeepSeek-V3 (arXiv 2412.19437, section 4.2): constant 2.2e-4 after warmup, a cosine to 2.2e-5, then
+    2.2e-5 and 7.3e-6: a constant schedule, a phase with its own cosine (lr_decay_to 0.1) and two phases at
+    lr_scale 0.1 and 7.3 / 220. The plan and the trainer's schedule agree at every phase's start, middle and end."""
+    from runlib.audit.cases import case_data
+    from runlib.plan import derive
+    from runlib.spec import validate_data
+    from runlib.train.config import build_train_phase_configs
+
+    patch = {
+        "optimizer.lr": 2.2e-4,
+        "schedule": {"kind": "constant", "warmup": "1%"},
+        "phases[1].optimizer": {"lr_decay_to": 0.1, "lr_decay_shape": "cosine"},
+        "phases[2].optimizer": {"lr_scale": 0.1},
+        "phases[3].optimizer": {"lr_scale": 7.3e-6 / 2.2e-4},
+    }
+    spec = validate_data(case_data(patch)).spec
+    plan = derive(spec)
+    expected = [(0.0, 2.2e-4), (2.2e-4, 2.2e-5), (2.2e-5, 2.2e-5), (7.3e-6, 7.3e-6)]  # the first from its warmup
+    for phase, (start, end) in zip(plan.phases, expected, strict=True):
+        assert (phase.lr_start, phase.lr_end) == pytest.approx((start, end), rel=1e-6), phase.name
+    configs = build_train_phase_configs(spec, plan)
+    middle = [2.2e-4, 2.2e-5 + (2.2e-4 - 2.2e-5) / 2, 2.2e-5, 7.3e-6]
+    for config, phase, (_, end), mid_lr in zip(configs, plan.phases, expected, middle, strict=True):
+        span = phase.span
+        assert config.schedule.lr_at(span.end_tokens) == pytest.approx(end, rel=1e-3), phase.name
+        assert config.schedule.lr_at((span.start_tokens + span.end_tokens) / 2) == pytest.approx(mid_lr, rel=1e-3)
