@@ -281,3 +281,12 @@ def test_data_scale_writes_a_source_and_a_spec_the_gate_accepts(tmp_path, fmt):
     web = loaded.spec.data.sources["web"]
     assert web.input.format == fmt and web.input.shard_bytes == 2**20
     assert not [f for f in audit_loaded(loaded).findings if f.severity == "error"]
+
+
+def test_async_checkpoint_bench_reports_both_stalls(capsys):
+    from runlib.bench import async_checkpoint
+
+    async_checkpoint.main(["--params-m", "5", "--rounds", "1"])
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert result["params"] == 2048 * 2048 and result["rounds"] == 1
+    assert 0 < result["async_stall_s"] <= result["async_total_s"] and result["blocking_s"] > 0
