@@ -103,11 +103,14 @@ def test_stand_ins_are_said_in_comments_and_ignores_stay_needed():
     assert "pretrained tokenizers/allenai_dolma2.json" in text and "0 error(s)" in summary
     data = yaml.safe_load(text)
     assert data["data"]["sources"]["starcoder"]["input"]["name"] == "python_code"
-    # OLMo 2 silences SCHED006 (cosine + a linear anneal): the shrunk run has the same shape, the reason stays;
+    # OLMo 2's stage 2 keeps its shape: its own linear decay to 0, its seed, the seeded branches and the soup;
     # shrink's own choices (20 held-out documents, the published LR at a tiny compute) are silenced by name
+    anneal = data["phases"][-1]
+    assert anneal["optimizer"] == {"lr_decay_to": 0.0, "lr_decay_shape": "linear"} and anneal["seed"] == 42
+    assert anneal["branches"] == [{"name": "seed42069", "seed": 42069}, {"name": "seed666", "seed": 666}]
+    assert anneal["soup"] == {"name": "soup"}
     ignore = data["audit"]["ignore"]
-    assert ignore["SCHED006"] == load_spec(OLMO2).spec.audit.ignore["SCHED006"]
-    assert sorted(ignore) == ["MIX006", "SCHED006", "SCHED008"]
+    assert sorted(ignore) == ["MIX006", "SCHED008"]
     assert ignore["MIX006"].startswith("runlib shrink") and ignore["SCHED008"].startswith("runlib shrink")
     # the pretrained tokenizer's 22 special tokens: the trained stand-in reserves what TOK004 asks for
     assert data["tokenizer"]["reserved_tokens"] == 100

@@ -12,7 +12,7 @@ from runlib.plan import Plan, derive
 from runlib.plan.timeline import ramp_points
 from runlib.review.shrinking.shape import DEVICES, MICRO_BATCH, TRAIN_SHARE, parallelism_section
 from runlib.spec import RunSpec, validate_data
-from runlib.spec.models import PhaseSpec
+from runlib.spec.models import PhaseBranch, PhaseSpec
 
 MIN_PHASE_STEPS = 4
 MAX_SEQ_LEN = 1024
@@ -23,7 +23,7 @@ CONSTANT = {"kind": "constant", "warmup": "0%"}  # the schedule while the timeli
 
 def pct(part: float, whole: float) -> str:
     """A percentage for a Duration field, with enough digits to land on the same token."""
-    return f"{100.0 * part / whole:.6g}%" if whole else "0%"
+    return f"{100.0 * part / whole:.12g}%" if whole else "0%"
 
 
 def base_grad_accum(spec: RunSpec) -> int:
@@ -59,7 +59,31 @@ def seq_len_exponent(spec: RunSpec, seq0: int) -> float:
     return math.log(MAX_SEQ_LEN / seq0) / math.log(ratio)
 
 
-def phase_entry(spec: RunSpec, phase: PhaseSpec, seq0: int, grad_accum: int) -> dict[str, Any]:
+def branch_entry(spec: RunSpec, branch: PhaseBranch, seq0: int) -> dict[str, Any]:
+    """One branch of the last phase: its mixture and seed; its seq_len as a phase's (its tokens and decay are
+    set once the phase's steps are known: branch_steps)."""
+    entry: dict[str, Any] = branch.model_dump(mode="json", exclude_none=True, include={"name", "mixture", "seed"})
+    if branch.seq_len is not None:
+        ratio = (branch.seq_len / spec.model.seq_len) ** seq_len_exponent(spec, seq0)
+        entry["seq_len"] = min(MAX_SEQ_LEN, max(16, round(seq0 * ratio)))
+    return entry
+
+
+def branch_steps(plan: Plan, branches: list[PhaseBranch], entries: list[dict[str, Any]], phase_steps: int) -> None:
+    """Each branch's tokens and decay in the shrunk run's steps, in their published ratio to the branched
+    phase's tokens; a decay never longer than its branch (as published: the branch's run checks it)."""
+    published = plan.phases[-1].span.tokens
+    for branch, entry in zip(branches, entries, strict=True):
+        length = phase_steps
+        if branch.tokens is not None:
+            length = max(1, round(phase_steps * plan.duration_tokens(branch.tokens) / published))
+            entry["tokens"] = f"{length} steps"
+        if branch.decay is not None:
+            decay = max(1, round(phase_steps * plan.duration_tokens(branch.decay) / published))
+            entry["decay"] = f"{min(decay, length)} steps"
+
+
+def phase_entry(spec: RunSpec, plan: Plan, phase: PhaseSpec, seq0: int, grad_accum: int) -> dict[str, Any]:
     """One phase: the published kind and mixture; seq_len in the published ratio to the first phase's (raised
     to seq_len_exponent when the longest would pass MAX_SEQ_LEN)."""
     entry: dict[str, Any] = {"name": phase.name, "kind": phase.kind}
@@ -82,6 +106,12 @@ def phase_entry(spec: RunSpec, phase: PhaseSpec, seq0: int, grad_accum: int) -> 
         if phase.batch.grad_accum:
             batch["grad_accum"] = max(1, round(grad_accum * phase.batch.grad_accum / spec.batch.grad_accum))
         entry["batch"] = batch
+    if phase.seed is not None:
+        entry["seed"] = phase.seed
+    if phase.branches:  # structure: each branch's data, and its length and decay as shares of the run
+        entry["branches"] = [branch_entry(spec, b, seq0) for b in phase.branches]
+    if phase.soup is not None:
+        entry["soup"] = phase.soup.model_dump(mode="json", exclude_none=True)
     return entry
 
 
@@ -96,7 +126,7 @@ def shrunk_phases(spec: RunSpec, plan: Plan, shape: dict[str, int], minutes: flo
     phases = []
     phase_tps = []
     for phase in spec.phases:
-        entry = phase_entry(spec, phase, seq0, grad_accum)
+        entry = phase_entry(spec, plan, phase, seq0, grad_accum)
         phases.append(entry)
         batch_now = entry.get("batch", {})
         phase_tps.append(
@@ -109,6 +139,8 @@ def shrunk_phases(spec: RunSpec, plan: Plan, shape: dict[str, int], minutes: flo
             // grad_accum
         )
     phase_steps = steps(plan, budget_tokens, phase_tps)
+    if spec.phases and spec.phases[-1].branches:
+        branch_steps(plan, spec.phases[-1].branches, phases[-1]["branches"], phase_steps[-1])
     for entry, n in zip(phases, phase_steps, strict=True):
         entry["tokens"] = f"{n} steps"
         entry["mixture"] = entry.pop("mixture")  # keep the key order of a phase: name, kind, tokens, mixture
