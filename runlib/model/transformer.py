@@ -10,7 +10,7 @@ The parts, by the papers that introduced them:
     (Zhang & Sennrich 2019, arXiv 1910.07467) or LayerNorm (Ba et al. 2016; with a bias when
     model.norm_bias, default model.bias) or LayerNorm-1p (Megatron, Nemotron-4), all in runlib.model.norms;
     or parallel blocks, x + attn(norm(x)) + mlp(norm(x)) with one
-    norm (model.parallel_block: GPT-J, PaLM section 2, Falcon); an optional norm after the input
+    norm (model.parallel_block: GPT-J, PaLM section 2, Falcon) or one per branch (GPT-NeoX); an optional norm after the input
     embedding (model.embedding_norm: BLOOM);
   * rotary position embedding, RoPE (Su et al. 2021, arXiv 2104.09864), in the rotate-half form of
     GPT-NeoX and Llama; `set_rope(theta, max_seq_len)` recomputes its cos/sin tables (a long-context
@@ -424,7 +424,9 @@ class Block(nn.Module):
         self.parallel = model.parallel_block
         self.attention_norm = make_norm(model, model.d_model)
         self.attention = Attention(model)
-        self.mlp_norm = None if self.parallel else make_norm(model, model.d_model)
+        # a parallel block's MLP reads the attention's norm unless it has its own (model.parallel_norms 2)
+        own_mlp_norm = not self.parallel or model.parallel_norms == 2
+        self.mlp_norm = make_norm(model, model.d_model) if own_mlp_norm else None
         self.mlp = MLP(model)
         self.norm_position = model.norm_position
         sandwich = model.norm_position == "sandwich"
@@ -457,9 +459,10 @@ class Block(nn.Module):
         return y
 
     def body(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
-        if self.mlp_norm is None:  # parallel block: one norm for both branches
+        if self.mlp_norm is None or self.parallel:  # one norm for both branches, or one each (GPT-NeoX)
             h = self.attention_norm(x)
-            return x + self._drop(self.attention(h, rope, mask)) + self._drop(self._mlp(h))
+            g = h if self.mlp_norm is None else self.mlp_norm(x)
+            return x + self._drop(self.attention(h, rope, mask)) + self._drop(self._mlp(g))
         if self.norm_position == "output":
             x = x + self._drop(self.attention_norm(self.attention(x, rope, mask)))
             return x + self._drop(self.mlp_norm(self._mlp(x)))

@@ -84,7 +84,7 @@ def qk_norm_widths(model: ModelSpec) -> tuple[int, int]:
 
 def norms_per_layer(model: ModelSpec) -> int:
     if model.parallel_block:
-        return 1
+        return model.parallel_norms
     return 4 if model.norm_position == "sandwich" else 2
 
 

@@ -60,6 +60,10 @@ VARIANTS = {
         position="alibi", norm="layernorm", bias=True, activation="gelu", embedding_norm=True, tie_embeddings=True
     ),
     "falcon": dict(parallel_block=True, norm="layernorm", norm_bias=True, kv_heads=1, activation="gelu"),
+    # GPT-NeoX (Pythia): a parallel block with a norm per branch, LayerNorm and biases, 25% rotary
+    "neox": dict(
+        parallel_block=True, parallel_norms=2, norm="layernorm", bias=True, activation="gelu", rope_fraction=0.25
+    ),
     "mpt": dict(position="alibi", norm="layernorm", bias=False, activation="gelu", kv_heads=None),
     "opt": dict(position="learned", norm="layernorm", bias=True, activation="relu", dropout=0.1, kv_heads=None),
     "relu2": dict(activation="relu2", norm="layernorm", bias=True, norm_bias=False),
@@ -526,6 +530,24 @@ def test_parallel_block_is_one_norm_and_two_branches() -> None:
         want = x + block.attention(h, rope, mask) + block.mlp(h)
         assert torch.allclose(block(x, rope, mask), want, atol=1e-6)
     assert block.attention_norm.bias is not None and block.attention.wq.bias is None  # norm_bias apart from bias
+
+
+def test_a_neox_parallel_block_has_a_norm_per_branch() -> None:
+    """parallel_norms 2 (GPT-NeoX's use_parallel_residual): x + attn(norm1(x)) + mlp(norm2(x))."""
+    model = tiny(**VARIANTS["neox"])
+    block = model.layers[0]
+    assert block.mlp_norm is not None
+    x = torch.randn(2, 8, TINY["d_model"])
+    mask = model.attention_mask(None, 2, 8, x.device, x.dtype)
+    rope = (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None])
+    with torch.no_grad():
+        for p in block.parameters():
+            if p.ndim == 1:
+                p.normal_(1.0, 0.3)  # distinct norm weights, so that each norm's place shows
+        want = x + block.attention(block.attention_norm(x), rope, mask) + block.mlp(block.mlp_norm(x))
+        assert torch.allclose(block(x, rope, mask), want, atol=1e-6)
+        shared = x + block.attention(block.attention_norm(x), rope, mask) + block.mlp(block.attention_norm(x))
+        assert not torch.allclose(block(x, rope, mask), shared, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", ["olmo2", "sandwich"])

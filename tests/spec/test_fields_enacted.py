@@ -254,6 +254,8 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     ],
     # another set of models to average (the soup's scaffold has two branches)
     "phases[].soup.ingredients": lambda cur, data, files: [({}, {"ingredients": [*cur, "scaffold2"]})] if cur else [],
+    # read with parallel_block only (2 without it is a spec error)
+    "model.parallel_norms": lambda cur, data, files: [({"parallel_block": True}, {"parallel_norms": 2})],
     # meaningful with layernorm only (true with rmsnorm is a spec error)
     "model.norm_bias": lambda cur, data, files: [({"norm": "layernorm"}, {"norm_bias": v}) for v in (True, False)],
 }

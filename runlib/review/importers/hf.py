@@ -285,11 +285,10 @@ def _neox_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
     d.set("model.tie_embeddings", bool(config.get("tie_word_embeddings", False)), "tie_word_embeddings")
     pct = float(config.get("rotary_pct", 1.0))
     d.set("model.rope_fraction", pct, "rotary_pct: the share of each head RoPE rotates")
-    return [
-        "GPT-NeoX's parallel residual (use_parallel_residual="
-        f"{config.get('use_parallel_residual', True)}: x + attn(ln1(x)) + mlp(ln2(x)), two norms) is held as "
-        "sequential blocks: the same parameters."
-    ]
+    if config.get("use_parallel_residual", True):  # GPTNeoXConfig's default
+        d.set("model.parallel_block", True, "use_parallel_residual: x + attn(ln1(x)) + mlp(ln2(x))")
+        d.set("model.parallel_norms", 2, "input_layernorm and post_attention_layernorm, one per branch")
+    return []
 
 
 def _swiglu_block(

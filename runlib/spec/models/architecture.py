@@ -33,6 +33,7 @@ class ModelSpec(KeyedWhenSet):
         {
             "norm_bias",
             "parallel_block",
+            "parallel_norms",
             "embedding_norm",
             "dropout",
             "qkv_bias",
@@ -111,6 +112,19 @@ class ModelSpec(KeyedWhenSet):
 
     parallel_block: bool = False
     """Attention and MLP read the same normed input and both add to the residual, x + attn(norm(x)) + mlp(norm(x)), with one norm per layer (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022 section 2; Falcon)."""
+
+    parallel_norms: int = Field(1, ge=1, le=2)
+    """A parallel block's norms: 1, one shared by both branches (GPT-J, PaLM, Falcon-7B); 2, one per branch, x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX's use_parallel_residual: Pythia, GPT-NeoX-20B; EleutherAI/gpt-neox, megatron/model/transformer.py ParallelTransformerLayer). Read with parallel_block: true only."""
+
+    @field_validator("parallel_norms")
+    @classmethod
+    def _parallel_norms_of_a_parallel_block(cls, norms: int, info: ValidationInfo) -> int:
+        if norms != 1 and not info.data.get("parallel_block"):
+            raise ValueError(
+                f"parallel_norms: {norms} without parallel_block: true: a sequential block has a norm per sublayer "
+                "already; set parallel_block: true, or remove parallel_norms"
+            )
+        return norms
 
     embedding_norm: bool = False
     """A norm (model.norm) right after the input embedding (BLOOM, Le Scao et al. 2022 section 3.2.1: "embedding LayerNorm")."""
