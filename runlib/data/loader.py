@@ -209,8 +209,8 @@ class SourceStream:
         self.n_fim = int(round(self.fim_rate * len(self.eligible)))
         self.epoch_tokens = int(self.offsets[-1]) + 3 * self.n_fim  # the same for every epoch
         self._epochs: OrderedDict[int, _Epoch] = OrderedDict()
-        self.reseed_from_epoch, self.reseed_seed = None if reseed is None else -1, seed
-        self.reseed_offset, self.reseed_by_documents = 0, False  # where the phase starts in its first epoch
+        self.reseed_from_epoch: int | None = None  # the epoch the phase starts in, at reseed_offset
+        self.reseed_seed, self.reseed_offset, self.reseed_by_documents = seed, 0, False
         if reseed is not None:
             self.reseed_seed, position, self.reseed_by_documents = reseed
             length = self.n_docs if self.reseed_by_documents else self.epoch_tokens

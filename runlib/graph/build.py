@@ -87,12 +87,12 @@ class StageGraph:
         names = [p.name for p in spec.phases]
         last = spec.phases[-1] if spec.phases else None
         branches = {f"{last.name}@{b.name}": b.name for b in (last.branches or [])} if last else {}
-        if last is not None and last.soup is not None:
-            branches[f"{last.name}@{last.soup.name}"] = last.soup.name
+        soup = last.soup.name if last is not None and last.soup is not None else None
+        if last is not None and soup is not None:
+            branches[f"{last.name}@{soup}"] = soup
         if name in branches:
             # a soup's model is its soup_phase's final.pt: where a phase's is its train_phase's
-            souped = stage == "train_phase" and last is not None and last.soup is not None
-            souped = souped and branches[name] == last.soup.name  # type: ignore[union-attr]
+            souped = stage == "train_phase" and branches[name] == soup
             node = self.branch_nodes("soup_phase" if souped else stage).get(branches[name])
         elif name in names:
             node = self.phase_node(stage, names.index(name))

@@ -22,6 +22,7 @@ from runlib.spec.models import RunSpec
 from runlib.store.keys import stage_key
 from runlib.store.node import StageNode
 from runlib.store.stageconfig import StageConfig
+from runlib.train.config import TrainPhaseConfig
 from runlib.train.soup_config import SoupConfig
 
 
@@ -360,11 +361,17 @@ def soup_phase_nodes(g: GraphContext) -> list[StageNode]:
     assert soup is not None  # _soup_ingredients is [] without one
     trained = {phase.name: _trained(g.of("train_phase"), {}, last)}
     trained |= {b.name: _trained(g.of("train_phase"), {"branch": b.name}, last) for b in phase.branches or []}
-    inputs = {}
+    inputs, lengths = {}, {}
     for i, name in enumerate(names):
         node = trained[name]
         assert node is not None  # every branch of the last phase is trained (train_phase_nodes)
         inputs[f"ingredient{i}"] = node.key
+        lengths[name] = node.config_as(TrainPhaseConfig).seq_len
+    if len(set(lengths.values())) > 1:
+        raise UserError(
+            f"phases[{last}].soup.ingredients: the models average at one context length, and these train at "
+            f"different seq_len ({', '.join(f'{n} {v}' for n, v in lengths.items())}); soup branches of one seq_len"
+        )
     config = SoupConfig(phase_index=last, weights=[1 / len(names)] * len(names))
     label = f"{phase.name}@{soup.name}"
     return [g.make("soup_phase", f"soup_phase {label}", config, inputs, phase=last, branch=soup.name, soup=soup.name)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -518,13 +519,25 @@ def test_alibi_flex_equals_sdpa_on_cpu() -> None:
     assert torch.allclose(got, want, atol=1e-5)
 
 
+def block_inputs(model: Transformer) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], Any]:
+    """A block's input (2 rows of 8 positions), its RoPE tables and the causal mask."""
+    x = torch.randn(2, 8, TINY["d_model"])
+    mask = model.attention_mask(None, 2, 8, x.device, x.dtype)
+    return x, (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None]), mask
+
+
+def distinct_norm_weights(block: torch.nn.Module) -> None:
+    """Norm weights apart from 1 (and from each other), so that each norm's place shows in the output."""
+    for p in block.parameters():
+        if p.ndim == 1:
+            p.normal_(1.0, 0.3)
+
+
 def test_parallel_block_is_one_norm_and_two_branches() -> None:
     model = tiny(**VARIANTS["falcon"])
     block = model.layers[0]
     assert block.mlp_norm is None
-    x = torch.randn(2, 8, TINY["d_model"])
-    mask = model.attention_mask(None, 2, 8, x.device, x.dtype)
-    rope = (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None])
+    x, rope, mask = block_inputs(model)
     with torch.no_grad():
         h = block.attention_norm(x)
         want = x + block.attention(h, rope, mask) + block.mlp(h)
@@ -537,13 +550,9 @@ def test_a_neox_parallel_block_has_a_norm_per_branch() -> None:
     model = tiny(**VARIANTS["neox"])
     block = model.layers[0]
     assert block.mlp_norm is not None
-    x = torch.randn(2, 8, TINY["d_model"])
-    mask = model.attention_mask(None, 2, 8, x.device, x.dtype)
-    rope = (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None])
+    x, rope, mask = block_inputs(model)
     with torch.no_grad():
-        for p in block.parameters():
-            if p.ndim == 1:
-                p.normal_(1.0, 0.3)  # distinct norm weights, so that each norm's place shows
+        distinct_norm_weights(block)
         want = x + block.attention(block.attention_norm(x), rope, mask) + block.mlp(block.mlp_norm(x))
         assert torch.allclose(block(x, rope, mask), want, atol=1e-6)
         shared = x + block.attention(block.attention_norm(x), rope, mask) + block.mlp(block.attention_norm(x))
@@ -556,13 +565,9 @@ def test_norms_after_the_sublayers(name: str) -> None:
     one after each sublayer (Gemma 2)."""
     model = tiny(**VARIANTS[name])
     block = model.layers[0]
-    x = torch.randn(2, 8, TINY["d_model"])
-    mask = model.attention_mask(None, 2, 8, x.device, x.dtype)
-    rope = (model.rope_cos[:8][None, None], model.rope_sin[:8][None, None])
+    x, rope, mask = block_inputs(model)
     with torch.no_grad():
-        for p in block.parameters():
-            if p.ndim == 1:
-                p.normal_(1.0, 0.3)  # distinct norm weights, so that each norm's place shows
+        distinct_norm_weights(block)
         if name == "olmo2":
             h = x + block.attention_norm(block.attention(x, rope, mask))
             want = h + block.mlp_norm(block.mlp(h))

@@ -156,6 +156,15 @@ def test_a_soup_of_other_context_lengths_or_without_branches_is_refused(tmp_path
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
+def test_a_soup_of_a_branch_that_writes_the_models_context_is_one_length(tmp_path):
+    # the phase omits seq_len (model.seq_len 256) and the branch writes 256: one context length, souped
+    text = BRANCHES.read_text().replace("{name: reseeded, seed: 2662}", "{name: reseeded, seed: 2662, seq_len: 256}")
+    assert "seq_len: 256}" in text
+    spec_file = tmp_path / "same-length.yaml"
+    spec_file.write_text(text)
+    assert len(build_graph(load_spec(spec_file).spec).of("soup_phase")) == 1
+
+
 def test_plan_view_shows_the_prefix_then_the_branches(graph):
     text = render(plan_rows(graph), "demo-branches.yaml")
     lines = text.splitlines()

@@ -160,11 +160,4 @@ class PhaseSpec(KeyedWhenSet):
             )
         if len(set(ingredients)) != len(ingredients):
             raise ValueError("soup.ingredients: each model once (a soup's weights are equal); remove the repeat")
-        seq_lens = {b.name: b.seq_len for b in self.branches if b.seq_len is not None}
-        lengths = {seq_lens.get(n, self.seq_len) for n in ingredients}
-        if len(lengths) > 1:
-            raise ValueError(
-                "soup.ingredients: the models average at one context length, and these train at different "
-                "seq_len; soup branches of one seq_len"
-            )
-        return self
+        return self  # one context length over the ingredients: runlib.graph.nodes (it needs model.seq_len)
