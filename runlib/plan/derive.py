@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 from runlib.plan import flops as F
 from runlib.plan import scaling
 from runlib.plan.effective import PhaseSettings, all_phase_settings, devices
-from runlib.plan.memory import MemoryBreakdown, phase_memory, state_bytes_per_param
-from runlib.plan.params import ParamCounts, count_params, head_dim, windowed_layers
+from runlib.plan.memory import MemoryBreakdown, phase_layout, phase_memory, state_bytes_per_param
+from runlib.plan.moe import MoePhasePlan, moe_phase_plan
+from runlib.plan.params import ParamCounts, attention_flop_width, count_params, windowed_layers
 from runlib.plan.schedule import PhasePath, Schedule, build_schedule, phase_lr, planned_lr
 from runlib.plan.timeline import (
     PhaseSpan,
@@ -21,7 +22,7 @@ from runlib.plan.timeline import (
     step_at_tokens,
     tokens_at_step,
 )
-from runlib.spec.hardware import Accelerator, cpu_device_memory, host_memory_bytes, resolve
+from runlib.spec.hardware import Accelerator, cpu_device_memory, host_memory_bytes, interconnect_gb_per_s, resolve
 from runlib.spec.models import RunSpec
 from runlib.spec.units import Duration
 
@@ -43,6 +44,7 @@ class PhasePlan:
     hours: float  # wall-clock hours of the phase at the assumed MFU
     lr_scale: float = 1.0  # phases[].optimizer.lr_scale: the schedule's LR times this within the phase
     lr_path: PhasePath | None = None  # the phase's own LR path (phases[].optimizer.lr_decay_to, lr_rewarm)
+    moe: MoePhasePlan | None = None  # with model.moe: tokens per expert, the all-to-all per step
 
     @property
     def tokens(self) -> int:
@@ -241,7 +243,9 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
 
     peak = mfu_peak_flops(accelerator, spec.precision.compute)
     per_device = peak * spec.hardware.mfu  # model FLOP/s of one device; a phase runs on its own devices
-    attn_width = spec.model.heads * head_dim(spec.model)
+    attn_width = attention_flop_width(spec.model)
+    # each MTP module adds a block, its scores included (DeepSeek-V3, arXiv 2412.19437 section 2.2)
+    score_layers = spec.model.layers + (spec.model.mtp.depth if spec.model.mtp else 0)
     relative = spec.model.position == "relative"  # one more score matmul per layer (flops.py)
     windowed = sum(windowed_layers(spec.model))  # sliding-window layers score at most the window's keys
     phases: list[PhasePlan] = []
@@ -249,7 +253,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     stretches = ramp_stretches(spec)
     for s, span in zip(settings, spans, strict=False):
         per_token = F.flops_per_token(
-            params.matmul, spec.model.layers, attn_width, s.seq_len, relative, spec.model.sliding_window, windowed
+            params.matmul, score_layers, attn_width, s.seq_len, relative, spec.model.sliding_window, windowed
         )
         weights_total = sum(s.phase.mixture.values()) or 1.0
         source_tokens = {k: span.tokens * w / weights_total for k, w in s.phase.mixture.items()}
@@ -282,6 +286,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
                 hours=phase_flops / (per_device * s.devices) / 3600 if per_device > 0 else math.inf,
                 lr_scale=lr_scale,
                 lr_path=path,
+                moe=_moe_plan(spec, params, s, span, per_token, per_device),
             )
         )
 
@@ -302,7 +307,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
     flops_causal = sum(
         F.flops_per_token_causal(
             params.matmul,
-            spec.model.layers,
+            score_layers,
             attn_width,
             p.settings.seq_len,
             relative,
@@ -331,7 +336,7 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
         sources=sources,
         schedule=schedule,
         flops_total=flops_total,
-        flops_kaplan=F.flops_per_token_kaplan(params.non_embedding) * run_tokens,
+        flops_kaplan=F.flops_per_token_kaplan(params.non_embedding - (params.total - params.active)) * run_tokens,
         flops_causal=flops_causal,
         gpu_hours=gpu_hours,
         wall_days=wall_days,
@@ -339,6 +344,33 @@ def derive(spec: RunSpec, measured_tokens: dict[str, int] | None = None) -> Plan
         references=references,
         warmup_tokens=warmup,
         decay_tokens=decay,
+    )
+
+
+def _moe_plan(
+    spec: RunSpec, params: ParamCounts, s: PhaseSettings, span: PhaseSpan, per_token: float, per_device: float
+) -> MoePhasePlan | None:
+    """The phase's expert traffic (runlib.plan.moe) on its layout and the catalog's interconnect."""
+    if spec.model.moe is None:
+        return None
+    layout = phase_layout(s, s.nodes)
+    link, network = interconnect_gb_per_s(spec.hardware.accelerator)
+    tokens_per_step = span.segments[-1].tokens_per_step if span.segments else s.seq_len * s.micro_batch
+    compute = per_token * tokens_per_step / (per_device * s.devices) if per_device > 0 else math.inf
+    return moe_phase_plan(
+        spec.model,
+        params,
+        seq_len=s.seq_len,
+        micro_batch=s.micro_batch,
+        grad_accum=s.grad_accum,
+        tokens_per_step=tokens_per_step,
+        ep=layout.ep,
+        cp=layout.cp,
+        devices_per_node=layout.devices_per_node,
+        act_bytes=4 if spec.precision.compute == "fp32" else 2,
+        link_gb_per_s=link,
+        network_gb_per_s=network,
+        compute_seconds_per_step=compute,
     )
 
 
@@ -390,7 +422,7 @@ def _checkpoint_plan(
     hours_per_token: float,
     to_tokens: Callable[[Duration | None], float | None],
 ) -> CheckpointPlan:
-    size = params.total * checkpoint_bytes_per_param(spec)
+    size = params.trained * checkpoint_bytes_per_param(spec)
     rate = checkpoint_write_gb_per_s(spec)
     write_seconds = size / (rate * 1e9)
     run_tokens = spans[-1].end_tokens if spans else 0

@@ -97,6 +97,23 @@ def model_refusals(model: ModelSpec, tensor: int) -> list[Refusal]:
                 "use position: alibi (no parameters, also relative; Press et al. 2022) or rope to train it here",
             )
         )
+    for field, value, what in (
+        ("model.moe", model.moe, "mixture-of-experts layers"),
+        ("model.attention", model.attention, "multi-head latent attention"),
+        ("model.mtp", model.mtp, "multi-token prediction modules"),
+    ):
+        if value is not None:
+            out.append(
+                Refusal(
+                    "RUN008",
+                    field,
+                    value.model_dump(exclude_defaults=True),
+                    f"{what} are planned (parameters, FLOPs, memory, expert traffic) but runlib's trainer does not "
+                    "build them yet",
+                    f"audit and plan the run here; train it with a framework that builds {what} (torchtitan, "
+                    "Megatron-LM), or write a dense model to train it here",
+                )
+            )
     if tensor > 1:
         used: dict[str, bool] = {
             "position alibi": model.position == "alibi",

@@ -26,7 +26,7 @@ CONVENTION = "palm: 6*N_matmul + 12*L*d_attn*s per token (Chowdhery et al. 2022 
 def flops_per_token(
     matmul_params: int,
     layers: int,
-    attn_width: int,
+    attn_width: float,
     seq_len: int,
     relative_positions: bool = False,
     window: int | None = None,
@@ -47,7 +47,7 @@ def causal_mean_keys(seq_len: int, window: int | None = None) -> float:
 def flops_per_token_causal(
     matmul_params: int,
     layers: int,
-    attn_width: int,
+    attn_width: float,
     seq_len: int,
     relative_positions: bool = False,
     window: int | None = None,

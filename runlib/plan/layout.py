@@ -13,8 +13,10 @@ order pp, dp_replicate, dp_shard, cp, tp (size-1 dimensions dropped), the flatte
 data-parallel dimensions (which slice of the batch a rank reads), and states sharded over dp_shard x cp
 (torchtitan's dp_shard_cp: context-parallel ranks hold different tokens of the same sequences, so they
 shard the model states with the data-parallel ranks; Megatron-LM's data-parallel group with context
-parallelism). ep (expert parallelism) has room here, default 1: it borrows ranks of dp_shard x cp as
-torchtitan's does and multiplies no degree into the world; no spec field sets it yet (a dense model).
+parallelism). ep (expert parallelism, parallelism.expert) borrows data-parallel and context-parallel ranks as
+torchtitan's does (ep divides dp_shard x cp there; here the plan accepts any divisor of dp x cp, and the
+MOE checks report the rest) and multiplies no degree into the world: each MoE layer's routed experts are
+split over ep ranks, their states sharded over what is left of the shard group (expert_shards).
 
 Unlike torchtitan's, a layout built from a spec need not fill its devices: the data-parallel degree is
 devices // (tp x pp x cp), at least 1, and a remainder idles (PAR001 reports it); the trainer's mesh
@@ -135,8 +137,10 @@ class Layout:
         for name in ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep"):
             if getattr(self, name) < 1:
                 raise ValueError(f"parallel degree {name} must be at least 1, not {getattr(self, name)}")
-        if (self.dp_shard * self.cp) % self.ep:
-            raise ValueError(f"expert parallelism {self.ep} must divide dp_shard x cp = {self.dp_shard * self.cp}")
+        if (self.data_parallel * self.cp) % self.ep:
+            raise ValueError(
+                f"expert parallelism {self.ep} must divide data parallel x cp = {self.data_parallel * self.cp}"
+            )
 
     # ---- degrees
 
@@ -232,6 +236,12 @@ class Layout:
     def shards(self, state: State) -> int:
         """Ranks one copy of `state` is split over (1: each rank holds it whole, over its tp x pp share)."""
         return self.shard_group_ranks if self.is_sharded(state) else 1
+
+    def expert_shards(self, state: State) -> int:
+        """Ranks one copy of the routed experts' `state` is split over: the ep ranks each hold experts / ep of
+        them, sharded further over the rest of the shard group (FSDP over dp_shard x cp / ep, torchtitan's
+        dp_shard_mod_ep); at least ep."""
+        return max(self.shards(state), self.ep)
 
     @property
     def reshard_after_forward(self) -> bool:
@@ -533,6 +543,8 @@ def build_layout(parallelism: ParallelismSpec, *, nodes: int, devices_per_node: 
     # meaningful under hsdp only (a phase may override the sharding and keep the run's groups)
     shard_nodes = (parallelism.hsdp_shard_nodes or 1) if parallelism.sharding == "hsdp" else 1
     replicate, shard = split_data_parallel(parallelism.sharding, data_parallel, nodes, shard_nodes)
+    # a degree that does not divide the data x context ranks plans no expert parallelism (MOE001 says so)
+    expert = parallelism.expert if (replicate * shard * parallelism.context) % parallelism.expert == 0 else 1
     return Layout(
         nodes=nodes,
         devices_per_node=devices_per_node,
@@ -541,6 +553,7 @@ def build_layout(parallelism: ParallelismSpec, *, nodes: int, devices_per_node: 
         cp=parallelism.context,
         tp=parallelism.tensor,
         pp=parallelism.pipeline,
+        ep=expert,
         sharding=parallelism.sharding,
         offload=parallelism.offload,
         pp_schedule=parallelism.pipeline_schedule,

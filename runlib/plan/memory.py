@@ -81,7 +81,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runlib.plan.effective import PhaseSettings
-from runlib.plan.layout import Layout, build_layout, pipeline_stage_layers
+from runlib.plan.layout import Layout, State, build_layout, pipeline_stage_layers
+from runlib.plan.moe import activation_twin, moe_dispatch_bytes_per_layer
 from runlib.plan.params import ParamCounts, gated_mlp, head_dim, kv_heads
 from runlib.spec.models import ModelSpec, PrecisionSpec
 
@@ -317,12 +318,18 @@ def phase_memory(
     # the first stage holds the most micro-batches in flight, the second the most among the middle
     # stages (all as many layers, fewer in flight further on), the last the logits
     for i in sorted({0, min(1, len(stages) - 1), len(stages) - 1}):
-        stage_params = stages[i] * params.per_layer
+        # a stage's share of the layers' parameters and of the routed experts among them (an even spread of
+        # the MoE layers: DeepSeek-V3's 3 dense layers of 61 are not placed)
+        stage_params = stages[i] * params.layers_total / model.layers
+        stage_experts = stages[i] * params.expert / model.layers
         if i == 0:
             stage_params += token_table
         if i == len(stages) - 1:
             stage_params += head if (p > 1 or not model.tie_embeddings) else 0
-            stage_params += params.non_embedding - model.layers * params.per_layer  # final norm
+            stage_params += params.non_embedding - params.layers_total  # final norm
+            # the MTP modules follow the last layer (DeepSeek-V3 section 2.2), their experts with them
+            stage_params += params.mtp
+            stage_experts += params.expert_per_layer * (model.mtp.depth if model.mtp else 0)
         in_flight = pipeline_in_flight(par.pipeline_schedule, p, par.pipeline_virtual_stages, i, m)
         candidates.append(
             _device_memory(
@@ -336,6 +343,7 @@ def phase_memory(
                 stage=i,
                 stage_layers=stages[i],
                 stage_params=stage_params,
+                stage_experts=stage_experts,
                 in_flight=in_flight,
                 logits=i == len(stages) - 1,
             )
@@ -384,6 +392,7 @@ def _device_memory(
     stage_params: float,
     in_flight: float,
     logits: bool,
+    stage_experts: float = 0.0,
 ) -> MemoryBreakdown:
     """One device's breakdown on pipeline stage `stage` (module docstring: model states, buffers, activations).
 
@@ -393,32 +402,43 @@ def _device_memory(
     t, c = layout.tp, layout.cp
     # FSDP and ZeRO shard over every data-parallel rank of the context-parallel group as well
     # (runlib.plan.layout: torchtitan's dp_shard_cp mesh, Megatron's data-parallel group with context parallelism)
-    n_local = stage_params / t
+    n_local = (stage_params - stage_experts) / t
+    experts_local = stage_experts / t  # the routed experts: split over the ep ranks, then sharded
+
+    def held(bytes_per_param: int, state: State) -> float:
+        return bytes_per_param * (n_local / layout.shards(state) + experts_local / layout.expert_shards(state))
+
     weights_b, master_b, grads_b, optim_b = state_bytes_per_param(precision)
-    master = n_local * master_b / layout.shards("master_weights")
-    optimizer = n_local * optim_b / layout.shards("optimizer_states")
+    master = held(master_b, "master_weights")
+    optimizer = held(optim_b, "optimizer_states")
     if layout.offload:
         master = optimizer = 0.0
-    gradients = n_local * grads_b / layout.shards("gradients")
+    gradients = held(grads_b, "gradients")
     sharded_weights = layout.is_sharded("weights")  # fsdp, hsdp: the gathered copies below
-    weights = n_local * weights_b / layout.shards("weights")
+    weights = held(weights_b, "weights")
+    # what a rank gathers of a stage, and of its largest layer: the routed experts only over the rest of
+    # the shard group once the ep ranks hold experts / ep each
+    stage_gathered = stage_params - stage_experts * (1 - 1 / layout.ep)
+    layer_gathered = params.per_layer - params.expert_per_layer * (1 - 1 / layout.ep)
     buffers = 0.0
     if sharded_weights and layout.pp > 1:
         # under a pipeline FSDP keeps the stage's weights gathered and its gradients unsharded across the
         # micro-batches of a step (torchtitan parallelize: reshard_after_forward off with pp, gradient
         # sync on the last micro-batch only)
-        buffers = stage_params * (weights_b + grads_b) / t
+        buffers = stage_gathered * (weights_b + grads_b) / t
     elif sharded_weights:
         # gathered 16-bit copies: the layer computed and the one prefetched, the unsharded gradient of
         # the layer before its reduce-scatter, and the root group (embedding, head) for the whole pass
-        root = stage_params - stage_layers * params.per_layer
-        buffers = (params.per_layer * (2 * weights_b + grads_b) + root * weights_b) / t
+        root = stage_params - stage_layers * params.layers_total / model.layers - params.mtp * logits
+        buffers = (layer_gathered * (2 * weights_b + grads_b) + root * weights_b) / t
     # parallelism.grad_accumulation separate_buffer, DeepSpeed's BF16_Optimizer: the accumulator is an fp32
     # gradient of every parameter (deepspeed/runtime/bf16_optimizer.py fp32_groups_gradients_flat, the
     # `gradients` above), and each backward's compute-dtype gradients stay on the parameters beside it,
     # not sharded (update_hp_grads(clear_lp_grads=False) in deepspeed/runtime/pipe/engine.py;
     # deepspeedai/DeepSpeed @ 56c522386878df2513ccb548de76b50191ae3af7)
-    grad_buffer = n_local * weights_b if par.grad_accumulation == "separate_buffer" else 0.0
+    grad_buffer = (
+        (n_local + experts_local / layout.ep) * weights_b if par.grad_accumulation == "separate_buffer" else 0.0
+    )
     buffers += grad_buffer
     # separate_buffer is DeepSpeed's BF16_Optimizer, whose engine all-reduces the fp32 gradients in flattened
     # buckets after the backward (DEEPSPEED_ALLREDUCE_*): held by the allocator, not live at the peak
@@ -432,8 +452,9 @@ def _device_memory(
     s, b = settings.seq_len / c, settings.micro_batch
     sp = par.sequence_parallel and t > 1
     gathered = par.sequence_parallel_saves == "gathered"
-    per_layer = activation_bytes_per_layer(
-        model,
+    act_model = activation_twin(model)  # an MoE layer keeps its top_k experts' hidden units
+    per_layer = moe_dispatch_bytes_per_layer(model, s, b, act_bytes) + activation_bytes_per_layer(
+        act_model,
         settings.seq_len,
         b,
         t,
@@ -450,10 +471,10 @@ def _device_memory(
         layer_input = s * b * model.d_model * act_bytes / (t if sp else 1)
         activations = stage_layers * in_flight * layer_input + 2 * per_layer
     elif par.activation_checkpointing == "selective_op":
-        kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, par.sequence_parallel)
+        kept = op_selective_bytes_per_layer(act_model, settings.seq_len, b, t, c, act_bytes, par.sequence_parallel)
         activations = stage_layers * in_flight * kept + 2 * per_layer
     elif par.activation_checkpointing == "mlp":  # the MLP's hidden recomputed: its input stays (in per_layer)
-        kept = per_layer - mlp_hidden_bytes(model, s, b, act_bytes) / t
+        kept = per_layer - mlp_hidden_bytes(act_model, s, b, act_bytes) / t
         activations = stage_layers * in_flight * kept + per_layer
     else:
         activations = stage_layers * in_flight * per_layer + per_layer
@@ -517,21 +538,25 @@ def cpu_phase_memory(
     t, c, p = layout.tp, layout.cp, layout.pp
     states = phase_memory(model, precision, params, vocab_rows, settings, 0.0, nodes)
     # FSDP gathers one layer ahead: 2 unsharded layers (runlib's CPU path: no root group held, measured)
-    buffers = 2 * params.per_layer * state_bytes_per_param(precision)[0] / t if layout.is_sharded("weights") else 0.0
+    layer_gathered = params.per_layer - params.expert_per_layer * (1 - 1 / layout.ep)
+    buffers = 2 * layer_gathered * state_bytes_per_param(precision)[0] / t if layout.is_sharded("weights") else 0.0
     if layout.sharding == "none" and layout.data_parallel * layout.cp > 1:  # DDP's gradient buckets (over dp x cp)
-        buffers += params.total / (t * p) * state_bytes_per_param(precision)[2]
+        held = params.trained - params.expert * (1 - 1 / layout.ep)
+        buffers += held / (t * p) * state_bytes_per_param(precision)[2]
     act_bytes = 4 if precision.compute == "fp32" else 2
     s, b = settings.seq_len / c, settings.micro_batch
     selective = par.activation_checkpointing == "selective"
-    per_layer = cpu_activation_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, selective)
+    act_model = activation_twin(model)  # an MoE layer keeps its top_k experts' hidden units
+    per_layer = cpu_activation_bytes_per_layer(act_model, settings.seq_len, b, t, c, act_bytes, selective)
+    per_layer += moe_dispatch_bytes_per_layer(model, s, b, act_bytes)
     in_flight = min(1.0, settings.grad_accum / p) if p > 1 else 1.0
     if par.activation_checkpointing == "full":
         activations = model.layers * s * b * model.d_model * act_bytes / t * in_flight + per_layer
     elif par.activation_checkpointing == "selective_op":
-        kept = op_selective_bytes_per_layer(model, settings.seq_len, b, t, c, act_bytes, True)
+        kept = op_selective_bytes_per_layer(act_model, settings.seq_len, b, t, c, act_bytes, True)
         activations = model.layers * kept * in_flight + per_layer
     elif par.activation_checkpointing == "mlp":
-        kept = per_layer - mlp_hidden_bytes(model, s, b, act_bytes) / t
+        kept = per_layer - mlp_hidden_bytes(act_model, s, b, act_bytes) / t
         activations = model.layers * kept * in_flight + per_layer
     else:
         activations = model.layers * per_layer * in_flight

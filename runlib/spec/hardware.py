@@ -68,6 +68,37 @@ CATALOG: dict[str, Accelerator] = {
 }
 
 
+# Bandwidth per device and direction, GB/s: (to devices of its node, to other nodes), for the plan's
+# communication times (expert parallelism's all-to-all). Links: NVLink 2/3/4/5 at 300/600/900/1800 GB/s
+# both directions together (NVIDIA V100, A100, H100, B200 datasheets), halved; H800: the 160 GB/s its NVLink
+# offers and 50 GB/s of InfiniBand per GPU (DeepSeek-V3, arXiv 2412.19437 section 3.2.2); PCIe cards: their
+# x16 slot (gen3 16, gen5 64 GB/s); MI300X: Infinity Fabric 896 GB/s aggregate, halved (AMD datasheet); TPU
+# v4 and v5p: their inter-chip links, which also span the pod (Jouppi et al. 2023 Table 1; v5p system
+# page: 4,800 Gbps per chip). Networks: one 400 Gb/s NIC per GPU (DGX H100/B200, MI300X platforms),
+# 200 Gb/s (DGX A100), 100 Gb/s (DGX-2: V100). CPU: stated, not measured: shared memory, 10 GbE.
+INTERCONNECT_GB_PER_S: dict[str, tuple[float, float]] = {
+    "cpu": (10.0, 1.25),
+    "v100": (150.0, 12.5),
+    "t4": (16.0, 12.5),
+    "a100-40gb": (300.0, 25.0),
+    "a100-80gb": (300.0, 25.0),
+    "h100-sxm": (450.0, 50.0),
+    "h100-pcie": (64.0, 50.0),
+    "h800": (160.0, 50.0),
+    "h200": (450.0, 50.0),
+    "b200": (900.0, 50.0),
+    "mi300x": (448.0, 50.0),
+    "tpu-v4": (150.0, 150.0),
+    "tpu-v5p": (300.0, 300.0),
+}
+UNKNOWN_INTERCONNECT_GB_PER_S = (64.0, 25.0)  # an accelerator outside the catalog: a PCIe gen5 slot, 200 Gb/s
+
+
+def interconnect_gb_per_s(key: str) -> tuple[float, float]:
+    """(within a node, across nodes) bandwidth of one device, per direction (INTERCONNECT_GB_PER_S)."""
+    return INTERCONNECT_GB_PER_S.get(key, UNKNOWN_INTERCONNECT_GB_PER_S)
+
+
 def resolve(
     key: str, memory_gib: float | None = None, peak_tflops: Mapping[PeakDtype, float] | None = None
 ) -> Accelerator:

@@ -69,6 +69,8 @@ class ParallelConfig(_Part):
     """parallelism.pipeline_last_stage_layers."""
     hsdp_shard_nodes: int = 1
     """parallelism.hsdp_shard_nodes (with hsdp)."""
+    ep: int = 1
+    """Expert-parallel degree (parallelism.expert, with model.moe)."""
 
     # fields added after the keys existed: left out of the key at their default, so no dense run reruns
     KEYED_WHEN_SET: ClassVar[frozenset[str]] = frozenset(
@@ -78,6 +80,7 @@ class ParallelConfig(_Part):
             "pipeline_first_stage_layers",
             "pipeline_last_stage_layers",
             "hsdp_shard_nodes",
+            "ep",
         }
     )
 
@@ -90,10 +93,8 @@ class ParallelConfig(_Part):
     def of(
         cls, layout: Layout, activation_checkpointing: Recompute, pipeline: ParallelismSpec | None = None
     ) -> ParallelConfig:
-        """The config of a layout (its ep must be 1: no field holds it, so dense runs keep their keys), with
-        the pipeline's schedule and split from `pipeline` (the phase's parallelism; keyed only when set)."""
-        if layout.ep != 1:
-            raise ValueError(f"expert parallelism {layout.ep}: the train_phase config has no field for it yet")
+        """The config of a layout, with the pipeline's schedule and split from `pipeline` (the phase's
+        parallelism; keyed only when set)."""
         extra: dict[str, Any] = (
             {
                 "pipeline_schedule": pipeline.pipeline_schedule,
@@ -107,6 +108,7 @@ class ParallelConfig(_Part):
         return cls(
             **extra,
             hsdp_shard_nodes=layout.hsdp_shard_nodes,
+            ep=layout.ep,
             nodes=layout.nodes,
             processes_per_node=layout.devices_per_node,
             dp_replicate=layout.dp_replicate,
@@ -129,6 +131,7 @@ class ParallelConfig(_Part):
             cp=self.cp,
             tp=self.tp,
             pp=self.pp,
+            ep=self.ep,
             sharding=self.sharding,
             offload=self.offload,
             pp_schedule=self.pipeline_schedule,

@@ -246,6 +246,8 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "checkpoint.state": ("runlib/train/engine.py",),
     "monitor.spike.action": ("runlib/train/loop.py", "runlib/train/spikes.py", "runlib/train/config.py"),
     "eval.tasks[].kind": ("runlib/eval/stage.py", "runlib/eval/tasks.py"),
+    "model.moe.score": ("runlib/model/moe.py",),
+    "model.moe.aux_loss_scope": ("runlib/model/moe.py",),
 }
 
 # values enacted without being written out: the module's fall-through branch, or a value passed on as is

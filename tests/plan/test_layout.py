@@ -150,7 +150,7 @@ def test_hand_made_layouts_that_are_no_mesh() -> None:
     ]
     with pytest.raises(ValueError, match="needs dp_shard > 1"):
         data_parallel_wrapper("fsdp", ("dp_replicate",), 1)
-    with pytest.raises(ValueError, match="expert parallelism 3"):
+    with pytest.raises(ValueError, match="expert parallelism 3 must divide data parallel x cp = 4"):
         Layout(1, 4, dp_replicate=1, dp_shard=4, ep=3)
     assert Layout(1, 4, dp_replicate=1, dp_shard=4, ep=2, sharding="fsdp").degrees()["ep"] == 2
 

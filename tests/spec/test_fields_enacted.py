@@ -50,6 +50,7 @@ NOT_KEYED: dict[str, str] = {
     "tracking.experiment": "where MLflow records the run, not what any stage computes",
     "phases[].branches[].name": "names a branch's stages (train_phase anneal@<name>), not what they compute",
     "phases[].soup.name": "names the soup's stages (soup_phase anneal@<name>), not what they compute",
+    "model.attention.kind": "one value (mla): writing model.attention at all is the keyed choice",
 }
 
 
@@ -141,6 +142,16 @@ SCAFFOLD: dict[str, Any] = {
     ],
     # a soup of the last phase and one of two reseeded branches (SCAFFOLD_ALSO adds them)
     "phases[].soup": lambda data: {"ingredients": [data["phases"][-1]["name"], "scaffold"]},
+    # a small mixture of experts, DeepSeek's latent attention and one MTP module
+    "model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 32, "aux_loss": 0.01},
+    "model.attention": {
+        "kind": "mla",
+        "kv_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8,
+        "v_head_dim": 16,
+    },
+    "model.mtp": {"depth": 1, "loss_weight": 0.3},
 }
 
 # what a scaffolded field needs beside it in its section (pattern of the field -> patch of its parent, a
@@ -148,6 +159,7 @@ SCAFFOLD: dict[str, Any] = {
 SCAFFOLD_ALSO: dict[str, dict[str, Any]] = {
     "phases[].soup": {"branches": [{"name": "scaffold", "seed": 99}, {"name": "scaffold2", "seed": 98}]},
     "data.sources.*.curate.ner": {"pii": "ner"},
+    "model.attention": {"kv_heads": DELETE, "head_dim": DELETE},
     "batch.linear_ramp": {"grad_accum": 4, "global_batch": DELETE},
     "schedule.lr_steps": {"kind": "multistep", "decay": DELETE, "min_lr_ratio": DELETE},
 }
@@ -196,6 +208,11 @@ EXPLICIT: dict[str, Callable[[Any, dict[str, Any], dict[str, str]], list[Variant
     "phases[].optimizer.lr_decay_shape": lambda cur, data, files: [
         ({"lr_decay_to": 0.0}, {"lr_decay_shape": v}) for v in ("cosine", "linear")
     ],
+    # an expert degree that divides the base specs' 2 data-parallel ranks
+    "parallelism.expert": lambda cur, data, files: [({}, {"expert": 2})],
+    "phases[].parallelism.expert": lambda cur, data, files: [({}, {"expert": 2})],
+    # node-limited routing's groups (groups_per_token needs them)
+    "model.moe.groups_per_token": lambda cur, data, files: [({"groups": 2}, {"groups_per_token": 1})],
     # hsdp's shard groups (on these one-node specs a refused value, but a keyed one)
     "parallelism.hsdp_shard_nodes": lambda cur, data, files: [({"sharding": "hsdp"}, {"hsdp_shard_nodes": 2})],
     "phases[].parallelism.hsdp_shard_nodes": lambda cur, data, files: [({"sharding": "hsdp"}, {"hsdp_shard_nodes": 2})],

@@ -59,4 +59,5 @@ FAIL = [
     case({"model.position": "alibi", "parallelism.tensor": 2}, "warning"),
     case({"model.parallel_block": True, "phases[2].parallelism": {"tensor": 2}}, "warning"),
     case({"model.dropout": 0.1, "parallelism.tensor": 4}, "warning"),
+    case({"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}}, "warning"),
 ]

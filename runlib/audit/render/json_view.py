@@ -122,6 +122,12 @@ class ParamsView:
     embedding: int
     non_embedding: int
     per_layer: int
+    active: int
+    """parameters one token passes through: total less the routed experts it skips (= total when dense)"""
+    expert: int
+    """the routed experts' parameters, all layers (0 when dense)"""
+    mtp: int
+    """the multi-token prediction modules' parameters, trained beside the model and not in total"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -388,6 +394,8 @@ SHOWN_AS: dict[str, str] = {
 # "Class.field" -> why the JSON view leaves it out
 NOT_SHOWN: dict[str, str] = {
     "ParamCounts.matmul": "internal to the FLOP count (derived.flops.per_token)",
+    "ParamCounts.layers_total": "internal to the memory plan (non_embedding less the final norms)",
+    "ParamCounts.expert_per_layer": "internal to the memory plan (expert over the MoE layers)",
     "Accelerator.description": "prose for people; the key names the device",
     "Accelerator.runtime_overhead_gib": "inside each phase's memory_breakdown_bytes.runtime_overhead",
     "Schedule.run_tokens": "derived.tokens_total",
@@ -486,6 +494,9 @@ def derived_view(plan: Plan, ladder: LadderPredictionView | None = None) -> Deri
             embedding=params.embedding,
             non_embedding=params.non_embedding,
             per_layer=params.per_layer,
+            active=params.active,
+            expert=params.expert,
+            mtp=params.mtp,
         ),
         vocab_rows=plan.vocab_rows,
         tokenizer_ids=plan.tokenizer_ids,

@@ -232,7 +232,9 @@ def derived_blocks(result: AuditResult, dv: DerivedView) -> list[Block]:
     rows: list[tuple[Cell, ...]] = [
         (
             "Parameters",
-            f"{_count(p.total)} total; {_count(p.embedding)} embedding, {_count(p.non_embedding)} non-embedding",
+            f"{_count(p.total)} total; {_count(p.embedding)} embedding, {_count(p.non_embedding)} non-embedding"
+            + (f"; {_count(p.active)} active per token" if p.active != p.total else "")
+            + (f"; {_count(p.mtp)} more in the MTP modules" if p.mtp else ""),
         ),
         ("Training tokens", f"{_count(dv.tokens_total)} ({dv.tokens_total:,})"),
         ("Optimizer steps", f"{dv.steps_total:,}"),

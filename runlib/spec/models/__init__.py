@@ -50,6 +50,7 @@ from runlib.spec.models.data import (
     UrlFilterSpec,
 )
 from runlib.spec.models.machine import BudgetSpec, HardwareOverride, HardwareSpec
+from runlib.spec.models.moe import MAX_EXPERTS, MlaSpec, MoeSpec, MtpSpec
 from runlib.spec.models.phases import MAX_BRANCHES, PhaseBranch, PhaseSpec, RopeScalingSpec, SoupSpec
 from runlib.spec.models.run import (
     AuditSpec,
@@ -83,6 +84,7 @@ restore_plugins_env()  # every section is built (runlib.spec.models.base switche
 __all__ = [
     "MAX_BRANCHES",
     "MAX_DEVICES_PER_NODE",
+    "MAX_EXPERTS",
     "MAX_MICRO",
     "MAX_NAME_CHARS",
     "MAX_NODES",
@@ -97,6 +99,9 @@ __all__ = [
     "NAME_PATTERN",
     "ONE_LINE_PATTERN",
     "PLANNING_ONLY",
+    "MlaSpec",
+    "MoeSpec",
+    "MtpSpec",
     "SEED_LIMIT",
     "AuditSpec",
     "BatchOverride",

@@ -13,6 +13,7 @@ from runlib.spec.models.base import (
     MAX_WIDTH,
     KeyedWhenSet,
 )
+from runlib.spec.models.moe import MlaSpec, MoeSpec, MtpSpec
 
 
 def _divisors_near(n: int, target: int, count: int = 4) -> str:
@@ -46,6 +47,9 @@ class ModelSpec(KeyedWhenSet):
             "global_every",
             "rope_fraction",
             "nope_every",
+            "moe",
+            "attention",
+            "mtp",
         }
     )
 
@@ -212,3 +216,41 @@ class ModelSpec(KeyedWhenSet):
 
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
     """Context length of the first phase; a phase may change it."""
+
+    moe: MoeSpec | None = None
+    """Mixture-of-experts MLPs (routed and shared experts, the router and its balancing); omitted: every layer dense, an MLP of d_ff."""
+
+    attention: MlaSpec | None = None
+    """The attention's kind when it is not multi-head / grouped-query attention: {kind: mla, ...}, DeepSeek's multi-head latent attention; omitted: heads x head_dim queries, kv_heads x head_dim keys and values."""
+
+    @field_validator("attention")
+    @classmethod
+    def _mla_has_its_own_head_widths(cls, attention: MlaSpec | None, info: ValidationInfo) -> MlaSpec | None:
+        if attention is None:
+            return attention
+        heads, kv = info.data.get("heads"), info.data.get("kv_heads")
+        if kv is not None and kv != heads:
+            raise ValueError(
+                f"kv_heads: {kv} with attention.kind mla: latent attention gives every head its own keys and values "
+                "from one shared latent (kv_lora_rank); remove kv_heads"
+            )
+        if info.data.get("head_dim") is not None:
+            raise ValueError(
+                "head_dim with attention.kind mla: its heads' widths are qk_nope_head_dim + qk_rope_head_dim "
+                "(queries, keys) and v_head_dim (values); remove head_dim"
+            )
+        for name, value, fine in (
+            ("bias", info.data.get("bias"), False),
+            ("qkv_bias", info.data.get("qkv_bias"), None),
+            ("qk_norm", info.data.get("qk_norm"), False),
+            ("position", info.data.get("position"), "rope"),
+        ):
+            if value is not None and value != fine and not (name == "qkv_bias" and value is False):
+                raise ValueError(
+                    f"{name}: {value} with attention.kind mla: DeepSeek's latent attention has no biases, norms its "
+                    f"latents instead of q and k, and rotates a rope part of each head; remove {name}"
+                )
+        return attention
+
+    mtp: MtpSpec | None = None
+    """Multi-token prediction modules trained beside the model (DeepSeek-V3); omitted: next-token prediction only."""

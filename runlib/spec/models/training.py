@@ -29,6 +29,8 @@ class ParallelismSpec(SpecModel):
     """Pipeline-parallel degree."""
     context: int = Field(1, ge=1, le=MAX_PARALLEL)
     """Context-parallel degree (the sequence split across devices)."""
+    expert: int = Field(1, ge=1, le=MAX_PARALLEL)
+    """Expert-parallel degree with model.moe: each MoE layer's routed experts split over this many ranks, tokens sent to their experts' ranks and back by all-to-all (GShard, Lepikhin et al. 2020, arXiv 2006.16668). The ranks are borrowed from the data-parallel x context-parallel ones (torchtitan's ParallelDims: ep divides dp_shard x cp), so the degree adds no devices; expert weights are sharded over the rest of those ranks (FSDP over dp_shard x cp / ep)."""
     sharding: Sharding = "none"
     """Sharding of model states over the data-parallel ranks (times the context-parallel degree, as torchtitan and Megatron-LM shard): none | zero1 | zero2 | fsdp (= zero3) | hsdp (fsdp within each node, replicated across nodes)."""
     activation_checkpointing: Recompute = "none"
