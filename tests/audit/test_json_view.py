@@ -68,6 +68,7 @@ PHASE_KEYS = [
     "memory_device_reported_bytes",
     "memory_breakdown_bytes",
     "memory_assumptions",
+    "moe",
 ]
 TOP_KEYS = [
     "schema_version",

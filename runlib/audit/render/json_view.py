@@ -27,6 +27,7 @@ from runlib.plan.derive import CheckpointPlan, PhasePlan, SourcePlan
 from runlib.plan.effective import PhaseSettings
 from runlib.plan.flops import CONVENTION
 from runlib.plan.memory import MemoryBreakdown
+from runlib.plan.moe import MoePhasePlan
 from runlib.plan.params import ParamCounts
 from runlib.plan.scaling import References
 from runlib.plan.schedule import Schedule
@@ -176,6 +177,19 @@ class SegmentView:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoePhaseView:
+    """derived.phases[].moe: a mixture of experts' traffic in the phase (runlib.plan.moe.MoePhasePlan), per device."""
+
+    moe_layers: int
+    tokens_per_expert_per_step: float | None
+    all_to_all_bytes_per_step: float | None
+    all_to_all_seconds_per_step: float | None
+    compute_seconds_per_step: float | None
+    ep_nodes: int
+    capacity_drop_share: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryBytesView:
     """derived.phases[].memory_breakdown_bytes: the parts MemoryBreakdown.total sums (its as_dict)."""
 
@@ -226,6 +240,7 @@ class PhaseView:
     memory_device_reported_bytes: float | None
     memory_breakdown_bytes: MemoryBytesView
     memory_assumptions: dict[str, JsonValue]
+    moe: MoePhaseView | None  # with model.moe: expert traffic (runlib.plan.moe.MoePhasePlan)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,6 +377,7 @@ VIEW_OF: dict[type, type] = {
     Segment: SegmentView,
     MemoryBreakdown: MemoryBytesView,
     PhasePlan: PhaseView,
+    MoePhasePlan: MoePhaseView,
     PhaseSpan: PhaseView,
     PhaseSettings: PhaseView,
     SourcePlan: SourceView,
@@ -481,6 +497,19 @@ def _phase_view(p: PhasePlan) -> PhaseView:
         # as_dict's keys are the view's fields: a part added to one and not the other is a TypeError here
         memory_breakdown_bytes=MemoryBytesView(**{k: _num(v) for k, v in memory.as_dict().items()}),
         memory_assumptions={k: _scalar(v) for k, v in memory.assumptions_dict().items()},
+        moe=_moe_view(p.moe) if p.moe is not None else None,
+    )
+
+
+def _moe_view(m: MoePhasePlan) -> MoePhaseView:
+    return MoePhaseView(
+        moe_layers=m.moe_layers,
+        tokens_per_expert_per_step=_num(m.tokens_per_expert_per_step),
+        all_to_all_bytes_per_step=_num(m.all_to_all_bytes_per_step),
+        all_to_all_seconds_per_step=_num(m.all_to_all_seconds_per_step),
+        compute_seconds_per_step=_num(m.compute_seconds_per_step),
+        ep_nodes=m.ep_nodes,
+        capacity_drop_share=_num(m.capacity_drop_share) if m.capacity_drop_share is not None else None,
     )
 
 
