@@ -64,6 +64,8 @@ ROUNDED: dict[str, tuple[int, str]] = {
     # 2 x 6144 x 1024 + squared-ReLU MLP 2 x 6144 x 24576 + two LayerNorm-1p with bias 4 x 6144) + the final
     # LayerNorm 2 x 6144; the paper's 3.2B embedding is 3.146B by its own shape (no checkpoint is public)
     "specs/nemotron4-15b.yaml": (15_700_000_000, "Nemotron-4 15B, arXiv 2402.16819 §2: 3.2B + 12.5B"),
+    # 671,026,404,352: MLA, 3 dense layers and 58 MoE layers of 256 routed + 1 shared expert; the MTP module apart
+    "specs/deepseek-v3.yaml": (671_000_000_000, "DeepSeek-V3, arXiv 2412.19437 §4.2: 671B"),
 }
 
 
@@ -159,3 +161,27 @@ def test_deepseek_multistep_schedule_and_gopher_relative_flops() -> None:
     m = gopher.spec.model
     # PaLM convention with the relative-position score matmul: 6 N + 18 L d_attn s
     assert gopher.phases[0].flops_per_token == 6 * gopher.params.matmul + 18 * m.layers * m.heads * 128 * 2048
+
+
+def test_deepseek_v3_active_mtp_and_gpu_hours() -> None:
+    """DeepSeek-V3 as published (arXiv 2412.19437): 37B activated (DeepSeek's count leaves out the input
+    embedding table, 129280 x 7168), 685B with the MTP module (the checkpoint also stores copies of the
+    embedding and head there), and Table 1's H800 GPU-hours: 2,664K pre-training (the spec's MFU is fitted
+    to it) and 119K context extension, which the plan derives from the FLOP count at 32K and 128K."""
+    from runlib.plan import derive
+
+    plan = derive(load_spec(ROOT / "specs/deepseek-v3.yaml").spec)
+    p = plan.params
+    input_table = 129_280 * 7168
+    assert abs((p.active - input_table) / 37e9 - 1) < 0.015  # 36.63B; "37B" is rounded
+    assert abs((p.total + p.mtp) / 685e9 - 1) < 0.005
+    assert abs((p.total + p.mtp + 2 * input_table) / 685e9 - 1) < 0.001  # with the checkpoint's copies
+    pre = sum(ph.hours * ph.settings.devices for ph in plan.phases if ph.kind == "foundation")
+    extension = sum(ph.hours * ph.settings.devices for ph in plan.phases if ph.kind == "long_context")
+    assert abs(pre / 2_664_000 - 1) < 0.005
+    assert abs(extension / 119_000 - 1) < 0.05
+    assert abs(plan.gpu_hours / 2_783_000 - 1) < 0.005
+    # expert parallelism over 8 nodes: each MoE layer of a stage sends its tokens' top-8 copies and back
+    moe = plan.phases[0].moe
+    assert moe is not None and moe.ep_nodes == 8 and moe.moe_layers == 58 + 1
+    assert moe.all_to_all_seconds_per_step < moe.compute_seconds_per_step

@@ -366,6 +366,7 @@ def _moe_plan(
         tokens_per_step=tokens_per_step,
         ep=layout.ep,
         cp=layout.cp,
+        pp=layout.pp,
         devices_per_node=layout.devices_per_node,
         act_bytes=4 if spec.precision.compute == "fp32" else 2,
         link_gb_per_s=link,

@@ -98,9 +98,9 @@ def model_refusals(model: ModelSpec, tensor: int) -> list[Refusal]:
             )
         )
     for field, value, what in (
-        ("model.moe", model.moe, "mixture-of-experts layers"),
-        ("model.attention", model.attention, "multi-head latent attention"),
-        ("model.mtp", model.mtp, "multi-token prediction modules"),
+        ("model.moe", model.moe, "mixture-of-experts layers are"),
+        ("model.attention", model.attention, "multi-head latent attention is"),
+        ("model.mtp", model.mtp, "multi-token prediction modules are"),
     ):
         if value is not None:
             out.append(
@@ -108,10 +108,10 @@ def model_refusals(model: ModelSpec, tensor: int) -> list[Refusal]:
                     "RUN008",
                     field,
                     value.model_dump(exclude_defaults=True),
-                    f"{what} are planned (parameters, FLOPs, memory, expert traffic) but runlib's trainer does not "
-                    "build them yet",
-                    f"audit and plan the run here; train it with a framework that builds {what} (torchtitan, "
-                    "Megatron-LM), or write a dense model to train it here",
+                    f"{what} planned (parameters, FLOPs, memory, expert traffic) but runlib's trainer does not "
+                    "build it yet",
+                    f"audit and plan the run here; train it with a framework that builds {what.rsplit(' ', 1)[0]} "
+                    "(torchtitan, Megatron-LM), or write a dense model to train it here",
                 )
             )
     if tensor > 1:

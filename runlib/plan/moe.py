@@ -4,8 +4,8 @@ expert parallelism and its time, the share a capacity factor drops, and the acti
 All-to-all (GShard, Lepikhin et al. 2020, arXiv 2006.16668 section 2.2; DeepSeek-V3, arXiv 2412.19437
 section 3.2.2): in each MoE layer every token's hidden state goes to the ranks of its top_k experts
 (dispatch) and comes back weighted (combine), and the backward sends the gradients of both the other way:
-4 x top_k x tokens x d_model values per layer and micro-batch leave a device, (ep - 1) / ep of them
-for another rank (a uniform spread of the experts chosen). A rank whose ep group spans nodes sends the
+4 x top_k x tokens x d_model values per layer and micro-batch leave a device for each MoE layer of its
+pipeline stage, (ep - 1) / ep of them for another rank (a uniform spread of the experts chosen). A rank whose ep group spans nodes sends the
 share bound for other nodes over the network, the rest over the node's links (Accelerator.link_gb_per_s
 and network_gb_per_s); both run at once, so the slower sets the time. DeepSeek-V3 dispatches in FP8
 (section 3.3); this counts the compute dtype's bytes. Node-limited routing (moe.groups_per_token) caps
@@ -35,6 +35,7 @@ class MoePhasePlan:
     """One phase's expert traffic on one device (derived.phases[].moe)."""
 
     moe_layers: int  # MoE layers a token passes (MTP modules' included)
+    moe_layers_per_device: float  # of them on one pipeline stage (the layers / pipeline degree)
     tokens_per_expert_per_step: float  # assignments one expert receives per optimizer step, all ranks, balanced
     all_to_all_bytes_per_step: float  # what one device sends per step (forward and backward, every MoE layer)
     all_to_all_seconds_per_step: float  # its time on the slower of the links it uses
@@ -102,6 +103,7 @@ def moe_phase_plan(
     tokens_per_step: int,
     ep: int,
     cp: int,
+    pp: int,
     devices_per_node: int,
     act_bytes: int,
     link_gb_per_s: float,
@@ -114,7 +116,8 @@ def moe_phase_plan(
         return None
     layers = sum(moe_layers(model)) + (model.mtp.depth if model.mtp is not None and params.expert_per_layer else 0)
     tokens = seq_len / cp * micro_batch  # one device's tokens per micro-batch
-    sent = 4 * moe.top_k * tokens * model.d_model * act_bytes * (ep - 1) / ep * layers * grad_accum
+    on_device = layers / pp  # a pipeline stage runs its own layers' all-to-alls
+    sent = 4 * moe.top_k * tokens * model.d_model * act_bytes * (ep - 1) / ep * on_device * grad_accum
     ep_nodes = max(1, math.ceil(ep / devices_per_node))
     off_node = (ep - min(ep, devices_per_node)) / (ep - 1) if ep > 1 else 0.0
     if moe.groups_per_token is not None and moe.groups is not None and ep_nodes > 1:
@@ -132,6 +135,7 @@ def moe_phase_plan(
         drop = capacity_drop_share(moe.capacity_factor, tokens * moe.top_k, moe.experts)
     return MoePhasePlan(
         moe_layers=layers,
+        moe_layers_per_device=on_device,
         tokens_per_expert_per_step=tokens_per_step * moe.top_k / moe.experts,
         all_to_all_bytes_per_step=sent,
         all_to_all_seconds_per_step=seconds,

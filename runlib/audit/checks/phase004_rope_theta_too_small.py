@@ -22,8 +22,9 @@ Preferred:
 
 How to fix:
     Set rope_theta (model.rope_theta, or the phase's rope_theta where the phase changes seq_len)
-    to at least the bound the finding gives wherever the context grows. Learned absolute positions
-    are not checked.
+    to at least the bound the finding gives wherever the context grows, or scale RoPE in that phase
+    (phases[].rope_scaling: YaRN, as DeepSeek-V3 extends 4K to 128K on a base of 10,000, arXiv
+    2412.19437 section 4.3). Learned absolute positions are not checked.
 """
 
 import math
@@ -60,8 +61,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         phase = spec.phases[i]
         extends = phase.kind == "long_context" or (longest and s > longest)
         longest = max(longest, s)
-        if not extends:
-            continue
+        if not extends or phase.rope_scaling is not None:
+            continue  # a scaled RoPE (YaRN, Llama 3.1's) is the other way to extend the context
         if phase.rope_theta is not None or phase.seq_len is not None:
             path, where = f"phases[{i}].rope_theta", f"phase {phase.name!r}"
         else:
@@ -86,6 +87,8 @@ PASS = [
     {"phases[2].seq_len": 8192, "phases[2].rope_theta": 500000},
     {"model.rope_theta": 1000000, "phases[2].rope_theta": "__delete__"},  # a base already above the 4096 bound
     {"phases[3].branches": [{"name": "short", "seq_len": 1024}]},  # a branch at a shorter context
+    # the long phase scales RoPE instead (YaRN over 4x the trained context)
+    {"phases[2].rope_theta": 30000, "phases[2].rope_scaling": {"kind": "yarn", "factor": 4, "original_seq_len": 2048}},
 ]
 FAIL = [
     case({"phases[2].rope_theta": 30000}, "warning"),  # a long-context phase below the bound at 4096 (~32200)

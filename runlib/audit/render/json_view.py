@@ -181,6 +181,7 @@ class MoePhaseView:
     """derived.phases[].moe: a mixture of experts' traffic in the phase (runlib.plan.moe.MoePhasePlan), per device."""
 
     moe_layers: int
+    moe_layers_per_device: float
     tokens_per_expert_per_step: float | None
     all_to_all_bytes_per_step: float | None
     all_to_all_seconds_per_step: float | None
@@ -504,6 +505,7 @@ def _phase_view(p: PhasePlan) -> PhaseView:
 def _moe_view(m: MoePhasePlan) -> MoePhaseView:
     return MoePhaseView(
         moe_layers=m.moe_layers,
+        moe_layers_per_device=m.moe_layers_per_device,
         tokens_per_expert_per_step=_num(m.tokens_per_expert_per_step),
         all_to_all_bytes_per_step=_num(m.all_to_all_bytes_per_step),
         all_to_all_seconds_per_step=_num(m.all_to_all_seconds_per_step),
