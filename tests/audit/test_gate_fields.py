@@ -248,6 +248,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "eval.tasks[].kind": ("runlib/eval/stage.py", "runlib/eval/tasks.py"),
     "model.moe.score": ("runlib/model/moe.py",),
     "model.moe.aux_loss_scope": ("runlib/model/moe.py",),
+    "model.attention.kind": ("runlib/model/mla.py",),
 }
 
 # values enacted without being written out: the module's fall-through branch, or a value passed on as is
@@ -270,6 +271,19 @@ FALL_THROUGH: dict[tuple[str, str], str] = {
 NOT_ENACTED: dict[tuple[str, str], tuple[str, dict]] = {
     ("model.position", "relative"): ("RUN008", {"model.position": "relative"}),
     ("precision.compute", "fp8"): ("RUN006", {"precision.compute": "fp8"}),
+    ("model.attention.kind", "mla"): (
+        "RUN008",
+        {
+            "model.kv_heads": "__delete__",
+            "model.attention": {
+                "kind": "mla",
+                "kv_lora_rank": 16,
+                "qk_rope_head_dim": 8,
+                "qk_nope_head_dim": 8,
+                "v_head_dim": 16,
+            }
+        },
+    ),
     ("precision.grads", "fp16"): ("RUN009", {"precision.grads": "fp16"}),
     ("data.sources.*.curate.pii", "ner"): ("RUN013", {"data.sources.web.curate.pii": "ner"}),
 }

@@ -19,12 +19,18 @@ Families, by `model_type` (field names as transformers' configuration_<family>.p
   gpt_neox                       LayerNorm and biases, GELU MLP, rotary on rotary_pct of each head
   nemotron                       LayerNorm scaled by 1 + weight, with a bias (layernorm1p), squared ReLU
                                  (up, down), RoPE on partial_rotary_factor of each head (Nemotron-4)
+  mixtral, olmoe, qwen2_moe,     the llama block with mixture-of-experts MLPs (model.moe); olmoe with
+  qwen3_moe, deepseek_v2,        QK-norm over the full projections, qwen2_moe with q/k/v biases, qwen3_moe
+  deepseek_v3                    per-head QK-norm; DeepSeek's with multi-head latent attention
+                                 (model.attention) and V3's multi-token prediction (model.mtp): the
+                                 experts' keys in runlib.review.importers.hf_moe
 Sliding windows (sliding_window with use_sliding_window, layer_types) become model.sliding_window and
 global_every. What a run spec cannot express is stated in the header (NeoX's parallel residual with two
 norms, a layer_types pattern that is not regular, rope_scaling, which is a context extension of the released
-model), with its effect on the parameter count. The config says nothing about training: without --training-args the batch and LR come from the
-DeepSeek LLM fit (arXiv 2401.02954, eq. 1) and the tokens from ~20 per parameter (Chinchilla,
-arXiv 2203.15556), all marked `assumed:`.
+model), with its effect on the parameter count. The header states the total parameters and, for a mixture
+of experts, the active ones (and the MTP modules'). The config says nothing about training: without
+--training-args the batch and LR come from the DeepSeek LLM fit (arXiv 2401.02954, eq. 1) and the tokens
+from ~20 per parameter (Chinchilla, arXiv 2203.15556), all marked `assumed:`.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from runlib.plan import scaling
-from runlib.plan.params import ParamCounts, count_params
+from runlib.plan.params import ParamCounts, attention_flop_width, count_params
 from runlib.review.importers.common import fill_defaults, spec_name, whole
 from runlib.review.importers.draft import Draft, HardwareChoice, UnmappableConfig
+from runlib.review.importers.hf_moe import MLA_FAMILIES, MOE_FAMILIES, map_moe
 from runlib.spec.models import ModelSpec
 
 FAMILIES = (
@@ -57,6 +64,7 @@ FAMILIES = (
     "gpt2",
     "gpt_neox",
     "nemotron",
+    *MOE_FAMILIES,
 )
 MAX_PRETRAIN_SEQ = 8192  # a max_position_embeddings above this is taken as a context extension, not pretraining
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -97,8 +105,8 @@ def _family(config: dict[str, Any], file: str) -> str:
 
 def _validated_model(d: Draft, file: str) -> ModelSpec:
     """The mapped model as the schema reads it; a value out of its bounds named by the config's key."""
-    try:
-        return ModelSpec.model_validate({k.split(".", 1)[1]: v for k, v in d.values.items() if k.startswith("model.")})
+    try:  # nested: model.moe.*, model.attention.* and model.mtp.* are sections of their own
+        return ModelSpec.model_validate(d.nested().get("model", {}))
     except ValidationError as exc:  # the schema's bounds (layers, heads, widths), named by the config's keys
         refused = []
         for error in exc.errors()[:4]:
@@ -122,8 +130,9 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
     d.set("model.d_model", hidden, "hidden_size")
     d.set("model.heads", heads, "num_attention_heads")
     kv = config.get("num_key_value_heads") or heads
-    d.set("model.kv_heads", int(kv), "num_key_value_heads")
-    if config.get("head_dim") and int(config["head_dim"]) != hidden // heads:
+    if family not in MLA_FAMILIES:  # latent attention: each head's keys and values from a shared latent
+        d.set("model.kv_heads", int(kv), "num_key_value_heads")
+    if config.get("head_dim") and int(config["head_dim"]) != hidden // heads and family not in MLA_FAMILIES:
         d.set("model.head_dim", int(config["head_dim"]), "head_dim")
     d.set("model.d_ff", _need(config, "intermediate_size", file, family), "intermediate_size")
     d.set("model.vocab_size", _need(config, "vocab_size", file, family), "vocab_size")
@@ -146,7 +155,8 @@ def _model(d: Draft, config: dict[str, Any], family: str, file: str) -> list[str
         return _stablelm_block(d, config, file)
     if family == "nemotron":
         return _nemotron_block(d, config, file)
-    return _swiglu_block(d, config, family, file, hidden, heads, int(kv))
+    notes = _swiglu_block(d, config, family, file, hidden, heads, int(kv))
+    return notes + (map_moe(d, config, family, file) if family in MOE_FAMILIES else [])
 
 
 def _stablelm_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
@@ -294,17 +304,18 @@ def _neox_block(d: Draft, config: dict[str, Any], file: str) -> list[str]:
 def _swiglu_block(
     d: Draft, config: dict[str, Any], family: str, file: str, hidden: int, heads: int, kv: int
 ) -> list[str]:
-    """llama, mistral, qwen2, qwen3, olmo2, phi3: SwiGLU and RMSNorm; biases, QK-norm, and what the spec cannot
-    express."""
+    """llama, mistral, qwen2, qwen3, olmo2, phi3 and the MoE families: SwiGLU and RMSNorm; biases, QK-norm,
+    and what the spec cannot express."""
     notes: list[str] = []
     act = str(config.get("hidden_act", "silu"))
     if act not in ("silu", "swish"):
         raise UnmappableConfig(f"{file}: hidden_act {act!r}: a {family} MLP maps to swiglu (silu) only")
     d.set("model.activation", "swiglu", "SiLU-gated MLP (gate, up, down)")
     d.set("model.norm", "rmsnorm", "RMSNorm")
-    if family == "qwen2":
+    if family in ("qwen2", "qwen2_moe"):
         d.set("model.bias", False, "no o_proj or MLP biases")
-        d.set("model.qkv_bias", True, "Qwen2: q_proj, k_proj and v_proj with biases")
+        qkv = config.get("qkv_bias", True)  # configuration_qwen2_moe.py: qkv_bias, default true
+        d.set("model.qkv_bias", qkv is not False, "Qwen2: q_proj, k_proj and v_proj with biases (qkv_bias)")
     else:
         bias = bool(config.get("attention_bias", False)) or bool(config.get("mlp_bias", False))
         if bool(config.get("attention_bias", False)) != bool(config.get("mlp_bias", False)):
@@ -319,8 +330,10 @@ def _swiglu_block(
         d.set("model.norm_position", "output", "OLMo 2 and 3: the norms after the attention and the MLP")
     if family == "smollm3":
         notes += _nope_layers(d, config, int(d.get("model.layers")))
-    if family == "qwen3":
+    if family in ("qwen3", "qwen3_moe"):
         d.set("model.qk_norm", "per_head", "Qwen3: RMSNorm on q and k per head")
+    if family == "olmoe":
+        d.set("model.qk_norm", True, "OLMoE: RMSNorm over the full q and k projections (q_norm, k_norm)")
     if family == "phi3":
         notes.append(
             "Phi-3 fuses q, k, v (qkv_proj) and the gate and up projections (gate_up_proj): the same parameters."
@@ -342,6 +355,11 @@ def _nope_layers(d: Draft, config: dict[str, Any], layers: int) -> list[str]:
 def _seq_len(d: Draft, config: dict[str, Any], args: dict[str, Any] | None, file: str) -> int:
     """model.seq_len: n_positions (gpt2), max_position_embeddings up to MAX_PRETRAIN_SEQ, or the arguments'."""
     seq = int(d.get("model.seq_len") or config.get("max_position_embeddings") or 0)
+    scaling = config.get("rope_scaling")
+    original = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
+    if not d.has("model.seq_len") and isinstance(original, int) and 0 < original < seq:
+        # YaRN and Llama 3.1's scaling extend a model pretrained at original_max_position_embeddings
+        d.set("model.seq_len", original, f"rope_scaling.original_max_position_embeddings (extended to {seq})")
     if not d.has("model.seq_len"):
         if seq <= 0:
             raise UnmappableConfig(f"{file}: no max_position_embeddings; give the training sequence length")
@@ -381,7 +399,14 @@ def _hardware(d: Draft, params: ParamCounts) -> int:
     d.set("hardware.nodes", devices_total // 8, "assumed: sized to the model (8 GPUs below 3B, 64 below 30B, else 512)")
     d.set("hardware.devices_per_node", 8, "assumed: 8-GPU nodes")
     d.set("parallelism.sharding", "fsdp", "assumed: FSDP, no model parallelism")
-    d.set("parallelism.activation_checkpointing", "selective", "assumed")
+    experts = d.get("model.moe.experts")
+    if experts:
+        # the routed experts split over one node's devices (all-to-all on NVLink); an MoE layer keeps top_k
+        # copies of each token for its backward, so every layer is recomputed
+        d.set("parallelism.expert", math.gcd(int(experts), 8), "assumed: expert parallelism within a node")
+        d.set("parallelism.activation_checkpointing", "full", "assumed: MoE layers keep top_k copies of each token")
+    else:
+        d.set("parallelism.activation_checkpointing", "selective", "assumed")
     chosen = d.chosen_hardware()
     return chosen if chosen is not None else devices_total
 
@@ -401,10 +426,9 @@ def _batch_from_args(d: Draft, args: dict[str, Any], dp: int, seq: int) -> int:
 def _batch_from_fit(d: Draft, params: ParamCounts, model: ModelSpec, dp: int, seq: int) -> int:
     """Chinchilla's ~20 tokens per parameter, DeepSeek LLM's B_opt and eta_opt at that compute."""
     run_tokens = CHINCHILLA_TOKENS_PER_PARAM * params.total
-    m = (
-        6.0 * params.non_embedding
-        + 6.0 * model.layers * model.heads * (model.head_dim or model.d_model // model.heads) * seq
-    )
+    # non-embedding FLOPs per token (arXiv 2401.02954 eq. 3) on the active path: a mixture of experts computes
+    # the routed experts a token goes to (active - embedding = non_embedding for a dense model)
+    m = 6.0 * (params.active - params.embedding) + 6.0 * model.layers * attention_flop_width(model) * seq
     b_opt = scaling.deepseek_optimal_batch_tokens(m * run_tokens)
     seqs = max(dp, round(b_opt / seq / dp) * dp)
     d.set("batch.micro_batch", 1, "assumed")
@@ -506,6 +530,29 @@ def _precision_and_cadence(d: Draft, args: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------- the steps
 
 
+def _billions(params: ParamCounts) -> str:
+    """'46.7B' for a dense model, '46.7B total, 12.9B active' for a mixture of experts."""
+    total = f"{params.total / 1e9:.3g}B"
+    return total if params.active == params.total else f"{total} total, {params.active / 1e9:.3g}B active"
+
+
+def _parameter_lines(params: ParamCounts, model: ModelSpec) -> list[str]:
+    """The header's parameter counts: total, and with model.moe the active ones, with model.mtp the MTP's."""
+    lines = [f"Parameters: {params.total:,} as this spec counts them."]
+    if model.moe is not None:
+        active = f"Active parameters: {params.active:,} per token (the total less the routed experts a token skips"
+        if not model.tie_embeddings and model.position != "learned":  # embedding: the input table and the head
+            # DeepSeek's activated counts leave the input table out: V3's 37B (arXiv 2412.19437, abstract) is
+            # 36.6B without it, 37.6B with it
+            active += f"; {params.active - params.embedding // 2:,} without the input embedding, as DeepSeek counts"
+        lines.append(active + ").")
+    if model.mtp is not None:
+        lines.append(
+            f"MTP modules: {params.mtp:,} more, trained beside the model ({params.trained:,} in all), not in the total."
+        )
+    return lines
+
+
 def import_hf(
     path: Path, config: dict[str, Any], args: dict[str, Any] | None, hardware: HardwareChoice | None = None
 ) -> Draft:
@@ -521,12 +568,12 @@ def import_hf(
     params = count_params(model, int(d.get("model.vocab_size")), seq)
     name = spec_name(str(config.get("_name_or_path") or model_dir_name(path) or family).split("/")[-1])
     d.set("name", name)
-    d.set("description", f"Imported from {path.name} ({family}, {params.total / 1e9:.3g}B parameters)")
+    d.set("description", f"Imported from {path.name} ({family}, {_billions(params)} parameters)")
     d.header = [
         f"Imported by `runlib import` from {path.name} (Hugging Face {family} config"
         + (" and training arguments [ARGS])." if args else ")."),
         "The config gives the model only: `assumed:` marks everything about training.",
-        f"Parameters: {params.total:,} as this spec counts them.",
+        *_parameter_lines(params, model),
     ] + not_imported
     dp = _hardware(d, params)
     args = args or {}
