@@ -254,6 +254,7 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
 # values enacted without being written out: the module's fall-through branch, or a value passed on as is
 FALL_THROUGH: dict[tuple[str, str], str] = {
     ("model.activation", "gelu"): "Mlp.forward's last branch: F.gelu",
+    ("model.moe.aux_loss_scope", "micro_batch"): "MoE's load-balancing loss over all its tokens unless sequence",
     ("model.norm", "layernorm"): "make_norm(): nn.LayerNorm unless rmsnorm or layernorm1p",
     ("model.norm_position", "pre"): "Block.body's last branch: the norm before each sublayer",
     ("phases[].rope_scaling.kind", "yarn"): "rope_frequencies: YaRN unless llama3",
@@ -281,7 +282,7 @@ NOT_ENACTED: dict[tuple[str, str], tuple[str, dict]] = {
                 "qk_rope_head_dim": 8,
                 "qk_nope_head_dim": 8,
                 "v_head_dim": 16,
-            }
+            },
         },
     ),
     ("precision.grads", "fp16"): ("RUN009", {"precision.grads": "fp16"}),
