@@ -264,7 +264,7 @@ def _gemma2_config(shape: ExportShape, common: dict[str, Any]) -> dict[str, Any]
         "num_attention_heads": m.heads,
         "num_key_value_heads": spec_kv_heads(m),
         "head_dim": spec_head_dim(m),
-        "hidden_activation": "gelu_pytorch_tanh",  # GeGLU's tanh GELU (runlib.model.transformer.MLP)
+        "hidden_activation": "gelu_pytorch_tanh",  # GeGLU's tanh GELU (runlib.model.mlp.MLP)
         "rms_norm_eps": NORM_EPS,
         "max_position_embeddings": shape.seq_len,
         **rope_config(shape.rope_theta, shape.rope_scaling),

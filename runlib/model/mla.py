@@ -4,7 +4,7 @@ DeepSeek-V3 (arXiv 2412.19437 section 2.1.1), written to be read.
     attention = MultiHeadLatentAttention(model_spec)
     y = attention(x [n, L, d], rope (cos, sin) [n, 1, L, qk_rope_head_dim] | None, mask) -> [n, L, d]
 
-the signature of transformer.Attention, so a Block can hold either. With a the heads and n, r, v the
+the signature of runlib.model.attention.Attention, so a Block can hold either. With a the heads and n, r, v the
 nope, rope and value head widths (mla.qk_nope_head_dim, qk_rope_head_dim, v_head_dim):
   * queries: c_q = RMSNorm(q_a_proj(x)) [q_lora_rank], q = q_b_proj(c_q) [a x (n + r)]; without
     q_lora_rank (DeepSeek-V2-Lite) q = q_proj(x);
@@ -12,7 +12,7 @@ nope, rope and value head widths (mla.qk_nope_head_dim, qk_rope_head_dim, v_head
     kv_a_layernorm, kv_b_proj(c_kv) = [k_nope (n), v (v)] per head; the rotated key part k_rope is one
     projection shared by every head (the "mqa"), each head's key [k_nope; RoPE(k_rope)];
   * RoPE on the r rotated dimensions of q and k only (the "decoupled" rotary key, V2 section 2.1.3), in
-    the rotate-half form of runlib.model.transformer.apply_rope and of transformers' DeepseekV3Attention
+    the rotate-half form of runlib.model.attention.apply_rope and of transformers' DeepseekV3Attention
     with config.rope_interleave false. DeepSeek's own code (and transformers' default rope_interleave
     true, for its checkpoints) rotates interleaved pairs (x0, x1), (x2, x3), ...; the two differ by a
     fixed permutation of the r rope rows of q_b_proj (per head) and of kv_a_proj_with_mqa, so export
@@ -21,7 +21,7 @@ nope, rope and value head widths (mla.qk_nope_head_dim, qk_rope_head_dim, v_head
   * scores scaled by 1/sqrt(n + r) (the query-key width; V2 eq. 9-10). DeepSeek's YaRN checkpoints
     also multiply this scale by mscale^2 (transformers' yarn_apply_mscale): not applied here, the rope
     tables carry runlib's YaRN factor on the rotated part;
-  * causal attention with transformer.Attention's masks: a transformer.AttentionMask (SDPA boolean or
+  * causal attention with Attention's masks: an AttentionMask (runlib.model.attention) (SDPA boolean or
     additive mask, flex BlockMask with score_mod, context parallelism's gathered keys) or None (causal);
     model.dropout on the probabilities in training, model.attention_softcap as Attention's.
 The parameter names are transformers' DeepseekV3Attention's (q_a_proj, q_a_layernorm, q_b_proj or
@@ -39,6 +39,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from runlib.model.attention import apply_rope, capped_attention, capped_score_mod, flex_attention_fn
 from runlib.model.norms import NORM_EPS, RMSNorm
 from runlib.spec.models import ModelSpec
 
@@ -85,9 +86,6 @@ class MultiHeadLatentAttention(nn.Module):
         return q
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
-        # transformer.py builds this module's class: what it shares is imported here, not at the top
-        from runlib.model.transformer import apply_rope
-
         n, length, _ = x.shape
         nope, rot = self.qk_nope_head_dim, self.qk_rope_head_dim
         # -1 heads, as Attention's: under tensor parallelism a rank's projections hold its heads only
@@ -116,9 +114,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> torch.Tensor:
         """softmax(q k^T / sqrt(n + r) + mask) v over [n, heads, L, *] (values v_head_dim wide), with
-        transformer.Attention.core's backends and masks."""
-        from runlib.model.transformer import capped_attention, capped_score_mod, flex_attention_fn
-
+        Attention.core's backends and masks."""
         p = self.dropout if self.training else 0.0
         block_mask = getattr(mask, "block_mask", None)
         if block_mask is not None:
@@ -134,7 +130,8 @@ class MultiHeadLatentAttention(nn.Module):
             return flex_out
         bool_mask = getattr(mask, "bool_mask", None)
         if self.softcap is not None:
-            return capped_attention(q, k, v, bool_mask, self.scale, self.softcap, p)
+            capped: torch.Tensor = capped_attention(q, k, v, bool_mask, self.scale, self.softcap, p)
+            return capped
         if bool_mask is not None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask, dropout_p=p, scale=self.scale)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=self.scale)

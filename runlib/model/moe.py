@@ -63,13 +63,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from runlib.model.mlp import MLP
 from runlib.spec.models import ModelSpec, MoeSpec
 
 INIT_STD = 0.02  # transformer.INIT_STD (GPT-2); the Transformer re-initialises with its own residual std
 
 
 def activate(activation: str, h: torch.Tensor, up: torch.Tensor | None) -> torch.Tensor:
-    """The MLP's nonlinearity as transformer.MLP applies it: SwiGLU silu(h) * up, GeGLU tanh-GELU(h) * up
+    """The MLP's nonlinearity as runlib.model.mlp.MLP applies it: SwiGLU silu(h) * up, GeGLU tanh-GELU(h) * up
     (Shazeer 2020), ReLU, squared ReLU (So et al. 2021) or exact GELU of h alone."""
     if up is not None:
         gate = F.silu(h) if activation == "swiglu" else F.gelu(h, approximate="tanh")
@@ -235,7 +236,7 @@ def _contiguous_grad(out: torch.Tensor) -> torch.Tensor:
 class GroupedExperts(nn.Module):
     """E expert MLPs as 3-D weights, x @ w1[e] -> activation (x @ w3[e] gating) -> @ w2[e]:
     w1 [E, d_model, d_ff], w2 [E, d_ff, d_model], w3 [E, d_model, d_ff] for SwiGLU/GeGLU only, and with
-    `bias` b1 [E, d_ff], b2 [E, d_model], b3 [E, d_ff] (transformer.MLP's biases, model.bias). The
+    `bias` b1 [E, d_ff], b2 [E, d_model], b3 [E, d_ff] (runlib.model.mlp.MLP's biases, model.bias). The
     weights are the transposes of nn.Linear's ([in, out]), as torch._grouped_mm takes them."""
 
     use_grouped_mm: bool | None = None  # None: torch._grouped_mm where the probe says it works; a bool forces
@@ -382,9 +383,7 @@ class MoE(nn.Module):
 
     @staticmethod
     def _shared_mlp(model: ModelSpec, d_ff: int) -> nn.Module:
-        """transformer.MLP of d_ff hidden units (imported here: transformer.py builds MoE layers)."""
-        from runlib.model.transformer import MLP
-
+        """The dense MLP of d_ff hidden units (runlib.model.mlp)."""
         return MLP(model.model_copy(update={"d_ff": d_ff}))
 
     @property

@@ -63,347 +63,38 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from runlib.model.attention import (
+    Attention,
+    AttentionMask,
+    alibi_bias,
+    alibi_slopes,
+    context_parallel_mask,
+    context_parallel_mask_mod,
+    document_causal_mask,
+    document_causal_mask_mod,
+    flex_block_mask,
+    has_documents,
+    rope_tables,
+    window_band,
+    windowed_mask_mod,
+)
 from runlib.model.context_parallel import ContextParallel
+from runlib.model.mla import MultiHeadLatentAttention
+from runlib.model.mlp import MLP
+from runlib.model.moe import GroupedExperts, MoE
+from runlib.model.mtp import MultiTokenPrediction
 from runlib.model.norms import LayerNorm1P, RMSNorm, make_norm
-from runlib.model.rope import rope_frequencies
-from runlib.plan.params import gated_mlp, qk_norm_widths, qkv_has_bias, rotary_dims, windowed_layers
 from runlib.plan.params import head_dim as spec_head_dim
-from runlib.plan.params import kv_heads as spec_kv_heads
+from runlib.plan.params import moe_layers, rotary_dims, windowed_layers
 from runlib.spec.models import ModelSpec, RopeScalingSpec
 
 AttentionBackend = Literal["auto", "sdpa", "flex"]
 INIT_STD = 0.02
-
-# ----------------------------------------------------------------------------------------- ALiBi
-
-
-def alibi_slopes(heads: int) -> torch.Tensor:
-    """The per-head ALiBi slopes [heads], float32, as the paper's reference get_slopes (Press et al. 2022)."""
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(heads).is_integer():
-        slopes = power_of_two(heads)
-    else:
-        lower = 2 ** math.floor(math.log2(heads))
-        slopes = power_of_two(lower) + power_of_two(2 * lower)[0::2][: heads - lower]
-    return torch.tensor(slopes, dtype=torch.float32)
-
-
-def alibi_bias(slopes: torch.Tensor, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The additive SDPA mask [n, heads, L, L]: -slope_h * (i - j) where `allowed` [n, 1, L, L], -inf elsewhere."""
-    length = allowed.shape[-1]
-    positions = torch.arange(length, device=allowed.device, dtype=torch.float32)
-    distance = positions[None, :] - positions[:, None]  # j - i: <= 0 on and below the diagonal
-    bias = slopes.to(allowed.device)[:, None, None] * distance  # [heads, L, L]
-    return bias[None].masked_fill(~allowed, float("-inf")).to(dtype)
-
-
-# ----------------------------------------------------------------------------------------- RoPE
-
-
-def rope_tables(
-    head_dim: int,
-    max_seq_len: int,
-    theta: float,
-    device: torch.device | None = None,
-    scaling: RopeScalingSpec | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [max_seq_len, head_dim] of the rotate-half RoPE: frequency i serves dims i and i + hd/2
-    (with `scaling`, Llama 3.1's or YaRN's frequencies, runlib.model.rope)."""
-    inv_freq, attention_factor = rope_frequencies(head_dim, theta, scaling, device)
-    angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos() * attention_factor, angles.sin() * attention_factor
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [n, heads, L, hd] rotated by the float32 cos/sin [n, 1, L, r], in float32: the first r dimensions
-    of each head (partial RoPE, model.rope_fraction: GPT-NeoX's rotary_pct), the rest passed as they are."""
-    xf = x.float()
-    rotary = cos.shape[-1]
-    if rotary < x.shape[-1]:
-        xr, rest = xf[..., :rotary], xf[..., rotary:]
-        return torch.cat([xr * cos + rotate_half(xr) * sin, rest], dim=-1).type_as(x)
-    return (xf * cos + rotate_half(xf) * sin).type_as(x)
-
-
-# ----------------------------------------------------------------------------------------- masks
-
-
-def has_documents(doc_ids: torch.Tensor | None) -> bool:
-    """True when some row of doc_ids [n, L] holds more than one document (a document mask is needed)."""
-    return doc_ids is not None and doc_ids.shape[-1] > 1 and bool((doc_ids[:, 1:] != doc_ids[:, :-1]).any())
-
-
-def document_causal_mask(doc_ids: torch.Tensor) -> torch.Tensor:
-    """The boolean SDPA mask [n, 1, L, L] (True = attend): same document and key at or before the query."""
-    n, length = doc_ids.shape
-    causal = torch.ones(length, length, dtype=torch.bool, device=doc_ids.device).tril()
-    same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]
-    return (same_doc & causal)[:, None]
-
-
-def context_parallel_mask(query: torch.Tensor, keys: torch.Tensor, doc_ids: torch.Tensor | None) -> torch.Tensor:
-    """The boolean SDPA mask [n or 1, 1, Lq, Lk] of local queries at global positions `query` [Lq] over
-    gathered keys at global positions `keys` [Lk] (runlib.model.context_parallel): same document (doc_ids
-    [n, L] of the whole rows) and key at or before the query."""
-    allowed = keys[None, :] <= query[:, None]
-    if doc_ids is None:
-        return allowed[None, None]
-    same_doc = doc_ids[:, query][:, :, None] == doc_ids[:, keys][:, None, :]
-    return (same_doc & allowed)[:, None]
-
-
-MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def document_causal_mask_mod(doc_ids: torch.Tensor | None) -> MaskMod:
-    """The flex_attention mask_mod of the same mask; without doc_ids the plain causal mask."""
-    if doc_ids is None:
-
-        def causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
-            return q_idx >= kv_idx
-
-        return causal
-
-    def document_causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
-        return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx)
-
-    return document_causal
-
-
-def window_band(length: int, window: int, device: torch.device) -> torch.Tensor:
-    """[L, L] True where the key is one of the query's `window` latest (q - k < window; Mistral 7B's sliding
-    window, arXiv 2310.06825 section 2, and transformers' sliding_window_causal)."""
-    index = torch.arange(length, device=device)
-    return (index[:, None] - index[None, :]) < window
-
-
-def windowed_mask_mod(mask_mod: MaskMod, window: int) -> MaskMod:
-    """`mask_mod` and the sliding window: the key among the query's `window` latest."""
-
-    def windowed(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
-        return mask_mod(b, h, q_idx, kv_idx) & (q_idx - kv_idx < window)
-
-    return windowed
-
-
-_compiled_flex: Callable[..., Any] | None = None
-
-
-def flex_attention_fn(device: torch.device) -> Callable[..., Any]:
-    """flex_attention, compiled on CUDA (created on first use), eager elsewhere."""
-    global _compiled_flex
-    from torch.nn.attention.flex_attention import flex_attention
-
-    if device.type != "cuda":
-        return flex_attention
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    compiled: Callable[..., Any] = _compiled_flex
-    return compiled
-
-
-def context_parallel_mask_mod(query: torch.Tensor, keys: torch.Tensor, doc_ids: torch.Tensor | None) -> MaskMod:
-    """The flex_attention mask_mod of context_parallel_mask: q_idx and kv_idx index `query` and `keys`."""
-
-    def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
-        causal = keys[kv_idx] <= query[q_idx]
-        if doc_ids is None:
-            return causal
-        return causal & (doc_ids[b, query[q_idx]] == doc_ids[b, keys[kv_idx]])
-
-    return mask_mod
-
-
-def flex_block_mask(
-    doc_ids: torch.Tensor | None,
-    n: int,
-    length: int,
-    device: torch.device,
-    mask_mod: MaskMod | None = None,
-    kv_length: int | None = None,
-) -> Any:
-    """A BlockMask of the document-causal mask (or of `mask_mod`, over `kv_length` keys)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    return create_block_mask(
-        mask_mod or document_causal_mask_mod(doc_ids),
-        B=n if doc_ids is not None else None,
-        H=None,
-        Q_LEN=length,
-        KV_LEN=kv_length or length,
-        device=device,
-        _compile=device.type == "cuda",
-    )
-
-
-# ----------------------------------------------------------------------------------------- layers
-
-
-class Attention(nn.Module):
-    """Grouped-query self-attention with RoPE and optional QK-norm."""
-
-    recompute_core = False  # selective activation recomputation (set by runlib.model.parallelize)
-
-    def __init__(self, model: ModelSpec) -> None:
-        super().__init__()
-        d, hd = model.d_model, spec_head_dim(model)
-        self.heads, self.kv_heads, self.head_dim = model.heads, spec_kv_heads(model), hd
-        if self.heads % self.kv_heads:
-            raise ValueError(f"model.heads {self.heads} is not a multiple of model.kv_heads {self.kv_heads}")
-        qkv_bias = qkv_has_bias(model)  # Qwen2: on q, k and v only (model.qkv_bias)
-        self.wq = nn.Linear(d, self.heads * hd, bias=qkv_bias)
-        self.wk = nn.Linear(d, self.kv_heads * hd, bias=qkv_bias)
-        self.wv = nn.Linear(d, self.kv_heads * hd, bias=qkv_bias)
-        self.wo = nn.Linear(self.heads * hd, d, bias=model.bias)
-        self.wo.residual_projection = True  # type: ignore[assignment]  # a marker for reset_parameters; nn.Module types attributes as Tensor | Module
-        # QK-norm over the whole projection (OLMo 2) or over each head with one shared weight (Qwen3)
-        q_width, k_width = qk_norm_widths(model)
-        self.qk_norm_per_head = model.qk_norm == "per_head"
-        self.q_norm = RMSNorm(q_width) if q_width else None
-        self.k_norm = RMSNorm(k_width) if k_width else None
-        self.dropout = model.dropout
-        # Gemma 2: logits scaled by 1/sqrt(attention_scale_dim) (None: SDPA's 1/sqrt(head_dim)), soft-capped
-        self.scale = model.attention_scale_dim**-0.5 if model.attention_scale_dim else None
-        self.softcap = model.attention_softcap
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, mask: Any) -> torch.Tensor:
-        n, length, _ = x.shape
-        q, k, v = self.wq(x), self.wk(x), self.wv(x)
-        if self.q_norm is not None and self.k_norm is not None and not self.qk_norm_per_head:
-            q, k = self.q_norm(q), self.k_norm(k)
-        # -1 heads: under tensor parallelism (runlib.model.parallelize) q/k/v hold this rank's heads only
-        q = q.view(n, length, -1, self.head_dim)
-        k = k.view(n, length, -1, self.head_dim)
-        if self.q_norm is not None and self.k_norm is not None and self.qk_norm_per_head:
-            q, k = self.q_norm(q), self.k_norm(k)  # over each head's head_dim
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = v.view(n, length, -1, self.head_dim).transpose(1, 2)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if isinstance(mask, AttentionMask) and mask.context_parallel is not None:
-            # context parallelism: every rank's keys and values (runlib.model.context_parallel)
-            k, v = mask.context_parallel.gather(k, dim=2), mask.context_parallel.gather(v, dim=2)
-        if self.recompute_core and torch.is_grad_enabled():
-            # selective recomputation (Korthikanti et al. 2022, arXiv 2205.05198, section 4.1): the
-            # attention core's activations are not kept; it runs again in the backward pass
-            y: torch.Tensor = torch.utils.checkpoint.checkpoint(self.core, q, k, v, mask, use_reentrant=False)
-        else:
-            y = self.core(q, k, v, mask)
-        out: torch.Tensor = self.wo(y.transpose(1, 2).reshape(n, length, -1))
-        return out
-
-    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> torch.Tensor:
-        """softmax(q k^T / sqrt(hd) + mask) v over [n, heads, L, hd], grouped-query when k/v have fewer heads."""
-        gqa = k.shape[1] != q.shape[1]
-        p = self.dropout if self.training else 0.0
-        if isinstance(mask, AttentionMask) and mask.block_mask is not None:
-            # contiguous copies: inductor's CPU flex template misreads rotate-half q/k views (feasibility.md 7)
-            q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-            flex_out: torch.Tensor = flex_attention_fn(q.device)(
-                q,
-                k,
-                v,
-                score_mod=capped_score_mod(mask.score_mod, self.softcap),
-                block_mask=mask.block_mask,
-                enable_gqa=gqa,
-                scale=self.scale,
-            )
-            return flex_out
-        bool_mask = mask.bool_mask if isinstance(mask, AttentionMask) else None
-        if self.softcap is not None:
-            return capped_attention(q, k, v, bool_mask, self.scale, self.softcap, p)
-        if bool_mask is not None:
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bool_mask, dropout_p=p, enable_gqa=gqa, scale=self.scale
-            )
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, enable_gqa=gqa, scale=self.scale)
-
-
-def capped_score_mod(score_mod: Any, cap: float | None) -> Any:
-    """flex_attention's score_mod with the logits soft-capped first, cap * tanh(score / cap) (Gemma 2)."""
-    if cap is None:
-        return score_mod
-
-    def capped(
-        score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
-    ) -> torch.Tensor:
-        score = cap * torch.tanh(score / cap)
-        return score if score_mod is None else score_mod(score, b, h, q_idx, kv_idx)
-
-    return capped
-
-
-def capped_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None,
-    scale: float | None,
-    cap: float,
-    dropout: float,
-) -> torch.Tensor:
-    """Attention with soft-capped logits, unfused (no SDPA kernel caps them): softmax(cap * tanh(q k^T * scale /
-    cap) + mask) v, the softmax in float32 (Gemma 2, arXiv 2408.00118 section 2; transformers' Gemma2Attention).
-    mask: boolean (True = attend), additive (ALiBi's), or None for causal."""
-    group = q.shape[1] // k.shape[1]
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
-    scores = cap * torch.tanh(scores / cap)
-    if mask is None:
-        length, keys = q.shape[2], k.shape[2]
-        mask = torch.ones(length, keys, dtype=torch.bool, device=q.device).tril(keys - length)
-    if mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    else:
-        scores = scores + mask
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    if dropout > 0:
-        probs = F.dropout(probs, dropout)
-    return probs @ v
-
-
-class MLP(nn.Module):
-    """SwiGLU: w2(silu(w1 x) * w3 x) (Shazeer 2020), GeGLU the same with a tanh GELU; GELU, ReLU, squared
-    ReLU: w2(act(w1 x))."""
-
-    def __init__(self, model: ModelSpec) -> None:
-        super().__init__()
-        d, f = model.d_model, model.d_ff
-        self.activation = model.activation
-        self.gated = gated_mlp(model)  # SwiGLU or GeGLU: a gate (w1) and an up projection (w3)
-        self.w1 = nn.Linear(d, f, bias=model.bias)
-        self.w3 = nn.Linear(d, f, bias=model.bias) if self.gated else None
-        self.w2 = nn.Linear(f, d, bias=model.bias)
-        self.w2.residual_projection = True  # type: ignore[assignment]  # a marker for reset_parameters (as wo's)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.w1(x)
-        if self.w3 is not None:
-            gate = F.silu(h) if self.activation == "swiglu" else F.gelu(h, approximate="tanh")  # GeGLU: tanh GELU
-            h = gate * self.w3(x)
-        elif self.activation == "relu":
-            h = F.relu(h)
-        elif self.activation == "relu2":  # squared ReLU (So et al. 2021, section 4)
-            h = F.relu(h).square()
-        else:
-            h = F.gelu(h)
-        out: torch.Tensor = self.w2(h)
-        return out
+# what other modules and tests import from here: the model's parts, defined in attention.py and mlp.py
+__all__ = ["Block", "Transformer"]
 
 
 class Block(nn.Module):
@@ -419,15 +110,18 @@ class Block(nn.Module):
     # with recompute: a policy of what to keep anyway (op-level selective: parallelize.op_selective_context)
     recompute_context_fn: Callable[[], tuple[Any, Any]] | None = None
 
-    def __init__(self, model: ModelSpec) -> None:
+    def __init__(self, model: ModelSpec, moe: bool = False) -> None:
         super().__init__()
         self.parallel = model.parallel_block
         self.attention_norm = make_norm(model, model.d_model)
-        self.attention = Attention(model)
+        # DeepSeek's latent attention (model.attention kind mla) or grouped-query attention
+        self.attention: Attention | MultiHeadLatentAttention = (
+            MultiHeadLatentAttention(model) if model.attention is not None else Attention(model)
+        )
         # a parallel block's MLP reads the attention's norm unless it has its own (model.parallel_norms 2)
         own_mlp_norm = not self.parallel or model.parallel_norms == 2
         self.mlp_norm = make_norm(model, model.d_model) if own_mlp_norm else None
-        self.mlp = MLP(model)
+        self.mlp: nn.Module = MoE(model) if moe else MLP(model)  # a mixture of experts' layer (model.moe)
         self.norm_position = model.norm_position
         sandwich = model.norm_position == "sandwich"
         self.attention_post_norm = make_norm(model, model.d_model) if sandwich else None
@@ -473,22 +167,6 @@ class Block(nn.Module):
         return x + self._drop(self._mlp(self.mlp_norm(x)))
 
 
-class AttentionMask:
-    """What one forward's attention layers share: an SDPA mask (boolean, or additive float with ALiBi), a
-    flex BlockMask (with ALiBi's score_mod), or neither (causal); under context parallelism, the group
-    whose keys and values each layer gathers (the masks are then over the gathered keys)."""
-
-    def __init__(
-        self,
-        bool_mask: torch.Tensor | None = None,
-        block_mask: Any = None,
-        score_mod: Any = None,
-        context_parallel: ContextParallel | None = None,
-    ) -> None:
-        self.bool_mask, self.block_mask, self.score_mod = bool_mask, block_mask, score_mod
-        self.context_parallel = context_parallel
-
-
 # ----------------------------------------------------------------------------------------- model
 
 
@@ -521,11 +199,17 @@ class Transformer(nn.Module):
         self.register_buffer(
             "alibi", alibi_slopes(model.heads) if model.position == "alibi" else torch.empty(0), persistent=False
         )
-        self.layers = nn.ModuleList(Block(model) for _ in range(model.layers))
+        self.layers = nn.ModuleList(Block(model, moe=sparse) for sparse in moe_layers(model))
         for i, (block, windowed) in enumerate(zip(self.blocks(), windowed_layers(model), strict=True)):
             block.windowed = windowed  # a sliding-window layer (model.sliding_window, global_every)
             block.nope = model.nope_every is not None and (i + 1) % model.nope_every == 0  # no RoPE (SmolLM3)
         self.norm = make_norm(model, model.d_model)
+        # DeepSeek-V3's MTP modules (arXiv 2412.19437 section 2.2): a block each, MoE past moe.dense_layers
+        mtp_moe = model.moe is not None and model.layers >= model.moe.dense_layers
+        self.mtp = MultiTokenPrediction(model, lambda: Block(model, moe=mtp_moe)) if model.mtp is not None else None
+        # the last training forward's auxiliary loss: the MoE layers' balancing and z-losses and the MTP loss
+        # times its weight, a mean over the tokens (None without them); the step adds it (runlib.train.step)
+        self.aux_loss: torch.Tensor | None = None
         self.lm_head = nn.Linear(model.d_model, vocab_rows, bias=False)
         if model.tie_embeddings:
             self.lm_head.weight = self.tok_embeddings.weight
@@ -554,6 +238,8 @@ class Transformer(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+            elif isinstance(module, GroupedExperts):  # the experts' [E, d, f] weights, as the MLP's
+                module.reset_parameters(INIT_STD, residual_std)
             elif isinstance(module, (RMSNorm, nn.LayerNorm)):
                 if module.weight is not None:  # a scale of 1 (LayerNorm1P stores it as 1 + 0)
                     (nn.init.zeros_ if isinstance(module, LayerNorm1P) else nn.init.ones_)(module.weight)
@@ -633,6 +319,7 @@ class Transformer(nn.Module):
         input_ids: torch.Tensor,
         position_ids: torch.Tensor | None = None,
         doc_ids: torch.Tensor | None = None,
+        targets: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # a pipeline stage after the first (runlib.model.pipeline) receives the residual stream [n, L, d] (a
         # tensor-parallel rank's sequence shard of it): the row length is position_ids'
@@ -678,6 +365,41 @@ class Transformer(nn.Module):
             x = layer(x, None if layer.nope else rope, local if layer.windowed and local is not None else mask)
         if self.lm_head is None:  # a pipeline stage before the last: the residual stream goes on
             return x
-        logits: torch.Tensor = self.lm_head(self.norm(x)).float()
+        logits = self.head(self.norm(x))
+        self.aux_loss = self.auxiliary_loss(x, input_ids, targets, doc_ids, rope, mask)
+        return logits
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """The output logits of normed hidden states, float32, soft-capped with model.final_softcap."""
+        logits: torch.Tensor = self.lm_head(x).float()
         cap = self.spec.final_softcap
         return cap * torch.tanh(logits / cap) if cap is not None else logits
+
+    def auxiliary_loss(
+        self,
+        h: torch.Tensor,
+        input_ids: torch.Tensor,
+        targets: torch.Tensor | None,
+        doc_ids: torch.Tensor | None,
+        rope: Any,
+        mask: Any,
+    ) -> torch.Tensor | None:
+        """What training adds to the token loss, a mean over tokens: each MoE layer's balancing and z-losses
+        (runlib.model.moe) and, given the targets, mtp.loss_weight x the MTP modules' mean cross-entropy from
+        the last layer's output h (DeepSeek-V3 eq. 25); None for a dense model or outside training."""
+        if not (self.training and torch.is_grad_enabled()):
+            return None
+        parts: list[torch.Tensor] = []
+        if self.mtp is not None and targets is not None and self.spec.mtp is not None:
+            embed = self.tok_embeddings
+            multiplier = self.spec.embedding_multiplier
+
+            def embed_fn(ids: torch.Tensor) -> torch.Tensor:
+                e: torch.Tensor = embed(ids)
+                return e * torch.tensor(multiplier, dtype=e.dtype) if multiplier is not None else e
+
+            mtp = self.mtp(h, embed_fn, self.head, input_ids, targets, rope, mask, doc_ids)
+            parts.append(self.spec.mtp.loss_weight * mtp)
+        # after the MTP modules ran: their MoE layers' losses are this forward's too
+        parts += [m.aux_loss for m in self.modules() if isinstance(m, MoE) and m.aux_loss is not None]
+        return torch.stack([p.float() for p in parts]).sum() if parts else None

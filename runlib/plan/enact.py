@@ -83,8 +83,10 @@ def precision_refusals(*, compute: str, master_weights: str, optimizer_states: s
 _NOT_UNDER_TENSOR = ("position alibi", "parallel_block", "embedding_norm", "dropout")
 
 
-def model_refusals(model: ModelSpec, tensor: int) -> list[Refusal]:
-    """What runlib's model or its tensor-parallel plan cannot build of model.* (pure; RUN008)."""
+def model_refusals(
+    model: ModelSpec, tensor: int, pipeline: int = 1, context: int = 1, expert: int = 1
+) -> list[Refusal]:
+    """What runlib's model or its parallel layout cannot build of model.* (pure; RUN008)."""
     out: list[Refusal] = []
     if model.position == "relative":
         out.append(
@@ -97,23 +99,7 @@ def model_refusals(model: ModelSpec, tensor: int) -> list[Refusal]:
                 "use position: alibi (no parameters, also relative; Press et al. 2022) or rope to train it here",
             )
         )
-    for field, value, what in (
-        ("model.moe", model.moe, "mixture-of-experts layers are"),
-        ("model.attention", model.attention, "multi-head latent attention is"),
-        ("model.mtp", model.mtp, "multi-token prediction modules are"),
-    ):
-        if value is not None:
-            out.append(
-                Refusal(
-                    "RUN008",
-                    field,
-                    value.model_dump(exclude_defaults=True),
-                    f"{what} planned (parameters, FLOPs, memory, expert traffic) but runlib's trainer does not "
-                    "build it yet",
-                    f"audit and plan the run here; train it with a framework that builds {what.rsplit(' ', 1)[0]} "
-                    "(torchtitan, Megatron-LM), or write a dense model to train it here",
-                )
-            )
+    out += sparse_model_refusals(model, tensor, pipeline, context, expert)
     if tensor > 1:
         used: dict[str, bool] = {
             "position alibi": model.position == "alibi",
@@ -137,6 +123,60 @@ def model_refusals(model: ModelSpec, tensor: int) -> list[Refusal]:
                     "use tensor: 1 with fsdp sharding (the model shards by parameters instead)",
                 )
             )
+    return out
+
+
+def sparse_model_refusals(model: ModelSpec, tensor: int, pipeline: int, context: int, expert: int) -> list[Refusal]:
+    """The layouts runlib's trainer does not build mixtures of experts, latent attention or MTP modules in
+    (RUN008): the tensor-parallel plan shards Attention's and MLP's projections by name; pipeline stages
+    would carry the auxiliary losses between them; MTP reads whole rows and MLA gathers no context-parallel
+    keys; expert parallelism (parallelism.expert) is planned, not yet enacted. Anything else of them is built
+    (runlib.model.moe, mla, mtp; runlib.train.experts)."""
+    parts = [
+        (name, what)
+        for name, what, present in (
+            ("moe", "mixture-of-experts layers", model.moe is not None),
+            ("attention", "multi-head latent attention", model.attention is not None),
+            ("mtp", "multi-token prediction", model.mtp is not None),
+        )
+        if present
+    ]
+    out: list[Refusal] = []
+    if expert > 1:
+        out.append(
+            Refusal(
+                "RUN008",
+                "parallelism.expert",
+                expert,
+                f"expert parallelism {expert} is planned (memory, all-to-all) but runlib's trainer keeps every "
+                "expert on every data-parallel rank",
+                "use expert: 1 with fsdp sharding (the experts' weights sharded as the others are)",
+            )
+        )
+    for degree, name, field in ((tensor, "tensor", "tensor"), (pipeline, "pipeline", "pipeline")):
+        if degree > 1 and parts:
+            out.append(
+                Refusal(
+                    "RUN008",
+                    f"model.{parts[0][0]}",
+                    f"{name} {degree}",
+                    f"{' and '.join(w for _, w in parts)} under {name} parallelism {degree} are not enacted: "
+                    f"runlib's {name}-parallel layout has no plan for them",
+                    f"use parallelism.{field}: 1 with fsdp sharding",
+                )
+            )
+    if context > 1 and parts:
+        out.append(
+            Refusal(
+                "RUN008",
+                f"model.{parts[0][0]}",
+                f"context {context}",
+                f"{' and '.join(w for _, w in parts)} under context parallelism {context} are not enacted "
+                "(MTP reads whole rows, latent attention gathers no other rank's keys, and the experts' "
+                "balancing is untested on a rank's share of a row)",
+                "use parallelism.context: 1 (a shorter seq_len, or recompute to fit the longer one)",
+            )
+        )
     return out
 
 
@@ -225,7 +265,7 @@ def train_config_refusals(config: TrainConfig) -> list[Refusal]:
             master_weights=precision.master_weights,
             optimizer_states=precision.optimizer_states,
         )
-        + model_refusals(config.model, layout.tp)
+        + model_refusals(config.model, layout.tp, layout.pp, layout.cp, layout.ep)
         + precision_field_refusals(precision)
         + accelerator_refusals(config.accelerator)
     )

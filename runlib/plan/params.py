@@ -109,7 +109,9 @@ def windowed_layers(model: ModelSpec) -> list[bool]:
 
 
 def rotary_dims(model: ModelSpec) -> int:
-    """The dimensions of each head RoPE rotates (model.rope_fraction of head_dim)."""
+    """The dimensions of each head RoPE rotates (model.rope_fraction of head_dim; with MLA its rope part)."""
+    if model.attention is not None:
+        return model.attention.qk_rope_head_dim
     return int(head_dim(model) * model.rope_fraction)
 
 

@@ -100,7 +100,7 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 
 
 def accumulate(
     micro_batches: Sequence[MicroBatch],
-    loss_sum: Callable[[MicroBatch], torch.Tensor],
+    loss_sum: Callable[[MicroBatch], torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
     scored: Callable[[MicroBatch], float],
     total_scored: int | None = None,
     world_size: int = 1,
@@ -113,7 +113,9 @@ def accumulate(
     global_tokens: each micro-batch's summed loss / the step's scored tokens on all ranks (total_scored,
     default: these micro-batches'); micro_batch_mean: each micro-batch's token mean / the micro-batches
     on this rank (every rank has as many). world_size: ranks whose gradients the data-parallel wrapper
-    averages. contexts: one context manager per micro-batch (e.g. DDP no_sync for all but the last)."""
+    averages. contexts: one context manager per micro-batch (e.g. DDP no_sync for all but the last).
+    loss_sum may return (token loss sum, auxiliary loss): both are backpropagated with the micro-batch's
+    scale, and the step loss reports the first only (an MoE's balancing loss, the MTP loss)."""
     if normalization not in ("global_tokens", "micro_batch_mean"):
         raise ValueError(f"loss normalization must be global_tokens or micro_batch_mean, not {normalization!r}")
     contexts = list(contexts) if contexts is not None else [None] * len(micro_batches)
@@ -127,7 +129,8 @@ def accumulate(
     step_loss = 0.0
     for mb, ctx, scale in zip(micro_batches, contexts, scales, strict=True):
         with ctx if ctx is not None else contextlib.nullcontext():
-            value = loss_sum(mb)
-            backward(value * scale)
+            out = loss_sum(mb)
+            value, extra = out if isinstance(out, tuple) else (out, None)
+            backward((value + extra) * scale if extra is not None else value * scale)
         step_loss += float(value.detach()) * (scale / world_size if normalization == "global_tokens" else scale)
     return step_loss

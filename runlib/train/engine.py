@@ -48,6 +48,7 @@ from runlib.train import checkpoint as ckpt
 from runlib.train import dist_checkpoint as dcp_ckpt
 from runlib.train.accumulate import token_loss_sum
 from runlib.train.config import ParallelConfig, TrainPhaseConfig
+from runlib.train.experts import ExpertLoad, moe_layers_of
 from runlib.train.heldout import heldout_metrics
 from runlib.train.optim import build_optimizer
 
@@ -125,6 +126,9 @@ class Engine:
         # checkpoint.async_save: the background writer (started at the first save) and its save in flight
         self.writer: dcp_ckpt.BackgroundWriter | None = None
         self.pending: dcp_ckpt.PendingSave | None = None
+        # the MoE layers' load per expert: DeepSeek-V3's bias update after each step, and the interval's log
+        moe = cfg.model.moe
+        self.expert_load = ExpertLoad(moe_layers_of(model), moe.bias_update_rate if moe is not None else 0.0)
         # each group's own weight decay, before any state is loaded over it (optimizer.weight_decay_follows_lr)
         self.base_weight_decay = [float(g["weight_decay"]) for g in self.optimizer.param_groups]
 
@@ -165,9 +169,21 @@ class Engine:
     # ---- one step
 
     def forward(self, b: Batch) -> torch.Tensor:
+        """The logits of a micro-batch; the model keeps its auxiliary loss (`aux_loss`) and the MoE layers
+        their load, which expert_load adds up. MTP modules read the targets."""
         with forward_context(self.model):
-            logits: torch.Tensor = self.model(b.input_ids, b.position_ids, b.doc_ids)
-            return logits
+            if self.stage_model.mtp is not None:
+                logits: torch.Tensor = self.model(b.input_ids, b.position_ids, b.doc_ids, b.targets)
+            else:
+                logits = self.model(b.input_ids, b.position_ids, b.doc_ids)
+        if self.expert_load:
+            self.expert_load.after_forward()
+        return logits
+
+    @property
+    def aux_loss(self) -> torch.Tensor | None:
+        """The last forward's auxiliary loss (MoE balancing and z-losses, MTP), a mean over its tokens."""
+        return self.stage_model.aux_loss
 
     def train_mode(self) -> None:
         """Training mode on the model and on each pipeline part (a part's own flag is not its holder's)."""
@@ -247,6 +263,13 @@ class Engine:
     def step(self) -> None:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.expert_load:
+            self.expert_load.after_step(self.dp_sum)
+
+    def skip(self) -> None:
+        """Drop the step's gradients (and the experts' load counted with them): the batch makes no update."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.expert_load.discard()
 
     # ---- checkpoints
 

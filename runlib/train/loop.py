@@ -42,7 +42,7 @@ def train_phase_loop(run: PhaseRun, accelerator: Accelerator) -> LoopState:
         data = state.data_step(span.start_step)
         result = train_step(engine, run.loader, cfg, data, state.tokens)
         if spike is not None and policy.drops(state.step, data, result.loss, result.grad_norm):
-            engine.optimizer.zero_grad(set_to_none=True)  # this batch makes no update
+            engine.skip()  # this batch makes no update
             state.skipped.append(data)
             policy.check_skips(state.step, data, state.skipped)
             if spike.action == "rollback":

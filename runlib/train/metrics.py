@@ -155,6 +155,8 @@ class PhaseLog:
             "mfu": tokens_per_s * estimates.flops_per_token / (estimates.peak_flops_per_device * self.engine.world),
             "loss_by_source": self.interval.loss_by_source(self.run.loader.source_names),
         }
+        if self.engine.expert_load:  # each MoE layer's share of the interval's assignments per expert
+            record["expert_load"] = self.engine.expert_load.interval_record()
         self.interval.reset()
         return record
 

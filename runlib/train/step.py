@@ -43,14 +43,16 @@ def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data:
     batches = [loader.micro_batch(data, m, dp_rank, dp_size, cfg.micro_batch) for m in range(accum)]
     by_source = torch.zeros(2, len(loader.source_names))  # [loss sum, scored tokens] per source
 
-    def loss_sum(b: Batch) -> torch.Tensor:
+    def loss_sum(b: Batch) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         # one pass over the logits: the loss (CE + z-loss) and the CE per source (accumulate.py); under
         # context parallelism the logits and targets are this rank's tokens of the rows
         targets = engine.local(b.targets)
         loss, cross_entropy = token_losses(engine.forward(b), targets, cfg.optimizer.z_loss)
+        scored = (targets != IGNORE_INDEX).sum(1, dtype=torch.float32)
         by_source[0].index_add_(0, b.source_index, cross_entropy.sum(1))
-        by_source[1].index_add_(0, b.source_index, (targets != IGNORE_INDEX).sum(1, dtype=torch.float32))
-        return loss.sum()
+        by_source[1].index_add_(0, b.source_index, scored)
+        aux = engine.aux_loss  # MoE balancing and z-losses, MTP: a token mean, weighted as the tokens are
+        return loss.sum() if aux is None else (loss.sum(), aux * scored.sum())
 
     engine.train_mode()
     # the ranks whose gradients the wrapper averages: data-parallel x context-parallel

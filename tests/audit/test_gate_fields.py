@@ -214,7 +214,7 @@ def test_a_warc_only_field_on_another_format_is_refused_at_the_gate_with_line_an
 
 # enumerated field -> the modules that enact its values (a value is written out there as a string)
 ENACTED_IN: dict[str, tuple[str, ...]] = {
-    "model.activation": ("runlib/model/transformer.py", "runlib/plan/params.py"),
+    "model.activation": ("runlib/model/mlp.py", "runlib/plan/params.py"),
     "model.norm": ("runlib/model/norms.py",),
     "model.position": ("runlib/model/transformer.py",),
     "model.norm_position": ("runlib/model/transformer.py",),
@@ -248,12 +248,13 @@ ENACTED_IN: dict[str, tuple[str, ...]] = {
     "eval.tasks[].kind": ("runlib/eval/stage.py", "runlib/eval/tasks.py"),
     "model.moe.score": ("runlib/model/moe.py",),
     "model.moe.aux_loss_scope": ("runlib/model/moe.py",),
-    "model.attention.kind": ("runlib/model/mla.py",),
+    "model.attention.kind": ("runlib/model/transformer.py",),
 }
 
 # values enacted without being written out: the module's fall-through branch, or a value passed on as is
 FALL_THROUGH: dict[tuple[str, str], str] = {
     ("model.activation", "gelu"): "Mlp.forward's last branch: F.gelu",
+    ("model.attention.kind", "mla"): "Block builds MultiHeadLatentAttention whenever model.attention is set",
     ("model.moe.aux_loss_scope", "micro_batch"): "MoE's load-balancing loss over all its tokens unless sequence",
     ("model.norm", "layernorm"): "make_norm(): nn.LayerNorm unless rmsnorm or layernorm1p",
     ("model.norm_position", "pre"): "Block.body's last branch: the norm before each sublayer",
@@ -272,19 +273,6 @@ FALL_THROUGH: dict[tuple[str, str], str] = {
 NOT_ENACTED: dict[tuple[str, str], tuple[str, dict]] = {
     ("model.position", "relative"): ("RUN008", {"model.position": "relative"}),
     ("precision.compute", "fp8"): ("RUN006", {"precision.compute": "fp8"}),
-    ("model.attention.kind", "mla"): (
-        "RUN008",
-        {
-            "model.kv_heads": "__delete__",
-            "model.attention": {
-                "kind": "mla",
-                "kv_lora_rank": 16,
-                "qk_rope_head_dim": 8,
-                "qk_nope_head_dim": 8,
-                "v_head_dim": 16,
-            },
-        },
-    ),
     ("precision.grads", "fp16"): ("RUN009", {"precision.grads": "fp16"}),
     ("data.sources.*.curate.pii", "ner"): ("RUN013", {"data.sources.web.curate.pii": "ner"}),
 }

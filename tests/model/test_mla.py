@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
+from runlib.model.attention import AttentionMask, document_causal_mask, flex_block_mask, rope_tables
 from runlib.model.mla import MultiHeadLatentAttention
-from runlib.model.transformer import AttentionMask, document_causal_mask, flex_block_mask, rope_tables
 from runlib.plan.params import attention_params
 from runlib.spec.models import ModelSpec
 

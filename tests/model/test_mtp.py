@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runlib.model.attention import rope_tables
 from runlib.model.mtp import MTPModule, MultiTokenPrediction
-from runlib.model.transformer import Block, rope_tables
+from runlib.model.transformer import Block
 from runlib.plan.params import count_params
 from runlib.spec.models import ModelSpec
 

@@ -11,15 +11,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from runlib.model.transformer import (
-    RMSNorm,
-    Transformer,
+from runlib.model.attention import (
     apply_rope,
     capped_attention,
     document_causal_mask,
     document_causal_mask_mod,
     has_documents,
 )
+from runlib.model.norms import RMSNorm
+from runlib.model.transformer import Transformer
 from runlib.plan import derive
 from runlib.plan.params import count_params
 from runlib.spec import load_spec
@@ -116,7 +116,7 @@ def test_parameter_count_equals_plan(spec_file: Path) -> None:
         return
     with torch.device("meta"):  # 8B parameters cost nothing on meta
         model = trainer_model(spec, plan)
-    assert sum(p.numel() for p in model.parameters()) == plan.params.total
+    assert sum(p.numel() for p in model.parameters()) == plan.params.trained  # with the MTP modules
     if spec.model.position == "rope":  # the first phase's table
         assert model.rope_cos.shape[0] == plan.phases[0].settings.seq_len
 
@@ -197,7 +197,7 @@ def test_single_document_rows_take_the_causal_path() -> None:
 
 def naive_attention(attn, x: torch.Tensor, rope, mask: torch.Tensor) -> torch.Tensor:
     """Softmax attention written out: repeat kv heads, scores, mask with -inf, softmax, weighted values."""
-    from runlib.model.transformer import apply_rope
+    from runlib.model.attention import apply_rope
 
     n, length, _ = x.shape
     q = attn.wq(x).view(n, length, attn.heads, attn.head_dim).transpose(1, 2)
@@ -213,7 +213,7 @@ def naive_attention(attn, x: torch.Tensor, rope, mask: torch.Tensor) -> torch.Te
 
 
 def test_sdpa_mask_path_equals_naive_attention() -> None:
-    from runlib.model.transformer import AttentionMask
+    from runlib.model.attention import AttentionMask
 
     model = tiny()
     attn = model.layers[0].attention
@@ -469,7 +469,7 @@ def test_param_groups_put_norms_and_biases_and_nothing_else_in_no_decay(name: st
 
 
 def test_alibi_slopes_are_the_papers() -> None:
-    from runlib.model.transformer import alibi_slopes
+    from runlib.model.attention import alibi_slopes
 
     # Press et al. 2022, section 3: 8 heads -> 1/2, 1/4, ..., 1/256
     assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
@@ -500,7 +500,7 @@ def test_alibi_attention_equals_scores_minus_slope_times_distance() -> None:
 
 
 def AttentionMaskForTest():
-    from runlib.model.transformer import AttentionMask
+    from runlib.model.attention import AttentionMask
 
     return AttentionMask()
 

@@ -25,27 +25,11 @@ from runlib.train import dist_checkpoint as dcp_ckpt
 from runlib.train.launch import launch_commands
 from runlib.train.phase import worker_argv
 from tests.limits import HANG_GUARD_S
-from tests.workflow.conftest import TINY, snakemake
+from tests.workflow.conftest import TINY
 
 # one xdist worker runs this module (pyproject: --dist loadgroup), so the data stages are built once
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("phase_training")]
 PHASE_JOB = Path(__file__).parent / "phase_job.py"
-
-
-# Session scope, not module: xdist may run other modules' tests between this module's on the same
-# worker, and pytest tears a module fixture down whenever it leaves the module (it was built 3 times).
-@pytest.fixture(scope="session")
-def tokenized(tmp_path_factory):
-    """The tiny spec's data stages, built once by real Snakemake."""
-    workdir = tmp_path_factory.mktemp("train")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RUNLIB_WORK_DIR", str(workdir / "work"))
-        spec = load_spec(TINY).spec
-        graph = build_graph(spec)
-        targets = [str(n.done_path) for n in graph.of("tokenize")]
-        proc = snakemake(workdir, TINY, "--cores", "2", *targets)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return spec, graph, workdir
 
 
 @pytest.fixture(autouse=True)

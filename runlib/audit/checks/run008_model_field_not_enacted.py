@@ -7,13 +7,17 @@ Why it matters:
     relative-position term. And runlib's tensor-parallel plan (runlib.model.parallelize) shards
     q/k/v by heads and keeps the two pre-norms of a sequential block sequence-parallel: ALiBi's
     per-head slopes, a parallel block's single norm, an embedding norm, and dropout (the same mask on
-    every tensor-parallel rank: Megatron's CUDA RNG tracker) have no layout there. A run that
+    every tensor-parallel rank: Megatron's CUDA RNG tracker) have no layout there. Mixtures of experts,
+    latent attention and MTP modules (model.moe, attention, mtp) are built and trained data-parallel
+    (FSDP or DDP), not under tensor, pipeline or context parallelism, and parallelism.expert is planned
+    (memory, all-to-all) but every rank keeps every expert. A run that
     trained something else would not be the run the audit planned, so the workflow gate refuses the
     spec before any job starts.
 
 Flagged:
     model: {position: relative, ...}
     parallelism: {tensor: 4}  # with model: {position: alibi} or {parallel_block: true}
+    parallelism: {expert: 8}  # with model: {moe: ...}
 
 Preferred:
     model: {position: alibi, ...}
@@ -37,14 +41,23 @@ SEVERITY = "warning"
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    tensors = {p.settings.parallelism.tensor for p in ctx.plan.phases} or {ctx.spec.parallelism.tensor}
+    par = ctx.spec.parallelism
+    degrees = {
+        (
+            p.settings.parallelism.tensor,
+            p.settings.parallelism.pipeline,
+            p.settings.parallelism.context,
+            p.settings.parallelism.expert,
+        )
+        for p in ctx.plan.phases
+    } or {(par.tensor, par.pipeline, par.context, par.expert)}
     seen = set()
-    for tensor in sorted(tensors, reverse=True):
-        for r in model_refusals(ctx.spec.model, tensor):
-            if (r.field, r.reason) not in seen:
-                seen.add((r.field, r.reason))
-                yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)
-        break  # the largest tensor degree says it all
+    # the largest of each degree says it all
+    tensor, pipeline, context, expert = (max(d[i] for d in degrees) for i in range(4))
+    for r in model_refusals(ctx.spec.model, tensor, pipeline, context, expert):
+        if (r.field, r.reason) not in seen:
+            seen.add((r.field, r.reason))
+            yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)
 
 
 PASS = [
@@ -53,11 +66,19 @@ PASS = [
     {"model.parallel_block": True, "model.norm": "layernorm", "model.norm_bias": True},
     {"model.embedding_norm": True, "model.dropout": 0.1},
     {"parallelism.tensor": 2, "hardware.devices_per_node": 8},
+    {"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}},  # trained, data parallel
 ]
 FAIL = [
     case({"model.position": "relative"}, "warning"),
     case({"model.position": "alibi", "parallelism.tensor": 2}, "warning"),
     case({"model.parallel_block": True, "phases[2].parallelism": {"tensor": 2}}, "warning"),
     case({"model.dropout": 0.1, "parallelism.tensor": 4}, "warning"),
-    case({"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}}, "warning"),
+    case(
+        {"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}, "parallelism.tensor": 2},
+        "warning",
+    ),
+    case(
+        {"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}, "parallelism.expert": 2},
+        "warning",
+    ),
 ]
