@@ -29,6 +29,7 @@ from runlib.audit.render.report import (
 )
 from runlib.report.collect import BranchRun, JsonObject, RunData, StageState, is_number, json_object
 from runlib.report.curation_section import curation_blocks
+from runlib.report.experts_section import expert_blocks
 from runlib.report.ladder_section import ladder_blocks
 from runlib.report.plots import PLOTS
 from runlib.spec.units import format_count
@@ -107,6 +108,7 @@ def build_blocks(run: RunData) -> list[Block]:
         *_header(run),
         *curation_blocks(run),
         *_training(run),
+        *expert_blocks(run),
         *_evaluation(run),
         *_branches(run),
         *_plan_vs_measured(run),

@@ -17,6 +17,8 @@ from runlib.audit.render import plots as audit_plots
 from runlib.report.collect import JsonObject, RunData, is_number, json_object
 from runlib.report.curation_section import PLOT as QUALITY_PLOT
 from runlib.report.curation_section import plot_quality
+from runlib.report.experts_section import PLOT as EXPERT_PLOT
+from runlib.report.experts_section import plot_expert_load
 from runlib.report.ladder_section import PLOT as LADDER_PLOT
 from runlib.report.ladder_section import plot_ladder
 from runlib.report.smoothing import ema_over_tokens
@@ -252,11 +254,13 @@ PLOTTERS: dict[str, Callable[[RunData, Path], Path]] = {
 
 
 def write_plots(run: RunData, out_dir: Path) -> list[Path]:
-    """Every plot of PLOTS into out_dir (by PLOTTERS), then the ladder's for a spec with a ladder and the
-    quality scores' for a spec with quality filters."""
+    """Every plot of PLOTS into out_dir (by PLOTTERS), then the ladder's for a spec with a ladder, the
+    quality scores' for a spec with quality filters and the expert load for a mixture of experts."""
     paths = [PLOTTERS[name](run, Path(out_dir) / name) for name, _, _ in PLOTS]
     if run.spec.ladder is not None:
         paths.append(plot_ladder(run, Path(out_dir) / LADDER_PLOT))
     if run.graph.of("filter_quality"):
         paths.append(plot_quality(run, Path(out_dir) / QUALITY_PLOT))
+    if run.spec.model.moe is not None:
+        paths.append(plot_expert_load(run, Path(out_dir) / EXPERT_PLOT))
     return paths

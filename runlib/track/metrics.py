@@ -77,8 +77,8 @@ def is_value(value: object) -> TypeGuard[int | float]:
 
 def train_history(records: Iterable[dict[str, Any]]) -> list[tuple[str, float, int]]:
     """metrics.jsonl records -> (name, value, step): train/<loss|lr|grad_norm|tokens|tokens_per_s|mfu>,
-    train/loss/<source> and train/heldout_loss/<source> (monitor.eval_every); a record without an integer
-    step is skipped."""
+    train/loss/<source> and train/heldout_loss/<source> (monitor.eval_every), an MoE's
+    train/expert_load/<layer>/<expert>; a record without an integer step is skipped."""
     points: list[tuple[str, float, int]] = []
     for record in records:
         value = record.get("step")
@@ -94,6 +94,25 @@ def train_history(records: Iterable[dict[str, Any]]) -> list[tuple[str, float, i
                 points += [
                     (metric_name("train", group, s), float(v), step) for s, v in by_source.items() if is_value(v)
                 ]
+        points += expert_load_points(record.get("expert_load"), step)
+    return points
+
+
+def expert_load_points(load: object, step: int) -> list[tuple[str, float, int]]:
+    """An MoE run's expert_load record ({layer: [share of the interval's assignments per expert]}) ->
+    train/expert_load/<layer>/<expert> and train/expert_load/<layer>/max_over_mean (1 when balanced)."""
+    points: list[tuple[str, float, int]] = []
+    for layer, shares in (load if isinstance(load, dict) else {}).items():
+        values = [float(v) for v in shares if is_value(v)] if isinstance(shares, list) else []
+        points += [(metric_name("train", "expert_load", layer, i), v, step) for i, v in enumerate(values)]
+        if values and sum(values) > 0:
+            points.append(
+                (
+                    metric_name("train", "expert_load", layer, "max_over_mean"),
+                    max(values) * len(values) / sum(values),
+                    step,
+                )
+            )
     return points
 
 

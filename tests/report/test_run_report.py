@@ -372,3 +372,33 @@ def test_quality_filters_get_their_funnel_rows_and_score_plot(tmp_path: Path, wo
     assert "Quality scores" in md and '<img src="quality.png"' in page
     assert "Classifier of web: held-out precision 0.900, recall 0.750, F1 0.818 at score 0.5 (4 anchor" in md
     assert (out / "quality.png").read_bytes()[:8] == PNG_MAGIC and (out / "quality.png").stat().st_size > 10_000
+
+
+def test_a_mixture_of_experts_gets_its_expert_load_section_and_plot(tmp_path: Path, work: Path) -> None:
+    moe = {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01, "bias_update_rate": 0.001}
+    spec_path = write_spec(tmp_path / "spec.yaml", {"model.moe": moe})
+    graph, _ = build_fake_run(spec_path)
+    for node in graph.of("train_phase"):  # the training log's expert_load: one layer balanced, one not
+        records = [json.loads(x) for x in (node.dir / "metrics.jsonl").read_text().splitlines()]
+        for r in records:
+            r["expert_load"] = {"layers.0.mlp": [0.25] * 4, "layers.1.mlp": [0.55, 0.15, 0.15, 0.15]}
+        (node.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = write_run_report(str(spec_path))
+    md, page = read_both(out)
+    assert "## Expert load" in md and "4 routed experts, top-2, balanced by an auxiliary loss of 0.01" in md
+    assert "DeepSeek-V3's bias update at 0.001 per step" in md and '<img src="expert_load.png"' in page
+    plot = out / "expert_load.png"
+    assert plot.read_bytes()[:8] == PNG_MAGIC and plot.stat().st_size > 10_000
+    # a dense spec has neither
+    dense = write_spec(tmp_path / "dense.yaml")
+    build_fake_run(dense)
+    md_dense, _ = read_both(write_run_report(str(dense)))
+    assert "Expert load" not in md_dense
+
+
+def test_the_imbalance_is_max_over_mean() -> None:
+    from runlib.report.experts_section import imbalance, load_series
+
+    assert imbalance([0.25] * 4) == 1.0 and imbalance([0.55, 0.15, 0.15, 0.15]) == pytest.approx(2.2)
+    series = load_series([{"tokens": 10, "expert_load": {"l": [0.5, 0.5]}}, {"tokens": "x", "expert_load": {}}])
+    assert series == {"l": [(10.0, [0.5, 0.5])]}
