@@ -66,7 +66,7 @@ def plot_expert_load(run: RunData, path: Path) -> Path:
         image = bottom.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
         bottom.set_yticks(range(len(layers)), layers, fontsize=7)
         bottom.set_xlabel("expert")
-        bottom.xaxis.get_major_locator().set_params(integer=True)  # experts are whole numbers
+        bottom.set_xticks(range(0, width, max(1, width // 16)))  # experts are whole numbers
         fig.colorbar(image, ax=bottom, label="share of assignments")
     top.set_title("Expert load per MoE layer", fontsize=11)
     plots.save_png(fig, path)
