@@ -152,6 +152,14 @@ def test_train_step_bench_parts_without_launching_processes():
     rows = [{"bare_tokens_per_s": b, "runlib_tokens_per_s": r} for b, r in [(100, 90), (200, 220), (150, 150)]]
     summary = train_step.summarise(rows)["tokens_per_s"]
     assert summary["ratio_of_medians"] == 1.0 and summary["median_pair_ratio"] == 1.0
+    # --moe: the MoE twin has the dense model's active parameters, the router aside
+    from runlib.plan.params import count_params
+
+    sparse = train_step.moe_config(cfg, 4)
+    dense_counts = count_params(cfg.model, cfg.vocab_rows, cfg.seq_len)
+    moe_counts = count_params(sparse.model, cfg.vocab_rows, cfg.seq_len)
+    assert moe_counts.active - dense_counts.active == cfg.model.layers * cfg.model.d_model * 4
+    assert moe_counts.total > dense_counts.total and sparse.model.moe is not None
 
 
 def test_memory_check_bench_parts_without_launching_processes(tmp_path):

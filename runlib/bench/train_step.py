@@ -33,6 +33,10 @@ medians, and the median of the per-pair ratios).
           accumulation x C, so the same batch), a third turn in every pair; printed against runlib's DDP
           turn. --phase picks the spec's phase (the demo's `long`: seq 512). --pipeline P instead: the
           same with P pipeline stages (runlib.model.pipeline, 1F1B), the blocks split over the processes.
+          --moe E instead: the same phase with every MLP a mixture of E experts of d_ff / 2 hidden units,
+          top-2 (runlib.model.moe: router, grouped experts, balancing loss 0.01, z-loss 0.001): the dense
+          model is its twin of the same active parameters (the router's d_model x E aside), so the ratio
+          is what routing, sorting and the grouped matmul cost per token.
 
 Tokens: synthetic (seeded, uniform ids below the vocabulary's last four rows, which serve as EOS and the
 FIM ids; documents of a few hundred tokens ending in EOS; one shard per source of the phase's mixture), so it runs from a clean clone without the
@@ -253,6 +257,15 @@ def bare_turn(
     return marks
 
 
+def moe_config(cfg: TrainPhaseConfig, experts: int) -> TrainPhaseConfig:
+    """cfg's model with every MLP a mixture of `experts` experts of d_ff / 2 hidden units, top-2: the same
+    active MLP parameters per token as the dense model (its twin)."""
+    from runlib.spec.models import MoeSpec
+
+    moe = MoeSpec(experts=experts, top_k=2, expert_d_ff=cfg.model.d_ff // 2, aux_loss=0.01, z_loss=0.001)
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"moe": moe})})
+
+
 def runlib_turn(
     cfg: TrainPhaseConfig, dirs: dict[str, Path], accelerator: Accelerator, work: Path, turn: int
 ) -> list[tuple[float, float]]:
@@ -337,7 +350,7 @@ def worker(
         )
         row = {"pair": turn, **{f"bare_{k}": v for k, v in bare.items()}, **{f"runlib_{k}": v for k, v in ours.items()}}
         if cp_json:
-            label = f"context {args.context}" if args.context > 1 else f"pipeline {args.pipeline}"
+            label = third_label(args)
             cp_cfg = TrainPhaseConfig.model_validate_json(cp_json)
             cp_marks = runlib_turn(cp_cfg, {k: Path(v) for k, v in dirs.items()}, accelerator, work / f"c{rank}", turn)
             row.update({f"cp_{k}": v for k, v in turn_figures(cp_marks, tokens_per_step, args.processes).items()})
@@ -361,6 +374,13 @@ def worker(
         (work / "rows.json").write_text(json.dumps(rows))
     accelerator.wait_for_everyone()
     torch.distributed.destroy_process_group()
+
+
+def third_label(args: argparse.Namespace) -> str:
+    """The third turn's name: the layout or the model it times against runlib's DDP turn."""
+    if args.moe:
+        return f"MoE {args.moe} experts top-2"
+    return f"context {args.context}" if args.context > 1 else f"pipeline {args.pipeline}"
 
 
 def summarise(rows: list[dict[str, float]]) -> dict[str, Any]:
@@ -397,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", default=None, help="the spec's phase to train (default: the first)")
     parser.add_argument("--context", type=int, default=1, help="also time runlib with this context parallelism")
     parser.add_argument("--pipeline", type=int, default=1, help="also time runlib with this many pipeline stages")
+    parser.add_argument("--moe", type=int, default=0, help="also time the model as a mixture of this many experts")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows and summary here")
     args = parser.parse_args(argv)
     if min(args.pairs, args.steps, args.accum, args.processes, args.context, args.pipeline) < 1:
@@ -416,8 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"train_step: {exc}", file=sys.stderr)
         return 2
+    if args.moe and (args.moe < 2 or args.context > 1 or args.pipeline > 1):
+        print("train_step: --moe takes 2 or more experts, without --context or --pipeline", file=sys.stderr)
+        return 2
     other = args.context > 1 or args.pipeline > 1
     cp_json = model_parallel_config(cfg, args.context, args.pipeline).model_dump_json() if other else ""
+    if args.moe:
+        cp_json = moe_config(cfg, args.moe).model_dump_json()
 
     ours = sum(p.numel() for p in Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows).parameters())
     peer = sum(p.numel() for p in bare_model(cfg).parameters())
@@ -447,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{f['ratio_of_medians']:.3f} (median of pair ratios {f['median_pair_ratio']:.3f})"
         )
         if "cp_median" in f:
-            layout = f"context {args.context}" if args.context > 1 else f"pipeline {args.pipeline}"
+            layout = third_label(args)
             print(
                 f"median {label}: runlib {layout} {f['cp_median']:,.0f} against runlib DDP "
                 f"{f['runlib_median']:,.0f}: {f['cp_over_runlib']:.3f} (median of pair ratios "
