@@ -66,6 +66,8 @@ ROUNDED: dict[str, tuple[int, str]] = {
     "specs/nemotron4-15b.yaml": (15_700_000_000, "Nemotron-4 15B, arXiv 2402.16819 §2: 3.2B + 12.5B"),
     # 671,026,404,352: MLA, 3 dense layers and 58 MoE layers of 256 routed + 1 shared expert; the MTP module apart
     "specs/deepseek-v3.yaml": (671_000_000_000, "DeepSeek-V3, arXiv 2412.19437 §4.2: 671B"),
+    # 6,919,161,856: 16 layers of 64 SwiGLU experts of 1024 with a router, full-width QK-norm, untied 50304 rows
+    "specs/olmoe-1b-7b.yaml": (6_900_000_000, "allenai/OLMoE README: 6.9 billion total parameters"),
 }
 
 
@@ -185,3 +187,11 @@ def test_deepseek_v3_active_mtp_and_gpu_hours() -> None:
     moe = plan.phases[0].moe
     assert moe is not None and moe.ep_nodes == 8 and moe.moe_layers == 58 + 1
     assert moe.all_to_all_seconds_per_step < moe.compute_seconds_per_step
+
+
+def test_olmoe_active_parameters() -> None:
+    """OLMoE-1B-7B: 1.3 billion active parameters (allenai/OLMoE README), the embedding table counted."""
+    from runlib.plan import derive
+
+    params = derive(load_spec(ROOT / "specs/olmoe-1b-7b.yaml").spec).params
+    assert params.active == 1_282_017_280 and abs(params.active / 1.3e9 - 1) < 0.015
