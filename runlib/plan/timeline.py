@@ -210,6 +210,12 @@ def phase_span(
         tps, next_threshold = _tokens_per_step_at(position, settings, ramp)
         if next_threshold < target:
             n = max(1, math.ceil((next_threshold - position) / tps))
+            if position + n * tps >= target:
+                # the phase ends before the step that crosses the threshold does: the nearest whole step
+                # to its end, as below (the ramp's next batch starts in the next phase)
+                n = round((target - position) / tps)
+                segments.append(Segment(position, step, tps, max(1 if not segments and nominal > 0 else 0, n)))
+                break
             segments.append(Segment(position, step, tps, n))
             position, step = position + n * tps, step + n
             if position >= target:

@@ -154,3 +154,29 @@ def test_palm_without_its_z_loss_is_warned():
     assert not clean.findings
     [f] = planted.findings
     assert f.severity == "warning" and "peak LR of 0.01" in f.message
+
+
+def test_a_phase_ending_just_past_a_ramp_threshold_ends_at_its_nearest_whole_step():
+    """A phase whose nominal end falls 1,408 tokens past a batch-ramp threshold, inside the step that crosses
+    it, ran that whole step (173 steps, +23,168 tokens) instead of the nearer end (172 steps, -11,648):
+    found by tests/plan/test_properties.py's hypothesis search."""
+    data = case_data(
+        {
+            "batch.micro_batch": 1,
+            "batch.grad_accum": 1,
+            "batch.global_batch": "__delete__",
+            "hardware.devices_per_node": 1,
+            "hardware.nodes": 1,
+            "model.seq_len": 256,
+            "tokens": 10_000_000,
+            "phases[0].tokens": "346M tokens",
+            "phases[1].tokens": "6M tokens",
+            "phases[2].seq_len": 2048,
+            "batch.ramp": [
+                {"after": "0 tokens", "global_batch": "34816 tokens"},
+                {"after": "352M tokens", "global_batch": "69632 tokens"},
+            ],
+        }
+    )
+    span = derive(validate_data(data).spec).phases[1].span
+    assert [s.steps for s in span.segments] == [172] and span.drift_tokens == -11_648
