@@ -75,6 +75,15 @@ def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path, tmp_path
         original.batch.ramp is None,
         original.batch.linear_ramp is None,
     )
+    # a mixture of experts stays one (at most 8 experts, its router and balancing as published), latent
+    # attention and MTP modules stay
+    om, sm = original.model, shrunk.model
+    assert (sm.moe is None, sm.attention is None, sm.mtp is None) == (om.moe is None, om.attention is None, om.mtp is None)
+    if om.moe is not None and sm.moe is not None:
+        assert 2 <= sm.moe.experts <= min(om.moe.experts, 8) and 1 <= sm.moe.top_k <= sm.moe.experts
+        for key in ("score", "normalize_top_k", "route_scale", "aux_loss", "bias_update_rate", "z_loss"):
+            assert getattr(sm.moe, key) == getattr(om.moe, key), key
+        assert (sm.moe.dense_layers > 0) == (om.moe.dense_layers > 0) and sm.moe.dense_layers < sm.layers
     gqa = (original.model.kv_heads or original.model.heads) < original.model.heads
     assert ((shrunk.model.kv_heads or shrunk.model.heads) < shrunk.model.heads) == gqa
     # the phases keep their published shares of the run, but for phases raised to the minimum of steps

@@ -81,7 +81,72 @@ def model_section(spec: RunSpec, shape: dict[str, int]) -> tuple[dict[str, Any],
         model["qkv_bias"] = m.qkv_bias
     if m.norm_position != "pre":
         model["norm_position"] = m.norm_position
-    return model, notes
+    sparse, sparse_notes = sparse_sections(spec, shape, d_model / m.d_model)
+    model.update(sparse)
+    if m.attention is not None:
+        model["kv_heads"] = heads  # latent attention gives every head its keys and values
+    return model, notes + sparse_notes
+
+
+SHRUNK_EXPERTS = 8  # routed experts of a shrunk MoE layer: enough to route among, small enough for a CPU
+
+
+def _width(width: int, scale: float, multiple: int = 8) -> int:
+    """A published width scaled with d_model, a multiple of `multiple`, at least `multiple`."""
+    return max(multiple, round(width * scale / multiple) * multiple)
+
+
+def sparse_sections(spec: RunSpec, shape: dict[str, int], scale: float) -> tuple[dict[str, Any], list[str]]:
+    """model.moe, attention (MLA) and mtp at the shrunk width: at most SHRUNK_EXPERTS experts with top-2 (or
+    the published top-k when smaller), widths scaled with d_model, the router and its balancing as published,
+    dense layers in proportion (at least one when the run has any, never all)."""
+    m, layers = spec.model, shape["layers"]
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    if m.moe is not None:
+        moe = m.moe
+        experts = min(moe.experts, SHRUNK_EXPERTS)
+        top_k = min(experts, moe.top_k, max(2, round(experts * moe.top_k / moe.experts)))
+        section = moe.model_dump(exclude_defaults=True) | {
+            "experts": experts,
+            "top_k": top_k,
+            "expert_d_ff": _width(moe.expert_d_ff, scale),
+        }
+        if moe.shared_d_ff is not None:
+            section["shared_d_ff"] = _width(moe.shared_d_ff, scale)
+        if moe.dense_layers:
+            section["dense_layers"] = min(layers - 1, max(1, round(moe.dense_layers * layers / m.layers)))
+        if moe.every > layers:
+            section["every"] = layers
+        if moe.groups is not None:
+            groups = max(
+                g for g in range(1, experts + 1) if experts % g == 0 and g <= moe.groups and g <= experts // 2 or g == 1
+            )
+            per_token = max(1, min(groups, round(groups * (moe.groups_per_token or moe.groups) / moe.groups)))
+            while top_k > per_token * experts // groups:
+                per_token += 1
+            section["groups"], section["groups_per_token"] = groups, per_token
+        out["moe"] = section
+        notes.append(
+            f"model.moe: {moe.experts} experts top-{moe.top_k} of {moe.expert_d_ff} -> {experts} top-{top_k} of "
+            f"{section['expert_d_ff']}, dense layers {moe.dense_layers} -> {section.get('dense_layers', 0)}; the "
+            "router and its balancing as published"
+        )
+    if m.attention is not None:
+        a = m.attention
+        head_scale = (shape["d_model"] / shape["heads"]) / (m.d_model / m.heads)
+        out["attention"] = {
+            "kind": "mla",
+            **({"q_lora_rank": _width(a.q_lora_rank, scale)} if a.q_lora_rank is not None else {}),
+            "kv_lora_rank": _width(a.kv_lora_rank, scale),
+            "qk_rope_head_dim": _width(a.qk_rope_head_dim, head_scale, 2),
+            "qk_nope_head_dim": _width(a.qk_nope_head_dim, head_scale) if a.qk_nope_head_dim else 0,
+            "v_head_dim": _width(a.v_head_dim, head_scale),
+        }
+        notes.append("model.attention: latent attention kept, its ranks and head widths scaled with the model")
+    if m.mtp is not None:
+        out["mtp"] = m.mtp.model_dump()
+    return out, notes
 
 
 def tokenizer_section(spec: RunSpec, first_mixture: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
