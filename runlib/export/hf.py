@@ -23,7 +23,10 @@ compute exactly the same function:
     (rope_fraction; Nemotron-4, arXiv 2402.16819 section 2.1);
   * GPT2LMHeadModel (models/gpt2/modeling_gpt2.py): LayerNorm, learned absolute positions, a GELU MLP,
     multi-head attention; its Conv1D layers store weights as [in, out] (transposed) and q, k, v fused in
-    c_attn. GPT-2 always has biases: a spec without them exports zero biases (the same function).
+    c_attn. GPT-2 always has biases: a spec without them exports zero biases (the same function);
+  * mixtures of experts (model.moe) and DeepSeek's latent attention (model.attention kind mla):
+    MixtralForCausalLM, OlmoeForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, DeepseekV3ForCausalLM,
+    mapped and refused by runlib.export.hf_moe. MTP modules (model.mtp) are no part of any of them: dropped.
 Refused, with the reason: parallel blocks (Falcon), an embedding norm (BLOOM), ALiBi and relative
 positions, plain ReLU activations, full-width QK-norm in a pre-norm block, sandwich norms (Gemma 2: its GeGLU,
 soft-capping and sliding windows are not runlib's yet), and the mixed shapes (RoPE with LayerNorm or
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runlib.errors import UserError
+from runlib.export.hf_moe import MOE_MODEL_TYPES, moe_architecture, moe_config, moe_state_dict
 from runlib.plan.params import head_dim as spec_head_dim
 from runlib.plan.params import kv_heads as spec_kv_heads
 from runlib.plan.params import norm_has_bias, qkv_has_bias, windowed_layers
@@ -68,6 +72,7 @@ ROPE_MODEL_TYPES = {
     "Olmo2ForCausalLM": "olmo2",
     "SmolLM3ForCausalLM": "smollm3",
     "NemotronForCausalLM": "nemotron",
+    **MOE_MODEL_TYPES,
 }
 MARKER = "runlib_export.json"  # names a folder as an export, so a rerun may replace it
 # in MARKER: 2 writes the RoPE base in the keys of transformers 4.x and 5.x (rope_config); 1 (runlib 0.1 before this change)
@@ -163,6 +168,8 @@ def _gemma2_problems(model: ModelSpec) -> list[str]:
 
 def hf_architecture(model: ModelSpec) -> str:
     """The transformers class that computes exactly runlib's block for this shape; UserError otherwise."""
+    if model.moe is not None or model.attention is not None:
+        return moe_architecture(model)
     problems = []
     if model.parallel_block:
         problems.append("model.parallel_block: true (Falcon's parallel block: no architecture here computes it)")
@@ -327,6 +334,8 @@ def hf_config(shape: ExportShape) -> dict[str, Any]:
             "attention_dropout": 0.0,
             **common,
         }
+        if architecture in MOE_MODEL_TYPES:
+            return moe_config(architecture, rope_block, m)
         if architecture == "LlamaForCausalLM":
             # q, k, v and o projections, in 4.46.3 and 5.24.0 alike; > 1 pretraining_tp would split them
             return rope_block | {"attention_bias": m.bias, "mlp_bias": m.bias, "pretraining_tp": 1}
@@ -399,6 +408,8 @@ def hf_state_dict(state: dict[str, torch.Tensor], shape: ExportShape) -> dict[st
                 for kind in ("weight", "bias"):
                     if f"layers.{i}.{ours}.{kind}" in state:
                         put(f"model.layers.{i}.{theirs}.{kind}", state[f"layers.{i}.{ours}.{kind}"])
+        if architecture in MOE_MODEL_TYPES:  # the routers, experts and latent attention
+            moe_state_dict(state, m, architecture, put, NORM_EPS)
         put("model.norm.weight", state["norm.weight"])
         if "norm.bias" in state:
             put("model.norm.bias", state["norm.bias"])

@@ -35,6 +35,23 @@ SHARED_KEYS = {
         "head_dim hidden_act norm_eps max_position_embeddings attention_bias mlp_bias tie_word_embeddings "
         "eos_token_id bos_token_id pad_token_id"
     ).split(),
+    # the MoE families 4.46.3 has (runlib.export.hf_moe); its MixtralConfig and OlmoeConfig have no head_dim
+    "mixtral": (
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "hidden_act rms_norm_eps max_position_embeddings sliding_window num_local_experts num_experts_per_tok "
+        "router_jitter_noise tie_word_embeddings eos_token_id bos_token_id pad_token_id"
+    ).split(),
+    "olmoe": (
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "hidden_act rms_norm_eps max_position_embeddings attention_bias clip_qkv num_experts num_experts_per_tok "
+        "norm_topk_prob tie_word_embeddings eos_token_id bos_token_id pad_token_id"
+    ).split(),
+    "qwen2_moe": (
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "hidden_act rms_norm_eps max_position_embeddings use_sliding_window num_experts num_experts_per_tok "
+        "moe_intermediate_size shared_expert_intermediate_size decoder_sparse_step mlp_only_layers norm_topk_prob "
+        "tie_word_embeddings eos_token_id bos_token_id pad_token_id"
+    ).split(),
     "gpt2": (
         "vocab_size n_embd n_inner n_layer n_head n_positions activation_function layer_norm_epsilon "
         "scale_attn_weights scale_attn_by_inverse_layer_idx reorder_and_upcast_attn tie_word_embeddings "
@@ -49,7 +66,7 @@ def major_version() -> int:
 
 def rope_read(config) -> dict | None:
     """The RoPE the model computes with, where this version takes it from (see runlib.export.hf.rope_config)."""
-    if config.model_type not in ("llama", "nemotron"):
+    if config.model_type not in ("llama", "nemotron", "mixtral", "olmoe", "qwen2_moe"):
         return None
     if major_version() >= 5:
         parameters = config.rope_parameters

@@ -23,7 +23,15 @@ from safetensors.torch import load_file, save_file
 
 from runlib.spec.models import ModelSpec
 from tests.export import hf_reader
-from tests.export.tiny_export import NEEDS_TRANSFORMERS_5, SHAPES, VOCAB_ROWS, export
+from tests.export.tiny_export import (
+    MOE_NEEDS_TRANSFORMERS_5,
+    MOE_SHAPES,
+    NEEDS_TRANSFORMERS_5,
+    SHAPES,
+    VOCAB_ROWS,
+    export,
+    sharpen,
+)
 
 PINS = ("transformers==4.46.3", "tokenizers==0.20.3", "huggingface-hub==0.26.5")
 READER = Path(hf_reader.__file__)
@@ -33,6 +41,12 @@ EXPORTS = {
     name: ({**fields, "seq_len": 320}, None) for name, fields in SHAPES.items() if name not in NEEDS_TRANSFORMERS_5
 }
 EXPORTS["llama-phase-theta"] = ({**SHAPES["llama-tied-gqa"], "seq_len": 320}, LONG_THETA)
+# Mixtral, OLMoE and Qwen2-MoE, one tensor per expert as 4.x reads them (runlib.export.hf_moe)
+EXPORTS |= {
+    name: ({**fields, "seq_len": 320}, None)
+    for name, fields in MOE_SHAPES.items()
+    if name not in MOE_NEEDS_TRANSFORMERS_5
+}
 DONE = "runlib-installed.txt"
 
 
@@ -82,7 +96,7 @@ def exported(tmp_path_factory):
     tokens = torch.randint(0, VOCAB_ROWS, (2, POSITIONS), generator=torch.Generator().manual_seed(3))
     out = {}
     for name, (fields, theta) in EXPORTS.items():
-        model, folder = export(root / name, fields, theta)
+        model, folder = export(root / name, fields, theta, perturb=sharpen if "moe" in fields else None)
         with torch.no_grad():
             out[name] = (model(tokens), folder)
     return out, tokens
