@@ -78,7 +78,11 @@ def test_every_published_spec_shrinks_to_a_spec_that_audits_clean(path, tmp_path
     # a mixture of experts stays one (at most 8 experts, its router and balancing as published), latent
     # attention and MTP modules stay
     om, sm = original.model, shrunk.model
-    assert (sm.moe is None, sm.attention is None, sm.mtp is None) == (om.moe is None, om.attention is None, om.mtp is None)
+    assert (sm.moe is None, sm.attention is None, sm.mtp is None) == (
+        om.moe is None,
+        om.attention is None,
+        om.mtp is None,
+    )
     if om.moe is not None and sm.moe is not None:
         assert 2 <= sm.moe.experts <= min(om.moe.experts, 8) and 1 <= sm.moe.top_k <= sm.moe.experts
         for key in ("score", "normalize_top_k", "route_scale", "aux_loss", "bias_update_rate", "z_loss"):

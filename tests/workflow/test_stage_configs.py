@@ -37,6 +37,12 @@ from tests.workflow.conftest import TINY
 DEMO = ROOT / "specs" / "demo.yaml"
 NOTHING_READS = ("name", "description", "tracking", "audit")  # no stage config may hold these
 SKIP = object()
+# Sections with required fields have no default to switch on: a small valid one of each (the demo's shape).
+SPECIMENS: dict[str, dict[str, Any]] = {
+    "MoeSpec": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01},
+    "MlaSpec": {"kind": "mla", "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 32},
+    "MtpSpec": {"depth": 1, "loss_weight": 0.3},
+}
 
 
 # ------------------------------------------------------------------------------ walking the schema
@@ -66,6 +72,8 @@ def other_value(value: Any, annotation: Any) -> Any:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if value is None:
         if isinstance(kind, type) and issubclass(kind, BaseModel):
+            if kind.__name__ in SPECIMENS:
+                return SPECIMENS[kind.__name__]
             try:
                 return kind().model_dump(mode="json")
             except Exception:

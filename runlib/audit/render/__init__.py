@@ -7,7 +7,7 @@ tests/audit/test_render_api.py fails on any import of one from outside it):
              (derived: DerivedView, findings: FindingView, ...), to_dict and render (its JSON), derived(plan)
              (the plan's part), load_failure_view / render_load_failure (a spec that does not load),
              SHOWN_AS / NOT_SHOWN / uncovered_plan_fields (which plan field is shown where); the number
-             formats every view shares: hours_text, days_text, device_hours_unit.
+             formats every view shares (defined in numbers): hours_text, days_text, device_hours_unit.
   text       render(result): the terminal view.
   report     the audit report directory (write_report, default_report_dir) and the document parts the run
              report (runlib.report) builds on: the blocks Heading, Para, Table (cells: str, Code, Link) and

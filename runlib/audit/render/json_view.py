@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from runlib import __version__
 from runlib.audit import AuditResult, Ignored
 from runlib.audit.registry import Finding, JsonValue, Severity
+from runlib.audit.render.numbers import days_text, device_hours_unit, hours_text
 from runlib.errors import Diagnostic
 from runlib.plan import Plan
 from runlib.plan.derive import CheckpointPlan, PhasePlan, SourcePlan
@@ -32,8 +33,7 @@ from runlib.plan.params import ParamCounts
 from runlib.plan.scaling import References
 from runlib.plan.schedule import Schedule
 from runlib.plan.timeline import PhaseSpan, Segment
-from runlib.spec.hardware import CATALOG, Accelerator, device_memory_text
-from runlib.spec.units import format_count
+from runlib.spec.hardware import Accelerator, device_memory_text
 
 __all__ = [
     "NOT_SHOWN",
@@ -88,28 +88,6 @@ def _scalar(x: object) -> JsonValue:
     if isinstance(x, float):
         return _num(x)
     raise TypeError(f"not a JSON scalar: {x!r} ({type(x).__name__})")
-
-
-def device_hours_unit(accelerator: str) -> str:
-    """The unit of `gpu_hours` in words: 'core-hours' on a CPU (the catalog's cpu device is one core),
-    'TPU chip-hours' on a catalogued TPU (PaLM's and Gopher's papers count chips), 'GPU-hours' on a catalogued
-    GPU, 'device-hours' on an accelerator given by its numbers."""
-    if accelerator == "cpu":
-        return "core-hours"
-    if accelerator not in CATALOG:
-        return "device-hours"
-    return "TPU chip-hours" if accelerator.startswith("tpu") else "GPU-hours"
-
-
-def hours_text(hours: float | None) -> str:
-    """Device-hours as every view prints them (text, markdown, html, run report): three significant
-    digits with K/M/B suffixes, so a shrunk run's 0.00871 core-hours is not rounded to '0.0'."""
-    return format_count(hours) if hours is not None and math.isfinite(hours) else "n/a"
-
-
-def days_text(days: float | None) -> str:
-    """Wall-clock days as every view prints them: three significant digits."""
-    return f"{days:.3g}" if days is not None and math.isfinite(days) else "n/a"
 
 
 # --- the contract: derived.* ---------------------------------------------------------------------
