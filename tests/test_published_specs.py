@@ -195,3 +195,16 @@ def test_olmoe_active_parameters() -> None:
 
     params = derive(load_spec(ROOT / "specs/olmoe-1b-7b.yaml").spec).params
     assert params.active == 1_282_017_280 and abs(params.active / 1.3e9 - 1) < 0.015
+
+
+def test_terminal_view_names_active_parameters_and_expert_degree(capsys: pytest.CaptureFixture[str]) -> None:
+    """A mixture's total alone reads as a dense model 18 times the size: the terminal view prints the active
+    count beside it and the expert-parallel degree beside dp; a dense spec prints neither."""
+    from runlib.cli import main
+
+    assert main(["audit", str(ROOT / "specs/deepseek-v3.yaml")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "671B total, 37.6B active per token" in out and "dp 128, ep 64" in out
+    assert main(["audit", str(ROOT / "specs/demo.yaml")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "active per token" not in out and ", ep " not in out

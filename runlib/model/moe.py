@@ -1,6 +1,6 @@
 """Mixture-of-experts MLPs (model.moe), built from a ModelSpec, written to be read.
 
-    moe = MoE(model_spec, ep_group=None)
+    moe = MoE(model_spec, ep_group=None, ep_mesh=None)
     y = moe(x [n, L, d]) -> [n, L, d]        # moe.aux_loss: what the trainer adds to the loss (or None)
     moe.tokens_per_expert                    # LongTensor [E]: the last forward's assignments per expert
     update_expert_bias(moe.router, counts, moe_spec.bias_update_rate)   # after the optimizer step
@@ -44,16 +44,24 @@ The parts, by the papers that introduced them:
     one all_to_all_single, the token copies through another (variable splits, autograd-aware: the
     backward sends the gradients back the other way), the local experts run, and a third all-to-all brings
     the outputs home. Router and shared experts are replicated: their gradients are summed by the
-    data-parallel all-reduce as any replicated parameter's.
+    data-parallel all-reduce as any replicated parameter's. Given an ep_mesh instead (the expert mesh of
+    runlib.model.expert_parallel: dims ("edp", "ep")), the group is its "ep" dimension and the experts'
+    weights are DTensors sharded Shard(0) over it (torchtitan's ExpertParallel,
+    torchtitan/distributed/expert_parallel.py, shards GroupedExperts' w1/w2/w3 the same way): a checkpoint
+    then holds each rank's experts as shards of one [E, ...] tensor, and the forward runs on the local ones.
 
 Initialisation: the router and shared-expert linears are nn.Linear (Transformer.reset_parameters covers
 them); GroupedExperts.reset_parameters(std, residual_std) draws w1 and w3 from N(0, std) and w2, which
 writes into the residual stream, from N(0, residual_std), zero biases: Transformer.reset_parameters must
-call it with INIT_STD and its residual std.
+call it with INIT_STD and its residual std. It takes one seed from the global RNG (the same on every rank)
+and draws expert e's weights from a generator of its own seeded from (that seed, e), so a rank holding
+experts i..j under expert parallelism initialises exactly the rows i..j one process draws, and the global
+RNG stream after it is the same whatever the layout.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +70,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard
 
+from runlib.model.aux_loss import with_aux_loss
 from runlib.model.mlp import MLP
 from runlib.spec.models import ModelSpec, MoeSpec
 
@@ -201,7 +212,11 @@ def grouped_mm_works(device: torch.device, dtype: torch.dtype, d_model: int, d_f
         return True  # shapes only
     key = (device.type, device.index, dtype, d_model, d_ff)
     if key not in _GROUPED_MM_WORKS:
-        _GROUPED_MM_WORKS[key] = _probe_grouped_mm(device, dtype, d_model, d_ff)
+        # on a thread of its own: the first forward may run inside activation checkpointing, whose dispatch
+        # mode (selective recomputation's op counts) and saved-tensor hooks are thread-local; the probe's ops
+        # must not count as the forward's, or the recomputed forward (cached: no probe) would not match it
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            _GROUPED_MM_WORKS[key] = pool.submit(_probe_grouped_mm, device, dtype, d_model, d_ff).result()
     return _GROUPED_MM_WORKS[key]
 
 
@@ -225,6 +240,14 @@ def _probe_grouped_mm(device: torch.device, dtype: torch.dtype, d_model: int, d_
         return bool(((out.float() - ref).abs().max() / scale) < tolerance) and grads[0].shape == x.shape
 
 
+_GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / golden ratio: SplitMix64's seed increment
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (this rank's experts), or the tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def _contiguous_grad(out: torch.Tensor) -> torch.Tensor:
     """out whose incoming gradient is made contiguous: torch._grouped_mm's backward refuses an expanded
     one (the gradient of a .sum())."""
@@ -237,31 +260,60 @@ class GroupedExperts(nn.Module):
     """E expert MLPs as 3-D weights, x @ w1[e] -> activation (x @ w3[e] gating) -> @ w2[e]:
     w1 [E, d_model, d_ff], w2 [E, d_ff, d_model], w3 [E, d_model, d_ff] for SwiGLU/GeGLU only, and with
     `bias` b1 [E, d_ff], b2 [E, d_model], b3 [E, d_ff] (runlib.model.mlp.MLP's biases, model.bias). The
-    weights are the transposes of nn.Linear's ([in, out]), as torch._grouped_mm takes them."""
+    weights are the transposes of nn.Linear's ([in, out]), as torch._grouped_mm takes them.
+
+    Under expert parallelism `experts` is this rank's count, `first_expert` the global index of its first,
+    and with `mesh` (the expert mesh's 1-D "ep" dimension) each weight is a DTensor Shard(0) over it: the
+    local [experts, ...] rows of the global [experts x ep, ...] tensor."""
 
     use_grouped_mm: bool | None = None  # None: torch._grouped_mm where the probe says it works; a bool forces
 
-    def __init__(self, experts: int, d_model: int, expert_d_ff: int, activation: str, bias: bool = False) -> None:
+    def __init__(
+        self,
+        experts: int,
+        d_model: int,
+        expert_d_ff: int,
+        activation: str,
+        bias: bool = False,
+        first_expert: int = 0,
+        mesh: DeviceMesh | None = None,
+    ) -> None:
         super().__init__()
         self.experts, self.d_model, self.d_ff, self.activation = experts, d_model, expert_d_ff, activation
+        self.first_expert, self.mesh = first_expert, mesh
         gated = activation in ("swiglu", "geglu")
-        self.w1 = nn.Parameter(torch.empty(experts, d_model, expert_d_ff))
-        self.w2 = nn.Parameter(torch.empty(experts, expert_d_ff, d_model))
-        self.w3 = nn.Parameter(torch.empty(experts, d_model, expert_d_ff)) if gated else None
-        self.b1 = nn.Parameter(torch.empty(experts, expert_d_ff)) if bias else None
-        self.b2 = nn.Parameter(torch.empty(experts, d_model)) if bias else None
-        self.b3 = nn.Parameter(torch.empty(experts, expert_d_ff)) if bias and gated else None
+        self.w1 = self._param(experts, d_model, expert_d_ff)
+        self.w2 = self._param(experts, expert_d_ff, d_model)
+        self.w3 = self._param(experts, d_model, expert_d_ff) if gated else None
+        self.b1 = self._param(experts, expert_d_ff) if bias else None
+        self.b2 = self._param(experts, d_model) if bias else None
+        self.b3 = self._param(experts, expert_d_ff) if bias and gated else None
         self.reset_parameters()
 
+    def _param(self, *shape: int) -> nn.Parameter:
+        local = torch.empty(*shape)
+        if self.mesh is None:
+            return nn.Parameter(local)
+        return nn.Parameter(DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False))
+
+    @torch.no_grad()
     def reset_parameters(self, std: float = INIT_STD, residual_std: float = INIT_STD) -> None:
-        """N(0, std) for w1 and w3, N(0, residual_std) for w2 (it writes into the residual stream), zero biases."""
-        for weight in (self.w1, self.w3):
-            if weight is not None:
-                nn.init.normal_(weight, mean=0.0, std=std)
-        nn.init.normal_(self.w2, mean=0.0, std=residual_std)
+        """N(0, std) for w1 and w3, N(0, residual_std) for w2 (it writes into the residual stream), zero biases;
+        expert e's weights from a generator seeded from (one seed of the global RNG, e): the module docstring."""
+        seed = int(torch.randint(0, 2**62, (), device="cpu"))  # one draw, whatever the layout
         for bias in (self.b1, self.b2, self.b3):
             if bias is not None:
-                nn.init.zeros_(bias)
+                _local(bias).zero_()
+        draws = [(w, s) for w, s in ((self.w1, std), (self.w3, std), (self.w2, residual_std)) if w is not None]
+        if any(_local(w).is_meta for w, _ in draws):
+            return  # shapes only
+        for i in range(self.experts):
+            # SplitMix64's increment spaces the experts' seeds (Steele et al. 2014, "Fast splittable
+            # pseudorandom number generators", OOPSLA)
+            generator = torch.Generator(device="cpu").manual_seed((seed + (self.first_expert + i) * _GOLDEN) % 2**64)
+            for weight, scale in draws:
+                row = _local(weight)[i]
+                row.copy_(torch.empty(row.shape, device="cpu").normal_(0.0, scale, generator=generator))
 
     def forward(self, x: torch.Tensor, tokens_per_expert: torch.Tensor) -> torch.Tensor:
         """x [N, d_model], sorted by expert: the first tokens_per_expert[0] rows for expert 0, and so on
@@ -278,7 +330,10 @@ class GroupedExperts(nn.Module):
             return self._looped(x, tokens_per_expert, dtype)
 
     def _weights(self, dtype: torch.dtype) -> list[torch.Tensor | None]:
-        return [None if p is None else p.to(dtype) for p in (self.w1, self.w3, self.w2, self.b1, self.b3, self.b2)]
+        """The local experts' weights in `dtype` (a DTensor's local shard: its gradient comes back as a DTensor)."""
+        return [
+            None if p is None else _local(p).to(dtype) for p in (self.w1, self.w3, self.w2, self.b1, self.b3, self.b2)
+        ]
 
     def _grouped(self, x: torch.Tensor, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         w1, w3, w2, b1, b3, b2 = self._weights(dtype)
@@ -356,25 +411,42 @@ class Dispatch:
 class MoE(nn.Module):
     """A mixture-of-experts MLP (module docstring): router, routed GroupedExperts and the shared experts.
     With ep_group (a torch.distributed ProcessGroup of ep ranks) this rank holds only its E / ep experts
-    and exchanges token copies with the others by all-to-all."""
+    and exchanges token copies with the others by all-to-all; with ep_mesh (dims ("edp", "ep"):
+    runlib.model.expert_parallel.build_expert_mesh) the group is its "ep" dimension and the experts'
+    weights are DTensors Shard(0) over it."""
 
     aux_loss: torch.Tensor | None  # the last forward's load-balancing + z-loss, with their coefficients
     dropped_per_expert: torch.Tensor  # [E] int64: the last forward's assignments dropped by capacity
+    # set by the trainer before each training forward: the weight of this micro-batch's aux_loss in the step's
+    # loss (runlib.train.step); None: the aux_loss is not backpropagated (evaluation, a bare forward)
+    aux_loss_scale: float | None = None
 
-    def __init__(self, model: ModelSpec, ep_group: dist.ProcessGroup | None = None) -> None:
+    def __init__(
+        self, model: ModelSpec, ep_group: dist.ProcessGroup | None = None, ep_mesh: DeviceMesh | None = None
+    ) -> None:
         super().__init__()
         if model.moe is None:
             raise ValueError("MoE needs model.moe")
         moe = model.moe
         self.spec = moe
-        self.ep_group = ep_group
-        self.ep_rank = dist.get_rank(ep_group) if ep_group is not None else 0
-        self.ep_size = dist.get_world_size(ep_group) if ep_group is not None else 1
+        self.ep_mesh = ep_mesh
+        ep_dim = ep_mesh["ep"] if ep_mesh is not None else None
+        self.ep_group = ep_dim.get_group() if ep_dim is not None else ep_group
+        self.ep_rank = dist.get_rank(self.ep_group) if self.ep_group is not None else 0
+        self.ep_size = dist.get_world_size(self.ep_group) if self.ep_group is not None else 1
         if moe.experts % self.ep_size:
             raise ValueError(f"moe.experts {moe.experts} do not divide over {self.ep_size} expert-parallel ranks")
         self.local_experts = moe.experts // self.ep_size
         self.router = Router(model.d_model, moe)
-        self.experts = GroupedExperts(self.local_experts, model.d_model, moe.expert_d_ff, model.activation, model.bias)
+        self.experts = GroupedExperts(
+            self.local_experts,
+            model.d_model,
+            moe.expert_d_ff,
+            model.activation,
+            model.bias,
+            first_expert=self.ep_rank * self.local_experts,
+            mesh=ep_dim,
+        )
         shared_d_ff = moe.shared_d_ff or moe.shared_experts * moe.expert_d_ff
         self.shared_experts = self._shared_mlp(model, shared_d_ff) if shared_d_ff else None
         self.shared_gate = nn.Linear(model.d_model, 1, bias=False) if moe.shared_gate else None
@@ -413,6 +485,10 @@ class MoE(nn.Module):
                 shared = shared * torch.sigmoid(self.shared_gate(tokens))
             out = out + shared
         self.aux_loss = self.auxiliary_loss(routing, sequences=x.shape[0] if x.dim() == 3 else 1)
+        if self.aux_loss is not None and self.aux_loss_scale is not None and torch.is_grad_enabled():
+            # the balancing and z-losses backpropagated with the output (runlib.model.aux_loss), weighted
+            # as the trainer weighs this micro-batch's tokens (runlib.train.step)
+            return with_aux_loss(out.view(x.shape), self.aux_loss, self.aux_loss_scale)
         return out.view(x.shape)
 
     def dispatch(self, experts: torch.Tensor) -> Dispatch:

@@ -79,6 +79,13 @@ context_parallel is the mesh's "cp" group; the cp ranks shard the states with th
 (FSDP2 over the flattened dp_shard_cp, 2-D with dp_replicate for hsdp) and average gradients with every
 data-parallel rank (DDP or replicate over the flattened dp_cp).
 
+Expert parallelism (a model built on an expert mesh: runlib.model.expert_parallel): the routed experts
+are DTensors on the expert mesh's "ep" dimension; each GroupedExperts is wrapped first, by FSDP2 on the
+"edp" dimension (fully_shard under fsdp, replicate under none) with gradients divided by dp x cp, and
+under sharding none the rest by FSDP2's replicate instead of DDP (DDP takes no DTensor parameters).
+Sharding zero1/zero2/hsdp, tensor, pipeline or context parallelism with it raise NotImplementedError
+(RUN008, runlib.plan.enact.sparse_model_refusals, as the gate).
+
 Not enacted here (the gate refuses them: Layout.refusals, read by runlib.plan.enact): context parallelism
 the sequence length does not divide into 2 x cp chunks, or with ALiBi; pipeline parallelism (pp > 1), tensor parallelism the model's shape does not divide, offload
 where FSDP2 cannot offload, fp8 compute: build_mesh and parallelize raise NotImplementedError with the
@@ -111,8 +118,9 @@ from torch.distributed.tensor.parallel import (
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from runlib.model.context_parallel import ContextParallel
+from runlib.model.expert_parallel import cast_experts, expert_parallel_degree, gradient_ranks, wrap_experts
 from runlib.model.transformer import Transformer
-from runlib.plan.enact import precision_refusals
+from runlib.plan.enact import precision_refusals, sparse_model_refusals
 from runlib.plan.layout import Layout, Refusal, Wrapper, data_parallel_wrapper
 from runlib.spec.models import Sharding
 
@@ -280,8 +288,13 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
         model.to(torch.device("cuda", torch.cuda.current_device()))
     if precision.master_weights == "none" and compute != torch.float32:
         for p in model.parameters():  # parameters only: the RoPE tables stay fp32
-            p.data = p.data.to(compute)
+            if not isinstance(p, DTensor):  # the expert-parallel DTensors: cast_experts
+                p.data = p.data.to(compute)
+        cast_experts(model, compute)
     tp = _size(mesh, "tp")
+    ep = expert_parallel_degree(model)  # the MoE layers built on an expert mesh (runlib.model.expert_parallel)
+    if ep > 1:  # the layouts expert parallelism is enacted in, as the gate's RUN008 says
+        _refuse(sparse_model_refusals(model.spec, tp, layout.pp, layout.cp, ep, layout.sharding))
     if mesh is not None and tp > 1:
         apply_tensor_parallel(model, mesh["tp"])
     if mesh is not None and "cp" in _dims(mesh):
@@ -290,6 +303,8 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
 
     dp_dims = tuple(d for d in ("dp_replicate", "dp_shard", "cp") if d in _dims(mesh))
     wrapper: Wrapper = data_parallel_wrapper(layout.sharding, dp_dims, tp, layout.pp)
+    if ep > 1 and wrapper == "ddp":
+        wrapper = "replicate"  # DTensor experts: DDP's arithmetic through FSDP2 (runlib.model.expert_parallel)
     fsdp = wrapper in ("fully_shard", "replicate")  # FSDP2's policy casts; DDP and one process autocast
     model.runlib_autocast = None if fsdp or compute == torch.float32 or precision.master_weights == "none" else compute
     if layout.offload and wrapper != "fully_shard":
@@ -298,6 +313,11 @@ def parallelize(model: Transformer, mesh: DeviceMesh | None, parallel: Parallel,
         )
     if mesh is None or wrapper == "none":
         return model
+    if ep > 1:  # the routed experts first, on the expert mesh's edp ranks; the blocks then leave them to it
+        offload_policy = CPUOffloadPolicy() if layout.offload else OffloadPolicy()
+        sharded = wrapper == "fully_shard"
+        policy = _mixed_precision(precision)
+        wrap_experts(model, sharded, gradient_ranks(mesh), policy, layout.reshard_after_forward, offload_policy)
     if wrapper == "fully_shard":
         shard_dims = tuple(d for d in ("dp_shard", "cp") if d in dp_dims)
         shard = shard_dims[0] if len(shard_dims) == 1 else "dp_shard_cp"

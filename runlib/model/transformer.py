@@ -1,6 +1,6 @@
 """A decoder-only transformer built from a ModelSpec, written to be read (nanoGPT style).
 
-    Transformer(model_spec, vocab_rows, max_seq_len)
+    Transformer(model_spec, vocab_rows, max_seq_len, ep=None)   # ep: the expert mesh (expert parallelism)
     model(input_ids [n, L], position_ids [n, L] | None, doc_ids [n, L] | None) -> logits [n, L, V], float32
     (in training mode under context parallelism: logits [n, L / cp, V] of this rank's tokens,
     model.context_parallel.local(targets) are their targets)
@@ -65,6 +65,7 @@ from typing import Any, Literal
 import torch
 import torch.utils.checkpoint
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from runlib.model.attention import (
     Attention,
@@ -110,7 +111,7 @@ class Block(nn.Module):
     # with recompute: a policy of what to keep anyway (op-level selective: parallelize.op_selective_context)
     recompute_context_fn: Callable[[], tuple[Any, Any]] | None = None
 
-    def __init__(self, model: ModelSpec, moe: bool = False) -> None:
+    def __init__(self, model: ModelSpec, moe: bool = False, ep: DeviceMesh | None = None) -> None:
         super().__init__()
         self.parallel = model.parallel_block
         self.attention_norm = make_norm(model, model.d_model)
@@ -121,7 +122,8 @@ class Block(nn.Module):
         # a parallel block's MLP reads the attention's norm unless it has its own (model.parallel_norms 2)
         own_mlp_norm = not self.parallel or model.parallel_norms == 2
         self.mlp_norm = make_norm(model, model.d_model) if own_mlp_norm else None
-        self.mlp: nn.Module = MoE(model) if moe else MLP(model)  # a mixture of experts' layer (model.moe)
+        # a mixture of experts' layer (model.moe), its routed experts split over the expert mesh's ep ranks
+        self.mlp: nn.Module = MoE(model, ep_mesh=ep) if moe else MLP(model)
         self.norm_position = model.norm_position
         sandwich = model.norm_position == "sandwich"
         self.attention_post_norm = make_norm(model, model.d_model) if sandwich else None
@@ -181,7 +183,7 @@ class Transformer(nn.Module):
     # set by runlib.model.parallelize: in training mode each rank computes its share of every row's tokens
     context_parallel: ContextParallel | None = None
 
-    def __init__(self, model: ModelSpec, vocab_rows: int, max_seq_len: int) -> None:
+    def __init__(self, model: ModelSpec, vocab_rows: int, max_seq_len: int, ep: DeviceMesh | None = None) -> None:
         super().__init__()
         self.spec, self.vocab_rows, self.max_seq_len = model, vocab_rows, max_seq_len
         self.head_dim = spec_head_dim(model)
@@ -199,14 +201,17 @@ class Transformer(nn.Module):
         self.register_buffer(
             "alibi", alibi_slopes(model.heads) if model.position == "alibi" else torch.empty(0), persistent=False
         )
-        self.layers = nn.ModuleList(Block(model, moe=sparse) for sparse in moe_layers(model))
+        # ep: the expert mesh of expert parallelism (runlib.model.expert_parallel), for the MoE layers
+        self.layers = nn.ModuleList(Block(model, moe=sparse, ep=ep) for sparse in moe_layers(model))
         for i, (block, windowed) in enumerate(zip(self.blocks(), windowed_layers(model), strict=True)):
             block.windowed = windowed  # a sliding-window layer (model.sliding_window, global_every)
             block.nope = model.nope_every is not None and (i + 1) % model.nope_every == 0  # no RoPE (SmolLM3)
         self.norm = make_norm(model, model.d_model)
         # DeepSeek-V3's MTP modules (arXiv 2412.19437 section 2.2): a block each, MoE past moe.dense_layers
         mtp_moe = model.moe is not None and model.layers >= model.moe.dense_layers
-        self.mtp = MultiTokenPrediction(model, lambda: Block(model, moe=mtp_moe)) if model.mtp is not None else None
+        self.mtp = (
+            MultiTokenPrediction(model, lambda: Block(model, moe=mtp_moe, ep=ep)) if model.mtp is not None else None
+        )
         # the last training forward's auxiliary loss: the MoE layers' balancing and z-losses and the MTP loss
         # times its weight, a mean over the tokens (None without them); the step adds it (runlib.train.step)
         self.aux_loss: torch.Tensor | None = None
@@ -384,9 +389,10 @@ class Transformer(nn.Module):
         rope: Any,
         mask: Any,
     ) -> torch.Tensor | None:
-        """What training adds to the token loss, a mean over tokens: each MoE layer's balancing and z-losses
-        (runlib.model.moe) and, given the targets, mtp.loss_weight x the MTP modules' mean cross-entropy from
-        the last layer's output h (DeepSeek-V3 eq. 25); None for a dense model or outside training."""
+        """What training adds to the token loss, a mean over tokens: given the targets, mtp.loss_weight x the
+        MTP modules' mean cross-entropy from the last layer's output h (DeepSeek-V3 eq. 25); None without MTP
+        modules or outside training. (The MoE layers' balancing and z-losses ride on their outputs instead:
+        runlib.model.aux_loss, with MoE.aux_loss_scale.)"""
         if not (self.training and torch.is_grad_enabled()):
             return None
         parts: list[torch.Tensor] = []
@@ -400,6 +406,4 @@ class Transformer(nn.Module):
 
             mtp = self.mtp(h, embed_fn, self.head, input_ids, targets, rope, mask, doc_ids)
             parts.append(self.spec.mtp.loss_weight * mtp)
-        # after the MTP modules ran: their MoE layers' losses are this forward's too
-        parts += [m.aux_loss for m in self.modules() if isinstance(m, MoE) and m.aux_loss is not None]
         return torch.stack([p.float() for p in parts]).sum() if parts else None

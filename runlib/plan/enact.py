@@ -22,7 +22,7 @@ from typing import Protocol
 
 from runlib.plan.layout import Layout, Refusal
 from runlib.plan.layout import divisors_above_one as _divisors_above_one
-from runlib.spec.models import BatchSpec, ModelSpec, PrecisionSpec, SourceSpec
+from runlib.spec.models import BatchSpec, ModelSpec, PrecisionSpec, Sharding, SourceSpec
 
 __all__ = [
     "Refusal",
@@ -84,7 +84,12 @@ _NOT_UNDER_TENSOR = ("position alibi", "parallel_block", "embedding_norm", "drop
 
 
 def model_refusals(
-    model: ModelSpec, tensor: int, pipeline: int = 1, context: int = 1, expert: int = 1
+    model: ModelSpec,
+    tensor: int,
+    pipeline: int = 1,
+    context: int = 1,
+    expert: int = 1,
+    sharding: Sharding = "none",
 ) -> list[Refusal]:
     """What runlib's model or its parallel layout cannot build of model.* (pure; RUN008)."""
     out: list[Refusal] = []
@@ -99,7 +104,7 @@ def model_refusals(
                 "use position: alibi (no parameters, also relative; Press et al. 2022) or rope to train it here",
             )
         )
-    out += sparse_model_refusals(model, tensor, pipeline, context, expert)
+    out += sparse_model_refusals(model, tensor, pipeline, context, expert, sharding)
     if tensor > 1:
         used: dict[str, bool] = {
             "position alibi": model.position == "alibi",
@@ -126,12 +131,16 @@ def model_refusals(
     return out
 
 
-def sparse_model_refusals(model: ModelSpec, tensor: int, pipeline: int, context: int, expert: int) -> list[Refusal]:
+def sparse_model_refusals(
+    model: ModelSpec, tensor: int, pipeline: int, context: int, expert: int, sharding: Sharding = "none"
+) -> list[Refusal]:
     """The layouts runlib's trainer does not build mixtures of experts, latent attention or MTP modules in
     (RUN008): the tensor-parallel plan shards Attention's and MLP's projections by name; pipeline stages
     would carry the auxiliary losses between them; MTP reads whole rows and MLA gathers no context-parallel
-    keys; expert parallelism (parallelism.expert) is planned, not yet enacted. Anything else of them is built
-    (runlib.model.moe, mla, mtp; runlib.train.experts)."""
+    keys. Expert parallelism (parallelism.expert > 1 with model.moe) is built with sharding none (FSDP2's
+    replicate) and fsdp (the experts fully sharded over the ranks that hold the same ones): runlib.model.
+    expert_parallel; not with zero1/zero2 or hsdp. Anything else of them is built (runlib.model.moe, mla, mtp,
+    expert_parallel; runlib.train.experts). An expert degree on a dense model is MOE001's."""
     parts = [
         (name, what)
         for name, what, present in (
@@ -142,15 +151,21 @@ def sparse_model_refusals(model: ModelSpec, tensor: int, pipeline: int, context:
         if present
     ]
     out: list[Refusal] = []
-    if expert > 1:
+    if expert > 1 and model.moe is not None and sharding not in ("none", "fsdp"):
         out.append(
             Refusal(
                 "RUN008",
                 "parallelism.expert",
                 expert,
-                f"expert parallelism {expert} is planned (memory, all-to-all) but runlib's trainer keeps every "
-                "expert on every data-parallel rank",
-                "use expert: 1 with fsdp sharding (the experts' weights sharded as the others are)",
+                f"expert parallelism {expert} with sharding {sharding} is not enacted: runlib's trainer wraps the "
+                "expert-parallel experts with FSDP2 on the ranks holding the same experts under sharding none "
+                "(replicated) and fsdp (sharded) only"
+                + (
+                    " (hsdp's 2-D data-parallel mesh has no expert mesh beside it)"
+                    if sharding == "hsdp"
+                    else " (zero1/zero2 keep the gathered weights to the end of the backward: untested with experts)"
+                ),
+                "use sharding: fsdp (or none) with expert parallelism, or expert: 1",
             )
         )
     for degree, name, field in ((tensor, "tensor", "tensor"), (pipeline, "pipeline", "pipeline")):
@@ -265,7 +280,7 @@ def train_config_refusals(config: TrainConfig) -> list[Refusal]:
             master_weights=precision.master_weights,
             optimizer_states=precision.optimizer_states,
         )
-        + model_refusals(config.model, layout.tp, layout.pp, layout.cp, layout.ep)
+        + model_refusals(config.model, layout.tp, layout.pp, layout.cp, layout.ep, layout.sharding)
         + precision_field_refusals(precision)
         + accelerator_refusals(config.accelerator)
     )

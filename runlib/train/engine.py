@@ -3,6 +3,10 @@
 runlib.model.parallelize lays the model on the device mesh (TP plan, activation checkpointing, then
 FSDP2 `fully_shard` with its mixed-precision policy, or DDP for sharding none); Accelerate launched the
 processes and keeps the process group, the optimizer wrapper and the fp16 GradScaler.
+Expert parallelism (parallelism.expert, with model.moe): the expert mesh of ep consecutive data-parallel
+ranks is built before the model (runlib.model.expert_parallel), each MoE layer holds its share of the
+routed experts as DTensors, and parallelize wraps them so their gradients are summed over the ranks that
+hold the same experts; the clipped norm counts each expert once, and checkpoints hold whole expert tensors.
 Checkpoints: inside a phase, sharded resumable states through torch.distributed.checkpoint
 (runlib.train.dist_checkpoint: each rank writes its shard, any world size can read them); at the
 phase's end, one consolidated file (final.pt: full model and optimizer state dicts keyed by parameter
@@ -24,6 +28,7 @@ from accelerate import Accelerator
 
 from runlib.data.loader import Batch
 from runlib.data.shards import TokenDirs, open_split
+from runlib.model.expert_parallel import build_expert_mesh
 from runlib.model.parallelize import (
     build_mesh,
     clip_grad_norm_,
@@ -74,11 +79,14 @@ class Engine:
         self.rank: int = accelerator.process_index
         self.world: int = accelerator.num_processes
         self.parallel = effective_parallel(cfg.parallel, self.world)
-        torch.manual_seed(cfg.seed)
-        model = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows)
+        self.mesh = build_mesh(self.parallel)  # None on one process
+        # expert parallelism: the MoE layers' routed experts split over ep of the data-parallel ranks
+        ep = self.parallel.ep if cfg.model.moe is not None else 1
+        self.expert_mesh = build_expert_mesh(self.mesh, ep)  # None without it
+        torch.manual_seed(cfg.seed)  # after the meshes: the same initialisation on every layout
+        model = Transformer(cfg.model, cfg.vocab_rows, cfg.position_rows, ep=self.expert_mesh)
         if cfg.model.position == "rope":
             model.set_rope(cfg.rope_theta, cfg.seq_len, cfg.rope_scaling)
-        self.mesh = build_mesh(self.parallel)  # None on one process
         self.dp_rank, self.dp_size = data_parallel_rank_and_size(self.mesh)
         # pipeline parallelism: this rank's stage of the model (runlib.model.pipeline), its PipelineStage
         self.pp_rank, self.pipeline_group = pipeline_rank_and_group(self.mesh)
@@ -180,9 +188,14 @@ class Engine:
             self.expert_load.after_forward()
         return logits
 
+    def set_aux_loss_scale(self, scale: float) -> None:
+        """The weight of the next micro-batch's MoE balancing and z-losses in the step's loss (MoE.aux_loss_scale)."""
+        for layer in self.expert_load.layers.values():
+            layer.aux_loss_scale = scale
+
     @property
     def aux_loss(self) -> torch.Tensor | None:
-        """The last forward's auxiliary loss (MoE balancing and z-losses, MTP), a mean over its tokens."""
+        """The last forward's auxiliary loss to add to the token loss (the MTP loss), a mean over its tokens."""
         return self.stage_model.aux_loss
 
     def train_mode(self) -> None:

@@ -47,11 +47,16 @@ def train_step(engine: Engine, loader: PhaseLoader, cfg: TrainPhaseConfig, data:
         # one pass over the logits: the loss (CE + z-loss) and the CE per source (accumulate.py); under
         # context parallelism the logits and targets are this rank's tokens of the rows
         targets = engine.local(b.targets)
-        loss, cross_entropy = token_losses(engine.forward(b), targets, cfg.optimizer.z_loss)
         scored = (targets != IGNORE_INDEX).sum(1, dtype=torch.float32)
+        if engine.expert_load:  # the MoE losses (token means) weighted as this micro-batch's tokens are
+            global_tokens = cfg.loss_normalization == "global_tokens"
+            engine.set_aux_loss_scale(
+                float(scored.sum()) * grad_ranks / max(total_scored, 1) if global_tokens else 1.0 / len(batches)
+            )
+        loss, cross_entropy = token_losses(engine.forward(b), targets, cfg.optimizer.z_loss)
         by_source[0].index_add_(0, b.source_index, cross_entropy.sum(1))
         by_source[1].index_add_(0, b.source_index, scored)
-        aux = engine.aux_loss  # MoE balancing and z-losses, MTP: a token mean, weighted as the tokens are
+        aux = engine.aux_loss  # the MTP loss: a token mean, weighted as the tokens are
         return loss.sum() if aux is None else (loss.sum(), aux * scored.sum())
 
     engine.train_mode()

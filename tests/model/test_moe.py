@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from runlib.model.expert_parallel import build_expert_mesh
 from runlib.model.moe import (
     GroupedExperts,
     MoE,
@@ -22,8 +24,11 @@ from runlib.model.moe import (
     update_expert_bias,
     z_loss,
 )
+from runlib.model.parallelize import build_mesh, clip_grad_norm_, parallelize
+from runlib.model.transformer import Transformer
 from runlib.plan.params import moe_mlp_params
 from runlib.spec.models import ModelSpec, MoeSpec
+from runlib.train.dist_checkpoint import full_state_dicts, load_checkpoint, load_full_state_dicts, save_checkpoint
 
 TINY = dict(layers=2, d_model=16, heads=4, d_ff=32, seq_len=32)
 MOE = dict(experts=4, top_k=2, expert_d_ff=8)
@@ -366,8 +371,8 @@ def _ep_worker(rank: int, world: int, init_file: str) -> None:
                 torch.testing.assert_close(p.grad, full_grads[name][rows], atol=1e-6, rtol=0)
             else:  # replicated router and shared expert: summed over ranks (the data-parallel all-reduce)
                 grad = p.grad.clone()
-                dist.all_reduce(grad)
-                torch.testing.assert_close(grad, full_grads[name], atol=1e-6, rtol=0)
+                dist.all_reduce(grad)  # two partial sums added in another order: relative rounding too
+                torch.testing.assert_close(grad, full_grads[name], atol=1e-6, rtol=1e-6)
         # every rank saw its own tokens' routing; summed over ranks it is the one process's
         counts = local.tokens_per_expert.clone()
         dist.all_reduce(counts)
@@ -378,3 +383,124 @@ def _ep_worker(rank: int, world: int, init_file: str) -> None:
 
 def test_expert_parallel_equals_one_process(tmp_path: Path) -> None:
     mp.spawn(_ep_worker, args=(2, str(tmp_path / "init")), nprocs=2, join=True)
+
+
+def test_expert_parallel_initialises_the_rows_one_process_draws(tmp_path: Path) -> None:
+    """GroupedExperts draws expert e from a generator of its own: the rows i..j of a 4-expert layer equal a
+    2-expert layer's whose first expert is i, and the global RNG moves by one draw either way."""
+    torch.manual_seed(3)
+    full = GroupedExperts(4, 16, 8, "swiglu", bias=True)
+    after_full = torch.rand(1)
+    torch.manual_seed(3)
+    part = GroupedExperts(2, 16, 8, "swiglu", bias=True, first_expert=2)
+    assert torch.equal(torch.rand(1), after_full)
+    for name, p in part.named_parameters():
+        assert torch.equal(p, getattr(full, name)[2:4]), name
+
+
+# ----------------------------------------------------------------------------------------- the trainer's layout
+
+EP_MODEL = dict(
+    layers=2,
+    d_model=16,
+    heads=4,
+    d_ff=32,
+    seq_len=8,
+    vocab_size=32,
+    moe=dict(EP_SPEC, dense_layers=1, aux_loss=0.01, z_loss=0.001, score="sigmoid"),
+    mtp=dict(depth=1, loss_weight=0.3),
+)
+
+
+def _step_losses(model: torch.nn.Module, rows: torch.Tensor, total: float, scale: float) -> None:
+    """One micro-batch's backward as runlib.train.step takes it: (token loss sum + aux x tokens) x scale / total,
+    the MoE layers' balancing and z-losses with the weight of the micro-batch's tokens (MoE.aux_loss_scale)."""
+    inputs, targets = rows[:, :-1], rows[:, 1:]
+    for layer in model.modules():
+        if isinstance(layer, MoE):
+            layer.aux_loss_scale = targets.numel() * scale / total
+    logits = model(inputs, None, None, targets)
+    inner = model.module if hasattr(model, "module") else model
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+    loss = loss + inner.aux_loss * targets.numel()
+    (loss * scale / total).backward()
+
+
+def _ep_model(s: ModelSpec, sharding: str, world: int) -> tuple[torch.nn.Module, Transformer]:
+    """The tiny MoE Transformer on expert parallelism 2 over `world` gloo ranks, parallelized (fp32)."""
+    replicas, shards = (world, 1) if sharding == "none" else (1, world)
+    parallel = SimpleNamespace(
+        dp_replicate=replicas, dp_shard=shards, tp=1, cp=1, pp=1, sharding=sharding,
+        activation_checkpointing="none", offload=False,
+    )  # fmt: skip
+    precision = SimpleNamespace(compute="fp32", master_weights="fp32", grads="fp32", optimizer_states="fp32")
+    mesh = build_mesh(parallel)
+    torch.manual_seed(0)
+    model = Transformer(s, 32, 16, ep=build_expert_mesh(mesh, 2))
+    return parallelize(model, mesh, parallel, precision), model
+
+
+def _ep_layout_worker(rank: int, world: int, init_file: str, ckpt: str) -> None:
+    """Expert parallelism 2 on 4 gloo ranks (2 ranks hold each expert: edp 2) under sharding none and fsdp:
+    the initial weights, the gradients after runlib's loss scaling and the clipped norm equal one process's;
+    a DCP checkpoint loads into one unsharded model with every expert; the full state dicts (final.pt's)
+    hold every expert, and load back into an expert-parallel model."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        s = ModelSpec(**EP_MODEL)
+        rows = torch.randint(0, 32, (world, 2, 9), generator=torch.Generator().manual_seed(5))
+        total = float(world * 2 * 8)
+        torch.manual_seed(0)
+        full = Transformer(s, 32, 16)
+        for r in range(world):  # one process: the ranks' micro-batches accumulated
+            _step_losses(full, rows[r], total, 1.0)
+        full_norm = clip_grad_norm_(full, 0.05)
+        full_state = full.state_dict()
+        grads = {n: p.grad for n, p in full.named_parameters()}
+        expert_rows = slice((rank % 2) * 2, (rank % 2) * 2 + 2)  # ep consecutive ranks
+        for sharding in ("none", "fsdp"):
+            wrapped, model = _ep_model(s, sharding, world)
+            experts = model.layers[1].mlp.experts
+            assert experts.w1.full_tensor().shape[0] == 4 and len(experts.w1.to_local()) <= 2
+            assert torch.equal(experts.w1.full_tensor(), full_state["layers.1.mlp.experts.w1"])
+            _step_losses(wrapped, rows[rank], total, float(world))
+            norm = clip_grad_norm_(wrapped, 0.05)
+            assert norm == pytest.approx(full_norm, rel=1e-5), sharding
+            for name, p in model.named_parameters():
+                grad = p.grad.full_tensor()
+                torch.testing.assert_close(grad, grads[name], atol=1e-7, rtol=1e-5, msg=f"{sharding} {name}")
+            optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)  # states, no update
+            optimizer.step()
+            save_checkpoint(Path(ckpt) / sharding, model, optimizer, {})
+            plain = Transformer(s, 32, 16)  # every rank: DCP's load is collective
+            load_checkpoint(Path(ckpt) / sharding, plain)
+            assert all(torch.equal(v, full_state[k]) for k, v in plain.state_dict().items())
+            _check_full_state_dicts(s, sharding, world, wrapped, optimizer, full_state, grads, expert_rows)
+    finally:
+        dist.destroy_process_group()
+
+
+def _check_full_state_dicts(s, sharding, world, wrapped, optimizer, full_state, grads, expert_rows) -> None:
+    """final.pt's dicts (rank 0's) hold every expert and its Adam state; loaded into another expert-parallel
+    model, each rank gets its rows back."""
+    model_sd, optim_sd = full_state_dicts(wrapped, optimizer)
+    box = [(model_sd, optim_sd)]
+    dist.broadcast_object_list(box, src=0)
+    model_sd, optim_sd = box[0]
+    assert all(torch.equal(v, full_state[k]) for k, v in model_sd.items())
+    exp_avg = optim_sd["state"]["layers.1.mlp.experts.w1"]["exp_avg"]
+    torch.testing.assert_close(exp_avg, 0.1 * grads["layers.1.mlp.experts.w1"], atol=1e-8, rtol=1e-5)
+    again, model = _ep_model(s, sharding, world)
+    again_optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
+    for p in model.parameters():
+        p.data.zero_()
+    load_full_state_dicts(again, again_optimizer, model_sd, optim_sd)
+    w1 = model.layers[1].mlp.experts.w1
+    assert torch.equal(w1.full_tensor(), full_state["layers.1.mlp.experts.w1"])
+    if sharding == "none":  # replicated over edp: the local shard is the ep rank's experts
+        assert torch.equal(w1.to_local(), full_state["layers.1.mlp.experts.w1"][expert_rows])
+
+
+def test_expert_parallel_layouts_equal_one_process(tmp_path: Path) -> None:
+    mp.spawn(_ep_layout_worker, args=(4, str(tmp_path / "init"), str(tmp_path / "ckpt")), nprocs=4, join=True)

@@ -9,24 +9,28 @@ Why it matters:
     per-head slopes, a parallel block's single norm, an embedding norm, and dropout (the same mask on
     every tensor-parallel rank: Megatron's CUDA RNG tracker) have no layout there. Mixtures of experts,
     latent attention and MTP modules (model.moe, attention, mtp) are built and trained data-parallel
-    (FSDP or DDP), not under tensor, pipeline or context parallelism, and parallelism.expert is planned
-    (memory, all-to-all) but every rank keeps every expert. A run that
-    trained something else would not be the run the audit planned, so the workflow gate refuses the
-    spec before any job starts.
+    (FSDP or DDP), not under tensor, pipeline or context parallelism. Expert parallelism
+    (parallelism.expert, GShard, Lepikhin et al. 2020, arXiv 2006.16668: each of `expert` data-parallel
+    ranks holds experts / expert of every MoE layer, tokens exchanged by all-to-all) is trained with
+    sharding none and fsdp (runlib.model.expert_parallel: the experts are wrapped by FSDP2 over the ranks
+    that hold the same ones, as torchtitan's parallelize does); zero1, zero2 and hsdp have no expert
+    layout beside them. A run that trained something else would not be the run the audit planned, so the
+    workflow gate refuses the spec before any job starts.
 
 Flagged:
     model: {position: relative, ...}
     parallelism: {tensor: 4}  # with model: {position: alibi} or {parallel_block: true}
-    parallelism: {expert: 8}  # with model: {moe: ...}
+    parallelism: {expert: 8, sharding: hsdp}  # with model: {moe: ...}; zero1 and zero2 as well
 
 Preferred:
     model: {position: alibi, ...}
     parallelism: {tensor: 1, sharding: fsdp}
+    parallelism: {expert: 8, sharding: fsdp}  # with model: {moe: ...}
 
 How to fix:
     Train relative-position models with position: alibi or rope; with ALiBi, parallel blocks, an
-    embedding norm or dropout, use tensor: 1 and shard with fsdp. A warning in `runlib audit`; the
-    workflow gate refuses it.
+    embedding norm or dropout, use tensor: 1 and shard with fsdp; with expert parallelism, shard with
+    fsdp or none. A warning in `runlib audit`; the workflow gate refuses it.
 """
 
 from collections.abc import Iterator
@@ -42,22 +46,17 @@ SEVERITY = "warning"
 
 def check(ctx: Context) -> Iterator[Finding]:
     par = ctx.spec.parallelism
-    degrees = {
-        (
-            p.settings.parallelism.tensor,
-            p.settings.parallelism.pipeline,
-            p.settings.parallelism.context,
-            p.settings.parallelism.expert,
-        )
-        for p in ctx.plan.phases
-    } or {(par.tensor, par.pipeline, par.context, par.expert)}
+    settings = [p.settings.parallelism for p in ctx.plan.phases] or [par]
+    degrees = {(s.tensor, s.pipeline, s.context, s.expert) for s in settings}
     seen = set()
-    # the largest of each degree says it all
+    # the largest of each degree says it all; the expert layout is checked with each phase's sharding
     tensor, pipeline, context, expert = (max(d[i] for d in degrees) for i in range(4))
-    for r in model_refusals(ctx.spec.model, tensor, pipeline, context, expert):
-        if (r.field, r.reason) not in seen:
-            seen.add((r.field, r.reason))
-            yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)
+    shardings = sorted({s.sharding for s in settings if s.expert > 1}) or [par.sharding]
+    for sharding in shardings:
+        for r in model_refusals(ctx.spec.model, tensor, pipeline, context, expert, sharding):
+            if (r.field, r.reason) not in seen:
+                seen.add((r.field, r.reason))
+                yield ctx.finding(r.field, f"{r.reason}{REFUSED}", r.fix)
 
 
 PASS = [
@@ -67,6 +66,12 @@ PASS = [
     {"model.embedding_norm": True, "model.dropout": 0.1},
     {"parallelism.tensor": 2, "hardware.devices_per_node": 8},
     {"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}},  # trained, data parallel
+    # expert parallelism, enacted under sharding none and fsdp
+    {"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}, "parallelism.expert": 2},
+    {
+        "model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01},
+        "parallelism": {"expert": 2, "sharding": "fsdp"},
+    },
 ]
 FAIL = [
     case({"model.position": "relative"}, "warning"),
@@ -78,7 +83,10 @@ FAIL = [
         "warning",
     ),
     case(
-        {"model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01}, "parallelism.expert": 2},
+        {
+            "model.moe": {"experts": 4, "top_k": 2, "expert_d_ff": 64, "aux_loss": 0.01},
+            "parallelism": {"expert": 2, "sharding": "zero2"},
+        },
         "warning",
     ),
 ]

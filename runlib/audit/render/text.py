@@ -94,14 +94,22 @@ def derived_lines(result: AuditResult) -> list[str]:
     p = plan.params
     lines = [
         f"{spec.name}  ({result.file})",
-        f"  params      {format_count(p.total)} total, {format_count(p.non_embedding)} non-embedding, "
-        f"{format_count(p.embedding)} embedding",
+        *textwrap.wrap(
+            f"{format_count(p.total)} total, "
+            + (f"{format_count(p.active)} active per token, " if p.active != p.total else "")
+            + f"{format_count(p.non_embedding)} non-embedding, {format_count(p.embedding)} embedding",
+            WIDTH,
+            initial_indent="  params      ",
+            subsequent_indent=" " * 14,
+        ),
         f"  tokens      {format_count(plan.tokens_total)} in {plan.steps_total:,} steps "
         f"({plan.references.tokens_per_param:.1f} per param; Chinchilla ~20)",
         f"  compute     {plan.flops_total:.3g} FLOPs (PaLM convention), {plan.flops_per_token:.3g} per token",
         *textwrap.wrap(
             f"{plan.devices} x {plan.accelerator.key}, {device_memory_text(plan.accelerator, 'each')}, "
-            f"dp {plan.data_parallel}, MFU {spec.hardware.mfu:g}",
+            f"dp {plan.data_parallel}"
+            + (f", ep {spec.parallelism.expert}" if spec.parallelism.expert > 1 else "")
+            + f", MFU {spec.hardware.mfu:g}",
             WIDTH,
             initial_indent="  hardware    ",
             subsequent_indent=" " * 14,
