@@ -40,6 +40,10 @@ from tests.train import parallel_worker as w
 # one xdist worker runs this module (pyproject: --dist loadgroup): its launches are shared fixtures
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("parallel")]
 PARAM_TOL = 5e-6
+# tensor x pipeline x FSDP on 8 processes sums each row-wise matmul's partial products, the stages' gradient
+# norms and the reduce-scatters in an order of its own: fp32 round-off over 4 AdamW steps, which depends on the
+# CPU's kernels (6.3e-6 on one x86 machine, under 5e-6 on another, same commit)
+THREE_D_TOL = 1e-5
 MUON_TOL = 1e-4
 WORKER = Path(w.__file__)
 
@@ -155,7 +159,7 @@ def test_pipeline_parallel_equals_one_process(runs, name, docs) -> None:
     micro-batch, fewer than its stages), GPipe and interleaved 1F1B with 2 virtual stages per rank; on 4 processes 1F1B with replicated stages (dp 2), FSDP2-sharded
     stages (dp_shard 2) and tensor-parallel stages (tp 2); on 8, tensor 2 x pipeline 2 x FSDP 2. The loss carries the step's normalization, the
     gradient norm is summed over the stages."""
-    assert_matches(runs[name], reference("llama4", docs=docs))
+    assert_matches(runs[name], reference("llama4", docs=docs), THREE_D_TOL if name == "pp_tp_fsdp_docs" else PARAM_TOL)
 
 
 # ----------------------------------------------------------------------------------------- checkpoints
